@@ -1,0 +1,106 @@
+//! `answers`: the end of every question, exactly one record each: an answer with the facts it rests
+//! on and the passages behind each fact, or an error saying which stage gave up and why.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Event, KnownFact, Memory, Passage, Topic, TraceStep, Usage};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The main module judged the known facts sufficient.
+    Answered,
+    /// T iterations passed (or no new query could be written): answered with what was known.
+    AnsweredAtLimit,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Answered {
+    pub question_id: String,
+    pub question: String,
+    pub answer: String,
+    pub confidence: f32,
+    pub explanation: String,
+    pub outcome: Outcome,
+    pub iterations: u32,
+    pub facts: Vec<KnownFact>,
+    /// Every passage some fact cites, by id.
+    pub passages: Vec<Passage>,
+    pub queries: Vec<String>,
+    pub usage: Usage,
+    pub trace: Vec<TraceStep>,
+}
+
+impl Answered {
+    pub fn from_memory(memory: Memory, answer: String, confidence: f32, explanation: String, outcome: Outcome) -> Self {
+        Answered {
+            question_id: memory.question_id,
+            question: memory.question,
+            answer,
+            confidence,
+            explanation,
+            outcome,
+            iterations: memory.iteration,
+            facts: memory.facts,
+            passages: memory.cited_passages.into_values().collect(),
+            queries: memory.queries,
+            usage: memory.usage,
+            trace: memory.trace,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorRecord {
+    pub question_id: String,
+    /// Empty when the input could not be read far enough to know it.
+    pub question: String,
+    /// The stage that gave up (`input` for bad input).
+    pub stage: String,
+    /// One of a fixed set (`bad_input`, `llm_unreachable`, `llm_timeout`, `llm_bad_response`, ...).
+    pub error_type: String,
+    pub message: String,
+    /// What was done before the failure, when known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<TraceStep>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum AnswerRecord {
+    Answered(Box<Answered>),
+    Error(ErrorRecord),
+}
+
+/// Answer records carry their own version beside the status tag.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VersionedAnswer {
+    pub schema_version: u32,
+    #[serde(flatten)]
+    pub record: AnswerRecord,
+}
+
+impl AnswerRecord {
+    pub fn question_id(&self) -> &str {
+        match self {
+            AnswerRecord::Answered(a) => &a.question_id,
+            AnswerRecord::Error(e) => &e.question_id,
+        }
+    }
+}
+
+impl Event for VersionedAnswer {
+    const TOPIC: Topic = Topic::Answers;
+    fn key(&self) -> &str {
+        self.record.question_id()
+    }
+    fn schema_version(&self) -> u32 {
+        self.schema_version
+    }
+}
+
+impl From<AnswerRecord> for VersionedAnswer {
+    fn from(record: AnswerRecord) -> Self {
+        VersionedAnswer { schema_version: super::SCHEMA_VERSION, record }
+    }
+}

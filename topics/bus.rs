@@ -1,0 +1,64 @@
+//! The bus: how stages exchange records without knowing whether they run in one process (bounded
+//! in-process queues) or across a cluster (Kafka topics). A stage publishes with an awaited send, so a
+//! full downstream slows it down, and acknowledges each delivery once all its outputs were published.
+
+use async_trait::async_trait;
+
+use super::Topic;
+
+/// One event on the wire: JSON bytes keyed by question id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub topic: Topic,
+    pub key: String,
+    pub payload: Vec<u8>,
+}
+
+/// A record handed to a consumer. Acknowledging it tells the bus the record is done with (Kafka: its
+/// offset may be committed); a delivery dropped without acknowledgement will be seen again after a
+/// restart on a durable bus.
+pub struct Delivery {
+    pub record: Record,
+    /// 1 on first delivery; higher when the bus redelivers.
+    pub attempt: u32,
+    ack: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Delivery {
+    pub fn new(record: Record, attempt: u32, ack: Option<Box<dyn FnOnce() + Send>>) -> Self {
+        Delivery { record, attempt, ack }
+    }
+
+    pub fn ack(mut self) {
+        if let Some(ack) = self.ack.take() {
+            ack();
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("topic {0:?} already has a consumer in this process")]
+    AlreadySubscribed(Topic),
+    #[error("the bus is closed")]
+    Closed,
+    #[error("bus transport error: {0}")]
+    Transport(String),
+}
+
+#[async_trait]
+pub trait Bus: Send + Sync + 'static {
+    /// Returns once the record is accepted: queued in process, or acknowledged by the broker.
+    async fn publish(&self, record: Record) -> Result<(), BusError>;
+
+    /// Records of `topics` for consumer group `group`. When several topics are given, earlier ones
+    /// are served first: stages list their loop input before new work, so questions already in
+    /// flight finish before new ones start.
+    async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError>;
+}
+
+#[async_trait]
+pub trait Subscription: Send {
+    /// The next record; `None` once the bus is closed.
+    async fn next(&mut self) -> Option<Delivery>;
+}

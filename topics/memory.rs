@@ -1,0 +1,134 @@
+//! The question's memory: everything MIGRES remembers between iterations, carried inside each event
+//! so that stages are stateless (paper Section 3: known facts, earlier queries, passage use counts).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::trace::{TraceKind, TraceStep};
+
+/// A passage of the corpus, as retrieved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Passage {
+    pub id: String,
+    pub title: String,
+    pub text: String,
+}
+
+/// Where a known fact comes from: a passage that entails it, or the model's own knowledge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FactSource {
+    /// At least one cited passage entails the fact.
+    Verified,
+    /// Written by knowledge prompting when no passage survived: not checked against any passage.
+    ModelKnowledge,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KnownFact {
+    pub text: String,
+    /// Passage ids that entail the fact (empty for model knowledge).
+    pub citations: Vec<String>,
+    pub source: FactSource,
+    pub iteration: u32,
+}
+
+/// LLM spending of one question so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub llm_calls: u32,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Prompt tokens the server served from its prefix cache, when it reports them.
+    pub cached_tokens: u64,
+    /// Tokens the model wrote as "knowledge" (paper Table 5's knowledge tokens).
+    pub knowledge_tokens: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    pub question_id: String,
+    pub question: String,
+    /// 1 for the initial retrieval with the question itself, +1 for each round of new queries.
+    pub iteration: u32,
+    /// Every query issued so far, oldest first; new queries must differ from all of them.
+    pub queries: Vec<String>,
+    pub facts: Vec<KnownFact>,
+    /// A passage's count rises when it is shown to the LLM and when a kept fact cites it.
+    pub passage_uses: BTreeMap<String, u32>,
+    /// The passages cited by kept facts, so the answer can show what each fact rests on.
+    pub cited_passages: BTreeMap<String, Passage>,
+    pub usage: Usage,
+    /// The main module's last summary of what is missing, reused when an iteration adds no fact.
+    #[serde(default)]
+    pub last_missing: String,
+    /// Set when no new query could be written: the main stage must answer with what it knows.
+    #[serde(default)]
+    pub exhausted: bool,
+    pub trace: Vec<TraceStep>,
+}
+
+impl Memory {
+    pub fn new(question_id: impl Into<String>, question: impl Into<String>) -> Self {
+        Memory {
+            question_id: question_id.into(),
+            question: question.into(),
+            iteration: 1,
+            queries: Vec::new(),
+            facts: Vec::new(),
+            passage_uses: BTreeMap::new(),
+            cited_passages: BTreeMap::new(),
+            usage: Usage::default(),
+            last_missing: String::new(),
+            exhausted: false,
+            trace: Vec::new(),
+        }
+    }
+
+    pub fn uses(&self, passage_id: &str) -> u32 {
+        self.passage_uses.get(passage_id).copied().unwrap_or(0)
+    }
+
+    /// A passage used `max_uses` times has given what it can and is never shown again.
+    pub fn is_used_up(&self, passage_id: &str, max_uses: u32) -> bool {
+        self.uses(passage_id) >= max_uses
+    }
+
+    pub fn count_use(&mut self, passage_id: &str) {
+        *self.passage_uses.entry(passage_id.to_string()).or_insert(0) += 1;
+    }
+
+    /// True when `query` repeats an earlier query (after normalisation) or the question itself.
+    pub fn has_asked(&self, query: &str) -> bool {
+        let wanted = normalize_query(query);
+        normalize_query(&self.question) == wanted || self.queries.iter().any(|q| normalize_query(q) == wanted)
+    }
+
+    /// Facts kept in the current iteration.
+    pub fn new_facts(&self) -> usize {
+        self.facts.iter().filter(|f| f.iteration == self.iteration).count()
+    }
+
+    /// Known facts as the prompts show them: joined with "; ", or "None" (as in the MIGRES code).
+    pub fn facts_text(&self) -> String {
+        if self.facts.is_empty() {
+            return "None".to_string();
+        }
+        self.facts.iter().map(|f| f.text.as_str()).collect::<Vec<_>>().join("; ")
+    }
+
+    pub fn record(&mut self, stage: &str, kind: TraceKind) {
+        self.trace.push(TraceStep { stage: stage.to_string(), iteration: self.iteration, kind });
+    }
+}
+
+/// Lower-case words without punctuation: "Who directed Levity?" and "who directed levity" are one query.
+pub fn normalize_query(query: &str) -> String {
+    query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_lowercase())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

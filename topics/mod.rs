@@ -1,0 +1,132 @@
+//! The events stages exchange, one file per topic, and the bus that carries them.
+//!
+//! Every event is JSON with a `schema_version`, keyed by question id, so the same bytes travel over
+//! the in-process bus and over Kafka. Events that continue a question carry its whole [`Memory`]:
+//! stages keep no state and any replica can take any event.
+
+pub mod answer;
+pub mod bus;
+pub mod dead_letter;
+pub mod evidence;
+pub mod facts;
+pub mod in_process;
+pub mod memory;
+pub mod missing;
+pub mod passages;
+pub mod queries;
+pub mod question;
+pub mod trace;
+pub mod verified;
+
+pub use answer::{AnswerRecord, Answered, ErrorRecord, Outcome, VersionedAnswer};
+pub use bus::{Bus, BusError, Delivery, Record, Subscription};
+pub use evidence::{EvidenceEvent, EvidenceItem, EvidenceOrigin};
+pub use facts::{CandidateFact, FactsEvent};
+pub use memory::{FactSource, KnownFact, Memory, Passage, Usage};
+pub use missing::MissingEvent;
+pub use passages::{PassagesEvent, RetrievedPassage};
+pub use queries::QueriesEvent;
+pub use question::QuestionEvent;
+pub use trace::{TraceKind, TraceStep};
+pub use verified::VerifiedEvent;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Bumped whenever an event's JSON changes incompatibly; consumers reject versions they do not know.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One edge of the pipeline graph. Kafka topic names are these with a configurable prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Topic {
+    Questions,
+    Passages,
+    Evidence,
+    Facts,
+    Verified,
+    Missing,
+    Queries,
+    Answers,
+    DeadLetters,
+}
+
+impl Topic {
+    pub const ALL: [Topic; 9] = [
+        Topic::Questions,
+        Topic::Passages,
+        Topic::Evidence,
+        Topic::Facts,
+        Topic::Verified,
+        Topic::Missing,
+        Topic::Queries,
+        Topic::Answers,
+        Topic::DeadLetters,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Topic::Questions => "questions",
+            Topic::Passages => "passages",
+            Topic::Evidence => "evidence",
+            Topic::Facts => "facts",
+            Topic::Verified => "verified",
+            Topic::Missing => "missing",
+            Topic::Queries => "queries",
+            Topic::Answers => "answers",
+            Topic::DeadLetters => "dead_letters",
+        }
+    }
+}
+
+/// A typed event that belongs to one topic.
+pub trait Event: Serialize + DeserializeOwned + Send + 'static {
+    const TOPIC: Topic;
+
+    /// The partitioning key: always the question id, so one question's events stay in order.
+    fn key(&self) -> &str;
+
+    fn schema_version(&self) -> u32;
+
+    /// Serialises into a record for the bus.
+    fn to_record(&self) -> Record {
+        Record {
+            topic: Self::TOPIC,
+            key: self.key().to_string(),
+            payload: serde_json::to_vec(self).expect("events serialise to JSON"),
+        }
+    }
+
+    /// Parses a record's payload, refusing unknown schema versions rather than misreading them.
+    fn from_payload(payload: &[u8]) -> Result<Self, DecodeError> {
+        let event: Self = serde_json::from_slice(payload).map_err(|e| DecodeError::Json(e.to_string()))?;
+        if event.schema_version() != SCHEMA_VERSION {
+            return Err(DecodeError::SchemaVersion(event.schema_version()));
+        }
+        Ok(event)
+    }
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum DecodeError {
+    #[error("malformed event: {0}")]
+    Json(String),
+    #[error("unsupported schema_version {0} (this build reads {SCHEMA_VERSION})")]
+    SchemaVersion(u32),
+}
+
+/// Implements [`Event`] for a struct with `schema_version` and `memory` fields.
+macro_rules! memory_event {
+    ($ty:ty, $topic:expr) => {
+        impl $crate::topics::Event for $ty {
+            const TOPIC: $crate::topics::Topic = $topic;
+            fn key(&self) -> &str {
+                &self.memory.question_id
+            }
+            fn schema_version(&self) -> u32 {
+                self.schema_version
+            }
+        }
+    };
+}
+pub(crate) use memory_event;

@@ -1,0 +1,76 @@
+//! The trace of a question: every query, passage score, kept sentence, fact, verdict and LLM call,
+//! in order. It travels with the memory and ends in the answer record, so an answer can be audited.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceStep {
+    pub stage: String,
+    pub iteration: u32,
+    #[serde(flatten)]
+    pub kind: TraceKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TraceKind {
+    Retrieved {
+        query: String,
+        hits: Vec<(String, f32)>,
+        skipped_used_up: usize,
+    },
+    PassageScored {
+        query: String,
+        passage_id: String,
+        score: f32,
+        kept: bool,
+    },
+    SentencesKept {
+        passage_id: String,
+        sentences: Vec<String>,
+        whole_passage: bool,
+        score: f32,
+    },
+    KnowledgePrompted {
+        queries: Vec<String>,
+        text: String,
+    },
+    LlmCall {
+        purpose: String,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        cached_tokens: u64,
+        latency_ms: u64,
+        attempts: u32,
+    },
+    FactProposed {
+        fact: String,
+        citations: Vec<String>,
+        dropped_citations: Vec<String>,
+    },
+    Verdict {
+        fact: String,
+        passage_id: String,
+        entailed: bool,
+    },
+    FactKept {
+        fact: String,
+        citations: Vec<String>,
+        verified: bool,
+    },
+    FactDropped {
+        fact: String,
+        reason: String,
+    },
+    Decision {
+        answerable: bool,
+        answer: String,
+        confidence: f32,
+        missing_information: String,
+        forced: bool,
+    },
+    QueriesWritten {
+        queries: Vec<String>,
+        dropped: Vec<String>,
+    },
+}

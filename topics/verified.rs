@@ -1,0 +1,14 @@
+//! `verified`: the memory with this iteration's entailed facts added, verify -> main.
+//! query_gen also sends here, with `memory.exhausted`, when it could write no new query.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Memory, Topic, memory_event};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VerifiedEvent {
+    pub schema_version: u32,
+    pub memory: Memory,
+}
+
+memory_event!(VerifiedEvent, Topic::Verified);
