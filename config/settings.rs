@@ -1,0 +1,195 @@
+//! Typed configuration: config/default.toml (compiled in), then an optional file, then
+//! `LACUNA__SECTION__KEY` environment variables. Unknown keys are errors, not silently ignored.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub migres: MigresSettings,
+    pub llm: LlmSettings,
+    pub rerank: ModelSettings,
+    pub nli: NliSettings,
+    pub onnx: OnnxSettings,
+    pub search: SearchSettings,
+    pub bus: BusSettings,
+    pub run: RunSettings,
+    pub retry: RetrySettings,
+    pub stages: StagesSettings,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigresSettings {
+    pub max_iterations: u32,
+    pub retrieve_top_n: usize,
+    pub top_k: usize,
+    pub max_new_queries: usize,
+    pub max_passage_uses: u32,
+    pub rerank_threshold: f32,
+    pub knowledge_prompting: bool,
+    pub min_query_chars: usize,
+    pub min_snippet_words: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSettings {
+    pub base_url: String,
+    pub model: String,
+    pub api_key_env: String,
+    pub timeout_ms: u64,
+    pub max_retries: u32,
+    pub retry_backoff_ms: u64,
+    pub temperature: f32,
+    pub max_tokens: u32,
+    pub max_concurrency: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    pub model_dir: PathBuf,
+    pub batch_size: usize,
+    pub max_length: usize,
+    pub threads: usize,
+    pub max_queued_jobs: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NliBackend {
+    Llm,
+    Onnx,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NliSettings {
+    pub backend: NliBackend,
+    pub entailment_label: usize,
+    pub model: ModelSettings,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnnxSettings {
+    pub library_path: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSettings {
+    pub backend: String,
+    pub index_dir: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BusSettings {
+    pub queue_capacity: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    pub max_open_questions: usize,
+    pub max_question_chars: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySettings {
+    pub max_attempts: u32,
+    pub backoff_ms: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSettings {
+    pub max_in_flight: usize,
+    pub mailbox_capacity: usize,
+    pub llm_concurrency: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StagesSettings {
+    pub retrieve: StageSettings,
+    pub sentence_filter: StageSettings,
+    pub leaf: StageSettings,
+    pub verify: StageSettings,
+    pub main: StageSettings,
+    pub query_gen: StageSettings,
+}
+
+impl Settings {
+    /// Defaults, then `file` if given, then the environment.
+    pub fn load(file: Option<&Path>) -> Result<Settings, config::ConfigError> {
+        let mut builder =
+            config::Config::builder().add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml));
+        if let Some(path) = file {
+            builder = builder.add_source(config::File::from(path.to_path_buf()).required(true));
+        }
+        let builder = builder.add_source(
+            config::Environment::with_prefix("LACUNA").prefix_separator("__").separator("__").try_parsing(true),
+        );
+        let mut settings: Settings = builder.build()?.try_deserialize()?;
+        settings.fill_install_paths();
+        settings.validate().map_err(config::ConfigError::Message)?;
+        Ok(settings)
+    }
+
+    /// The compiled-in defaults alone (tests start from these).
+    pub fn defaults() -> Settings {
+        let mut settings: Settings = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml))
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .expect("config/default.toml is valid");
+        settings.fill_install_paths();
+        settings
+    }
+
+    /// Empty model paths point where scripts/setup.sh installs things.
+    fn fill_install_paths(&mut self) {
+        let cache = cache_dir();
+        fill(&mut self.onnx.library_path, "ORT_DYLIB_PATH", cache.join("onnxruntime/libonnxruntime.so.1.31.1"));
+        fill(&mut self.rerank.model_dir, "LACUNA_RERANKER_DIR", cache.join("reranker"));
+        fill(&mut self.nli.model.model_dir, "LACUNA_NLI_DIR", cache.join("nli"));
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let m = &self.migres;
+        if m.max_iterations == 0 || m.top_k == 0 || m.retrieve_top_n == 0 || m.max_passage_uses == 0 {
+            return Err("migres.max_iterations, top_k, retrieve_top_n and max_passage_uses must be positive".into());
+        }
+        if self.run.max_open_questions == 0 || self.run.max_open_questions >= self.bus.queue_capacity {
+            return Err(format!(
+                "run.max_open_questions ({}) must be between 1 and bus.queue_capacity ({}) - 1",
+                self.run.max_open_questions, self.bus.queue_capacity
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `$LACUNA_CACHE`, else `~/.cache/lacuna`: where scripts/setup.sh puts models and runtimes.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("LACUNA_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache/lacuna")
+}
+
+fn fill(path: &mut PathBuf, env: &str, fallback: PathBuf) {
+    if !path.as_os_str().is_empty() {
+        return;
+    }
+    *path = std::env::var_os(env).filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or(fallback);
+}
