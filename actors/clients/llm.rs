@@ -1,0 +1,228 @@
+//! Client for any OpenAI-compatible `/v1/chat/completions` endpoint (llama.cpp server, vLLM, Ollama,
+//! OpenAI). Structured calls send a JSON schema as `response_format`; servers that ignore it still work
+//! through a tolerant parser. Each stage owns a client with its own concurrency limit.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::settings::LlmSettings;
+
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum LlmError {
+    #[error("LLM endpoint {url} unreachable: {message}")]
+    Unreachable { url: String, message: String },
+    #[error("LLM call timed out after {0} ms")]
+    Timeout(u64),
+    #[error("LLM endpoint answered HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("LLM answer unusable: {0}")]
+    BadResponse(String),
+}
+
+impl LlmError {
+    /// The metric label / error record type of this error.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            LlmError::Unreachable { .. } => "llm_unreachable",
+            LlmError::Timeout(_) => "llm_timeout",
+            LlmError::Status { .. } => "llm_http_status",
+            LlmError::BadResponse(_) => "llm_bad_response",
+        }
+    }
+
+    /// Worth another attempt: the server may be back, less busy or less flaky next time.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LlmError::Unreachable { .. } | LlmError::Timeout(_) => true,
+            LlmError::Status { status, .. } => *status == 429 || *status >= 500,
+            LlmError::BadResponse(_) => false,
+        }
+    }
+}
+
+/// What one call cost, for the question's usage and trace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CallStats {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+    pub latency_ms: u64,
+    pub attempts: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Completion<T> {
+    pub value: T,
+    pub stats: CallStats,
+}
+
+/// A structured output: its JSON schema goes to the server, which constrains decoding to it.
+pub struct Schema {
+    pub name: &'static str,
+    pub schema: Value,
+}
+
+#[derive(Clone)]
+pub struct LlmClient {
+    http: reqwest::Client,
+    settings: Arc<LlmSettings>,
+    api_key: Option<String>,
+    limit: Arc<Semaphore>,
+}
+
+impl LlmClient {
+    pub fn new(settings: LlmSettings) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(settings.timeout_ms))
+            .build()
+            .expect("a reqwest client with a timeout builds");
+        // The key never goes into the config file or the logs: only its variable's name does.
+        let api_key = std::env::var(&settings.api_key_env).ok().filter(|key| !key.is_empty());
+        let limit = Arc::new(Semaphore::new(settings.max_concurrency.max(1)));
+        LlmClient { http, settings: Arc::new(settings), api_key, limit }
+    }
+
+    /// The same endpoint with its own concurrency limit (one per stage).
+    pub fn with_concurrency(&self, max_concurrency: usize) -> Self {
+        LlmClient { limit: Arc::new(Semaphore::new(max_concurrency.max(1))), ..self.clone() }
+    }
+
+    pub fn settings(&self) -> &LlmSettings {
+        &self.settings
+    }
+
+    /// A call whose answer must follow `schema`, parsed into `T`.
+    pub async fn structured<T: DeserializeOwned>(
+        &self,
+        system: &str,
+        user: &str,
+        schema: &Schema,
+    ) -> Result<Completion<T>, LlmError> {
+        let response_format = json!({
+            "type": "json_schema",
+            "json_schema": { "name": schema.name, "strict": true, "schema": schema.schema },
+        });
+        let Completion { value: text, stats } = self.complete(system, user, Some(response_format)).await?;
+        let value = parse_lenient(&text)?;
+        Ok(Completion { value, stats })
+    }
+
+    /// A free-text call.
+    pub async fn text(&self, system: &str, user: &str) -> Result<Completion<String>, LlmError> {
+        self.complete(system, user, None).await
+    }
+
+    async fn complete(
+        &self,
+        system: &str,
+        user: &str,
+        response_format: Option<Value>,
+    ) -> Result<Completion<String>, LlmError> {
+        let mut messages = Vec::new();
+        if !system.is_empty() {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        messages.push(json!({"role": "user", "content": user}));
+        let mut body = json!({
+            "model": self.settings.model,
+            "messages": messages,
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+        });
+        if let Some(format) = response_format {
+            body["response_format"] = format;
+        }
+
+        let _permit = self.limit.acquire().await.expect("the semaphore is never closed");
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.send_once(&body).await {
+                Ok((text, mut stats)) => {
+                    stats.latency_ms = started.elapsed().as_millis() as u64;
+                    stats.attempts = attempt;
+                    return Ok(Completion { value: text, stats });
+                }
+                Err(error) if error.is_transient() && attempt <= self.settings.max_retries => {
+                    let backoff = self.settings.retry_backoff_ms.saturating_mul(1 << (attempt - 1).min(6));
+                    tracing::warn!(attempt, backoff_ms = backoff, %error, "LLM call failed, retrying");
+                    tokio::time::sleep(Duration::from_millis(backoff)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    async fn send_once(&self, body: &Value) -> Result<(String, CallStats), LlmError> {
+        let url = format!("{}/chat/completions", self.settings.base_url.trim_end_matches('/'));
+        let mut request = self.http.post(&url).json(body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(&url, e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(LlmError::Status { status: status.as_u16(), body: truncate(&body, 300) });
+        }
+        let payload: Value = response.json().await.map_err(|e| self.transport_error(&url, e))?;
+        // A cut-off answer is broken JSON; say why instead of reporting a parse error.
+        if payload["choices"][0]["finish_reason"] == "length" {
+            return Err(LlmError::BadResponse(format!("answer cut off at max_tokens = {}", self.settings.max_tokens)));
+        }
+        let text = payload["choices"][0]["message"]["content"]
+            .as_str()
+            .ok_or_else(|| {
+                LlmError::BadResponse(format!(
+                    "no choices[0].message.content in {}",
+                    truncate(&payload.to_string(), 300)
+                ))
+            })?
+            .to_string();
+        let usage = &payload["usage"];
+        let stats = CallStats {
+            prompt_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
+            completion_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+            cached_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+            ..CallStats::default()
+        };
+        Ok((text, stats))
+    }
+
+    fn transport_error(&self, url: &str, error: reqwest::Error) -> LlmError {
+        if error.is_timeout() {
+            LlmError::Timeout(self.settings.timeout_ms)
+        } else if error.is_decode() {
+            LlmError::BadResponse(error.to_string())
+        } else {
+            LlmError::Unreachable { url: url.to_string(), message: error.to_string() }
+        }
+    }
+}
+
+/// Parses a JSON answer, tolerating what servers without schema support produce: code fences and
+/// prose around the object.
+pub fn parse_lenient<T: DeserializeOwned>(text: &str) -> Result<T, LlmError> {
+    let direct = serde_json::from_str::<T>(text.trim());
+    let first_error = match direct {
+        Ok(value) => return Ok(value),
+        Err(e) => e,
+    };
+    let (start, end) = (text.find('{'), text.rfind('}'));
+    if let (Some(start), Some(end)) = (start, end)
+        && start < end
+        && let Ok(value) = serde_json::from_str::<T>(&text[start..=end])
+    {
+        return Ok(value);
+    }
+    Err(LlmError::BadResponse(format!("{first_error} in {:?}", truncate(text, 200))))
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    text.chars().take(max_chars).collect()
+}

@@ -1,0 +1,13 @@
+//! What the stages talk to: the LLM endpoint, the cross-encoder, the NLI check and the search index.
+
+pub mod llm;
+pub mod nli;
+pub mod onnx;
+pub mod rerank;
+pub mod search;
+
+pub use llm::{CallStats, Completion, LlmClient, LlmError, Schema};
+pub use nli::{Nli, NliError, OnnxNli, Verdict};
+pub use onnx::{ModelError, PairClassifier};
+pub use rerank::Reranker;
+pub use search::{SearchError, TantivySearch};

@@ -1,0 +1,106 @@
+//! Entailment check for the verify stage: does a cited passage entail a fact?
+//! Default: the LLM as a judge (no NLI model is obtainable offline). Production: any ONNX
+//! sequence-classification NLI model, with the index of its entailment label configured.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use super::llm::{CallStats, LlmClient, LlmError, Schema};
+use super::onnx::{ModelError, PairClassifier};
+use super::rerank::run_blocking;
+use crate::actors::prompts;
+use crate::settings::{NliSettings, OnnxSettings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NliError {
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    pub entailed: bool,
+    /// Set when an LLM call made the judgement, so the question's usage counts it.
+    pub llm_call: Option<CallStats>,
+}
+
+#[derive(Clone)]
+pub enum Nli {
+    LlmJudge(LlmClient),
+    Onnx(OnnxNli),
+}
+
+impl Nli {
+    pub async fn judge(&self, premise: &str, hypothesis: &str) -> Result<Verdict, NliError> {
+        match self {
+            Nli::LlmJudge(llm) => judge_with_llm(llm, premise, hypothesis).await,
+            Nli::Onnx(model) => Ok(Verdict { entailed: model.entails(premise, hypothesis).await?, llm_call: None }),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct JudgeAnswer {
+    entailed: bool,
+}
+
+async fn judge_with_llm(llm: &LlmClient, premise: &str, hypothesis: &str) -> Result<Verdict, NliError> {
+    let schema = Schema {
+        name: "entailment",
+        schema: json!({
+            "type": "object",
+            "properties": { "entailed": { "type": "boolean" } },
+            "required": ["entailed"],
+            "additionalProperties": false,
+        }),
+    };
+    let user = prompts::fill(prompts::ENTAILMENT, &[("premise", premise), ("hypothesis", hypothesis)]);
+    let answer = llm.structured::<JudgeAnswer>(prompts::SYSTEM, &user, &schema).await?;
+    Ok(Verdict { entailed: answer.value.entailed, llm_call: Some(answer.stats) })
+}
+
+#[derive(Clone)]
+pub struct OnnxNli {
+    model: Arc<PairClassifier>,
+    slots: Arc<Semaphore>,
+    entailment_label: usize,
+}
+
+impl OnnxNli {
+    pub fn load(settings: &NliSettings, onnx: &OnnxSettings) -> Result<Self, ModelError> {
+        let m = &settings.model;
+        let model = PairClassifier::load(&m.model_dir, &onnx.library_path, m.threads, m.batch_size, m.max_length)?;
+        Ok(OnnxNli {
+            model: Arc::new(model),
+            slots: Arc::new(Semaphore::new(m.max_queued_jobs.max(1))),
+            entailment_label: settings.entailment_label,
+        })
+    }
+
+    /// Entailed when the entailment label has the highest logit (premise first, as NLI models expect).
+    pub async fn entails(&self, premise: &str, hypothesis: &str) -> Result<bool, ModelError> {
+        let rows =
+            run_blocking(&self.slots, self.model.clone(), vec![(premise.to_string(), hypothesis.to_string())]).await?;
+        let row = rows.into_iter().next().unwrap_or_default();
+        let Some(best) = argmax(&row) else {
+            return Err(ModelError::Inference("NLI model returned no logits".into()));
+        };
+        if self.entailment_label >= row.len() {
+            return Err(ModelError::Inference(format!(
+                "entailment_label {} but the model has {} labels",
+                self.entailment_label,
+                row.len()
+            )));
+        }
+        Ok(best == self.entailment_label)
+    }
+}
+
+fn argmax(row: &[f32]) -> Option<usize> {
+    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i)
+}

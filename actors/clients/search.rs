@@ -1,0 +1,147 @@
+//! Passage retrieval. The embedded default is a tantivy BM25 index on local disk, built by
+//! `lacuna index --corpus FILE.jsonl` from `{"id", "title", "text"}` lines.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tantivy::collector::TopDocs;
+use tantivy::query::{QueryParser, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value};
+use tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term, doc};
+
+use crate::topics::Passage;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("no search index at {0}: build one with `lacuna index --corpus FILE.jsonl`")]
+    MissingIndex(PathBuf),
+    #[error("search index error: {0}")]
+    Index(String),
+    #[error("corpus {path} line {line}: {message}")]
+    Corpus { path: PathBuf, line: usize, message: String },
+}
+
+impl From<tantivy::TantivyError> for SearchError {
+    fn from(e: tantivy::TantivyError) -> Self {
+        SearchError::Index(e.to_string())
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    id: Field,
+    title: Field,
+    text: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    // English stemming, as BM25 baselines (pyserini) do; positions are not needed for bag-of-words BM25.
+    let text_options = TextOptions::default()
+        .set_indexing_options(
+            TextFieldIndexing::default().set_tokenizer("en_stem").set_index_option(IndexRecordOption::WithFreqs),
+        )
+        .set_stored();
+    let id = builder.add_text_field("id", STRING | STORED);
+    let title = builder.add_text_field("title", text_options.clone());
+    let text = builder.add_text_field("text", text_options);
+    (builder.build(), Fields { id, title, text })
+}
+
+#[derive(Clone)]
+pub struct TantivySearch {
+    reader: IndexReader,
+    parser: std::sync::Arc<QueryParser>,
+    fields: Fields,
+}
+
+#[derive(Deserialize)]
+struct CorpusLine {
+    id: String,
+    #[serde(default)]
+    title: String,
+    text: String,
+}
+
+impl TantivySearch {
+    /// Builds a fresh index in `dir` from a corpus JSONL file; returns the number of passages.
+    pub fn build(dir: &Path, corpus: &Path) -> Result<usize, SearchError> {
+        let file = std::fs::File::open(corpus).map_err(|e| SearchError::Corpus {
+            path: corpus.to_path_buf(),
+            line: 0,
+            message: e.to_string(),
+        })?;
+        // Rebuilding replaces the old index so re-running `lacuna index` never duplicates passages.
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| SearchError::Index(e.to_string()))?;
+        }
+        std::fs::create_dir_all(dir).map_err(|e| SearchError::Index(e.to_string()))?;
+        let (schema, fields) = schema();
+        let index = Index::create_in_dir(dir, schema)?;
+        let mut writer = index.writer::<TantivyDocument>(100_000_000)?;
+        let mut count = 0;
+        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+            let corpus_error =
+                |message: String| SearchError::Corpus { path: corpus.to_path_buf(), line: n + 1, message };
+            let line = line.map_err(|e| corpus_error(e.to_string()))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let passage: CorpusLine = serde_json::from_str(&line).map_err(|e| corpus_error(e.to_string()))?;
+            writer.add_document(doc!(
+                fields.id => passage.id,
+                fields.title => passage.title,
+                fields.text => passage.text,
+            ))?;
+            count += 1;
+        }
+        writer.commit()?;
+        Ok(count)
+    }
+
+    pub fn open(dir: &Path) -> Result<Self, SearchError> {
+        if !dir.join("meta.json").exists() {
+            return Err(SearchError::MissingIndex(dir.to_path_buf()));
+        }
+        let index = Index::open_in_dir(dir)?;
+        let (_, fields) = schema();
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        let parser = QueryParser::for_index(&index, vec![fields.title, fields.text]);
+        Ok(TantivySearch { reader, parser: std::sync::Arc::new(parser), fields })
+    }
+
+    /// BM25 top `limit` passages for a free-text query, best first.
+    pub fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
+        // Lenient parsing: questions contain quotes, colons and parentheses that are not query syntax.
+        let (query, _ignored) = self.parser.parse_query_lenient(&strip_syntax(query));
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&query, &TopDocs::with_limit(limit.max(1)))?;
+        top.into_iter().map(|(score, address)| Ok((self.to_passage(&searcher.doc(address)?), score))).collect()
+    }
+
+    /// The passage with this id, if the index has it.
+    pub fn passage(&self, id: &str) -> Result<Option<Passage>, SearchError> {
+        let searcher = self.reader.searcher();
+        let query = TermQuery::new(Term::from_field_text(self.fields.id, id), IndexRecordOption::Basic);
+        let top = searcher.search(&query, &TopDocs::with_limit(1))?;
+        match top.first() {
+            Some((_, address)) => Ok(Some(self.to_passage(&searcher.doc(*address)?))),
+            None => Ok(None),
+        }
+    }
+
+    pub fn num_passages(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    fn to_passage(&self, doc: &TantivyDocument) -> Passage {
+        let get = |field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        Passage { id: get(self.fields.id), title: get(self.fields.title), text: get(self.fields.text) }
+    }
+}
+
+/// Keeps words only: query syntax characters (`:`, `"`, `+`, `-`, brackets) would change the query.
+fn strip_syntax(query: &str) -> String {
+    query.chars().map(|c| if c.is_alphanumeric() || c == '\'' { c } else { ' ' }).collect()
+}

@@ -1,0 +1,45 @@
+//! The MIGRES prompts (paper Appendix D-G, adapted for small local models: see each file). Fixed
+//! instructions and examples come first and the question's text last, so an OpenAI-compatible server
+//! with prefix caching reads the long shared part only once.
+
+pub const SYSTEM: &str = "";
+pub const MAIN: &str = include_str!("prompts/main.txt");
+pub const FINAL_ANSWER: &str = include_str!("prompts/final_answer.txt");
+pub const QUERY_GEN: &str = include_str!("prompts/query_gen.txt");
+pub const LEAF: &str = include_str!("prompts/leaf.txt");
+pub const KNOWLEDGE: &str = include_str!("prompts/knowledge.txt");
+pub const ENTAILMENT: &str = include_str!("prompts/entailment.txt");
+
+/// Replaces each `{name}` with its value. Plain replacement, not a template engine: the prompts contain
+/// literal JSON braces. Values are inserted in one pass so a value containing `{x}` is not expanded.
+pub fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() + values.iter().map(|(_, v)| v.len()).sum::<usize>());
+    // The files end with a newline; the prompt ends at "Your response:".
+    let mut rest = template.trim_end();
+    'scan: while let Some(open) = rest.find('{') {
+        for (name, value) in values {
+            let placeholder = format!("{{{name}}}");
+            if rest[open..].starts_with(&placeholder) {
+                out.push_str(&rest[..open]);
+                out.push_str(value);
+                rest = &rest[open + placeholder.len()..];
+                continue 'scan;
+            }
+        }
+        out.push_str(&rest[..=open]);
+        rest = &rest[open + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fill;
+
+    #[test]
+    fn fill_replaces_placeholders_and_keeps_json_braces() {
+        let filled = fill(r#"{"a": 1} Q: {question} F: {facts}"#, &[("question", "who {facts}?"), ("facts", "None")]);
+        assert_eq!(filled, r#"{"a": 1} Q: who {facts}? F: None"#);
+    }
+}
