@@ -1,0 +1,38 @@
+//! The stages of the MIGRES loop, one file each, and the clients they use:
+//!
+//! questions -> retrieve -> sentence_filter -> leaf -> verify -> main -> answers
+//!                 ^                                                |
+//!                 +---------- query_gen <- missing <---------------+
+
+pub mod clients;
+pub mod leaf;
+pub mod main;
+pub mod prompts;
+pub mod query_gen;
+pub mod retrieve;
+pub mod sentence_filter;
+pub mod stage;
+pub mod verify;
+
+use clients::CallStats;
+
+use crate::topics::{Memory, TraceKind};
+
+/// Adds one LLM call to the question's usage and trace.
+pub fn note_call(memory: &mut Memory, stage: &str, purpose: &str, stats: &CallStats) {
+    memory.usage.llm_calls += 1;
+    memory.usage.prompt_tokens += stats.prompt_tokens;
+    memory.usage.completion_tokens += stats.completion_tokens;
+    memory.usage.cached_tokens += stats.cached_tokens;
+    memory.record(
+        stage,
+        TraceKind::LlmCall {
+            purpose: purpose.to_string(),
+            prompt_tokens: stats.prompt_tokens,
+            completion_tokens: stats.completion_tokens,
+            cached_tokens: stats.cached_tokens,
+            latency_ms: stats.latency_ms,
+            attempts: stats.attempts,
+        },
+    );
+}

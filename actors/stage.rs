@@ -1,0 +1,248 @@
+//! The machinery every stage shares: an actix actor that takes deliveries from the bus, runs the
+//! stage's logic with a bounded number in flight, retries transient failures, publishes the outputs,
+//! and only then acknowledges the input. A question whose event keeps failing ends in an error record
+//! (and a dead letter), never in silence.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_trait::async_trait;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
+use crate::settings::{RetrySettings, StageSettings};
+use crate::topics::dead_letter::DeadLetter;
+use crate::topics::{
+    AnswerRecord, Bus, BusError, DecodeError, Delivery, ErrorRecord, Event, Record, Topic, TraceStep, VersionedAnswer,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    #[error(transparent)]
+    Search(#[from] SearchError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Nli(#[from] NliError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+impl StageError {
+    /// The fixed set of error types error records and metrics use.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            StageError::Decode(_) => "bad_event",
+            StageError::Llm(e) | StageError::Nli(NliError::Llm(e)) => e.error_type(),
+            StageError::Search(SearchError::MissingIndex(_)) => "missing_index",
+            StageError::Search(_) => "search",
+            StageError::Model(_) | StageError::Nli(NliError::Model(_)) => "model",
+            StageError::Bus(_) => "bus",
+        }
+    }
+
+    /// Worth retrying the whole event: a later attempt may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StageError::Llm(e) | StageError::Nli(NliError::Llm(e)) => e.is_transient(),
+            StageError::Search(SearchError::Index(_)) | StageError::Bus(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// One stage's logic: turn one input record into output records. Stages keep no per-question state:
+/// everything they need travels in the event.
+#[async_trait(?Send)]
+pub trait Stage: Send + 'static {
+    const NAME: &'static str;
+
+    /// The topics this stage consumes, in priority order.
+    fn inputs(&self) -> &'static [Topic];
+
+    async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError>;
+}
+
+/// Counters a running stage keeps, readable by tests and progress reports.
+#[derive(Debug, Default)]
+pub struct StageCounters {
+    pub received: AtomicU64,
+    pub sent: AtomicU64,
+    pub failed: AtomicU64,
+    pub retried: AtomicU64,
+}
+
+impl StageCounters {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+pub struct StageActor<S: Stage> {
+    stage: Rc<S>,
+    bus: Arc<dyn Bus>,
+    retry: RetrySettings,
+    counters: Arc<StageCounters>,
+    mailbox_capacity: usize,
+}
+
+impl<S: Stage> Actor for StageActor<S> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // actix's default mailbox is 16; make the bound explicit and configurable.
+        ctx.set_mailbox_capacity(self.mailbox_capacity);
+    }
+}
+
+/// A delivery plus the in-flight slot it occupies until it is fully handled.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Process {
+    pub delivery: Delivery,
+    pub slot: OwnedSemaphorePermit,
+}
+
+impl<S: Stage> Handler<Process> for StageActor<S> {
+    // A ResponseFuture is spawned, so several events are processed at once; the slot bounds how many.
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, message: Process, _ctx: &mut Self::Context) -> Self::Result {
+        let (stage, bus, retry, counters) =
+            (self.stage.clone(), self.bus.clone(), self.retry.clone(), self.counters.clone());
+        Box::pin(async move {
+            handle_delivery(&*stage, &*bus, &retry, &counters, message.delivery).await;
+            drop(message.slot);
+        })
+    }
+}
+
+async fn handle_delivery<S: Stage>(
+    stage: &S,
+    bus: &dyn Bus,
+    retry: &RetrySettings,
+    counters: &StageCounters,
+    delivery: Delivery,
+) {
+    bump(&counters.received);
+    let mut attempt = 1;
+    let outcome = loop {
+        match stage.process(&delivery.record).await {
+            Ok(outputs) => break Ok(outputs),
+            Err(error) if error.is_transient() && attempt < retry.max_attempts => {
+                bump(&counters.retried);
+                let backoff = retry.backoff_ms.saturating_mul(1 << (attempt - 1).min(6));
+                tracing::warn!(stage = S::NAME, key = %delivery.record.key, attempt, %error, "retrying event");
+                tokio::time::sleep(Duration::from_millis(backoff)).await;
+                attempt += 1;
+            }
+            Err(error) => break Err(error),
+        }
+    };
+    let outputs = match outcome {
+        Ok(outputs) => outputs,
+        Err(error) => {
+            bump(&counters.failed);
+            tracing::error!(stage = S::NAME, key = %delivery.record.key, error_type = error.error_type(), %error, "event failed");
+            failure_records(S::NAME, &delivery.record, &error)
+        }
+    };
+    for record in outputs {
+        if let Err(error) = bus.publish(record).await {
+            // Not acknowledged: a durable bus redelivers the input after a restart.
+            tracing::error!(stage = S::NAME, key = %delivery.record.key, %error, "cannot publish, leaving input unacknowledged");
+            return;
+        }
+        bump(&counters.sent);
+    }
+    delivery.ack();
+}
+
+/// The error record that ends the question, and the dead letter that keeps the failed event.
+pub fn failure_records(stage: &str, input: &Record, error: &StageError) -> Vec<Record> {
+    let (question, trace) = question_and_trace(&input.payload);
+    let record = ErrorRecord {
+        question_id: input.key.clone(),
+        question,
+        stage: stage.to_string(),
+        error_type: error.error_type().to_string(),
+        message: error.to_string(),
+        trace,
+    };
+    let answer = VersionedAnswer::from(AnswerRecord::Error(record)).to_record();
+    let dead_letter = DeadLetter::new(stage, error.error_type(), &error.to_string(), input).to_record();
+    vec![answer, dead_letter]
+}
+
+/// Reads what it can of a payload that may not decode as its event type.
+fn question_and_trace(payload: &[u8]) -> (String, Vec<TraceStep>) {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(payload) else {
+        return (String::new(), Vec::new());
+    };
+    let question = value["memory"]["question"].as_str().or(value["question"].as_str()).unwrap_or_default().to_string();
+    let trace = serde_json::from_value(value["memory"]["trace"].clone()).unwrap_or_default();
+    (question, trace)
+}
+
+/// A stage running on its own arbiter (thread), fed from the bus.
+pub struct RunningStage {
+    pub name: &'static str,
+    pub counters: Arc<StageCounters>,
+    arbiter: Arbiter,
+}
+
+impl RunningStage {
+    pub fn stop(&self) {
+        self.arbiter.stop();
+    }
+}
+
+/// Subscribes `stage` to its inputs and starts it. At most `max_in_flight` events are taken from the
+/// bus before earlier ones finish: the slot is acquired *before* the next record is read, so a busy
+/// stage stops consuming and its input topic fills up, slowing its producers.
+pub async fn spawn_stage<S: Stage>(
+    stage: S,
+    bus: Arc<dyn Bus>,
+    settings: &StageSettings,
+    retry: &RetrySettings,
+) -> Result<RunningStage, BusError> {
+    let mut subscription = bus.subscribe(stage.inputs(), S::NAME).await?;
+    let counters = Arc::new(StageCounters::default());
+    let arbiter = Arbiter::new();
+    let (actor_bus, actor_retry, actor_counters, mailbox_capacity) =
+        (bus.clone(), retry.clone(), counters.clone(), settings.mailbox_capacity.max(1));
+    let addr = StageActor::start_in_arbiter(&arbiter.handle(), move |_| StageActor {
+        stage: Rc::new(stage),
+        bus: actor_bus,
+        retry: actor_retry,
+        counters: actor_counters,
+        mailbox_capacity,
+    });
+    let slots = Arc::new(Semaphore::new(settings.max_in_flight.max(1)));
+    arbiter.spawn(async move {
+        loop {
+            let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+            let Some(delivery) = subscription.next().await else { break };
+            if addr.send(Process { delivery, slot }).await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok(RunningStage { name: S::NAME, counters, arbiter })
+}
+
+/// Decodes the event of a record, checking its schema version.
+pub fn decode<E: Event>(record: &Record) -> Result<E, StageError> {
+    Ok(E::from_payload(&record.payload)?)
+}

@@ -1,0 +1,138 @@
+//! verify: keeps a fact only when one of the passages it cites entails it (MIGRES's NLI check), so
+//! the answer rests on what the corpus says, not on what the model imagined. Facts from model
+//! knowledge are checked against the generated text and kept labelled as model knowledge.
+
+use async_trait::async_trait;
+use futures::future::join_all;
+
+use crate::actors::clients::{Nli, NliError};
+use crate::actors::note_call;
+use crate::actors::stage::{Stage, StageError, decode};
+use crate::topics::{
+    CandidateFact, Event, EvidenceItem, EvidenceOrigin, FactSource, FactsEvent, KnownFact, Passage, Record,
+    SCHEMA_VERSION, Topic, TraceKind, VerifiedEvent,
+};
+
+pub struct Verify {
+    nli: Nli,
+}
+
+/// What the check found for one fact: the verdicts in order, and the evidence item that entails it.
+struct Checked<'a> {
+    verdicts: Vec<(&'a EvidenceItem, bool, Option<crate::actors::clients::CallStats>)>,
+    entailed_by: Option<&'a EvidenceItem>,
+}
+
+impl Verify {
+    pub fn new(nli: Nli) -> Self {
+        Verify { nli }
+    }
+
+    /// Tries the fact's citations in order and stops at the first that entails it.
+    async fn check<'a>(&self, fact: &CandidateFact, evidence: &'a [EvidenceItem]) -> Result<Checked<'a>, NliError> {
+        let mut checked = Checked { verdicts: Vec::new(), entailed_by: None };
+        for id in &fact.citations {
+            let Some(item) = evidence.iter().find(|e| &e.id == id) else { continue };
+            let verdict = self.nli.judge(&premise(item), &fact.text).await?;
+            checked.verdicts.push((item, verdict.entailed, verdict.llm_call));
+            if verdict.entailed {
+                checked.entailed_by = Some(item);
+                break;
+            }
+        }
+        Ok(checked)
+    }
+
+    async fn verify(&self, event: FactsEvent) -> Result<VerifiedEvent, StageError> {
+        let FactsEvent { mut memory, evidence, facts, .. } = event;
+        // Facts are checked concurrently; the NLI client's limit bounds the calls in flight.
+        let results = join_all(facts.iter().map(|fact| self.check(fact, &evidence))).await;
+        for (fact, result) in facts.iter().zip(results) {
+            let checked = result?;
+            for (item, entailed, call) in &checked.verdicts {
+                if let Some(stats) = call {
+                    note_call(&mut memory, Self::NAME, "entailment", stats);
+                }
+                memory.record(
+                    Self::NAME,
+                    TraceKind::Verdict { fact: fact.text.clone(), passage_id: item.id.clone(), entailed: *entailed },
+                );
+            }
+            let Some(source_item) = checked.entailed_by else {
+                let reason =
+                    if checked.verdicts.is_empty() { "no valid citation" } else { "not entailed by any cited passage" };
+                memory.record(Self::NAME, TraceKind::FactDropped { fact: fact.text.clone(), reason: reason.into() });
+                continue;
+            };
+            if memory.facts.iter().any(|known| known.text == fact.text) {
+                memory.record(
+                    Self::NAME,
+                    TraceKind::FactDropped { fact: fact.text.clone(), reason: "already known".into() },
+                );
+                continue;
+            }
+            let known = match source_item.origin {
+                EvidenceOrigin::Passage => {
+                    // A passage that gave a kept fact has done its work (MIGRES memory rule).
+                    for id in &fact.citations {
+                        if evidence.iter().any(|e| &e.id == id && e.origin == EvidenceOrigin::Passage) {
+                            memory.count_use(id);
+                        }
+                    }
+                    memory.cited_passages.insert(
+                        source_item.id.clone(),
+                        Passage {
+                            id: source_item.id.clone(),
+                            title: source_item.title.clone(),
+                            text: source_item.text.clone(),
+                        },
+                    );
+                    KnownFact {
+                        text: fact.text.clone(),
+                        citations: vec![source_item.id.clone()],
+                        source: FactSource::Verified,
+                        iteration: memory.iteration,
+                    }
+                }
+                EvidenceOrigin::ModelKnowledge => KnownFact {
+                    text: fact.text.clone(),
+                    citations: Vec::new(),
+                    source: FactSource::ModelKnowledge,
+                    iteration: memory.iteration,
+                },
+            };
+            memory.record(
+                Self::NAME,
+                TraceKind::FactKept {
+                    fact: known.text.clone(),
+                    citations: known.citations.clone(),
+                    verified: known.source == FactSource::Verified,
+                },
+            );
+            memory.facts.push(known);
+        }
+        Ok(VerifiedEvent { schema_version: SCHEMA_VERSION, memory })
+    }
+}
+
+/// The premise is what the leaf module was shown: `(Title: t) text`, or the bare generated text.
+fn premise(item: &EvidenceItem) -> String {
+    match item.origin {
+        EvidenceOrigin::Passage => format!("(Title: {}) {}", item.title, item.text),
+        EvidenceOrigin::ModelKnowledge => item.text.clone(),
+    }
+}
+
+#[async_trait(?Send)]
+impl Stage for Verify {
+    const NAME: &'static str = "verify";
+
+    fn inputs(&self) -> &'static [Topic] {
+        &[Topic::Facts]
+    }
+
+    async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
+        let event: FactsEvent = decode(record)?;
+        Ok(vec![self.verify(event).await?.to_record()])
+    }
+}
