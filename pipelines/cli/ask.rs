@@ -1,0 +1,98 @@
+//! `lacuna ask "QUESTION"`: one question through the whole loop, printed for a person (or `--json`).
+
+use clap::Args;
+
+use crate::pipelines::input::{Input, InputReader};
+use crate::pipelines::migres::MigresPipeline;
+use crate::pipelines::parts::{Parts, check_llm};
+use crate::settings::Settings;
+use crate::topics::{AnswerRecord, Answered, FactSource, TraceKind};
+
+#[derive(Args)]
+pub struct AskArgs {
+    question: String,
+    /// Print the full answer record, trace included, as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn ask(settings: &Settings, args: AskArgs) -> anyhow::Result<()> {
+    let question = match InputReader::new(settings.run.max_question_chars).question("ask-1".into(), args.question) {
+        Input::Question(question) => question,
+        Input::Rejected(error) => anyhow::bail!("{}", error.message),
+    };
+    let parts = Parts::load(settings)?;
+    check_llm(settings).await.map_err(anyhow::Error::msg)?;
+    let mut pipeline = MigresPipeline::start(settings, parts).await?;
+    let record = pipeline.ask(question).await?;
+    pipeline.stop();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&crate::topics::VersionedAnswer::from(record))?);
+        return Ok(());
+    }
+    match record {
+        AnswerRecord::Answered(answer) => print_answer(&answer),
+        AnswerRecord::Error(error) => anyhow::bail!("{} failed ({}): {}", error.stage, error.error_type, error.message),
+    }
+    Ok(())
+}
+
+fn print_answer(a: &Answered) {
+    for line in iteration_lines(a) {
+        println!("{line}");
+    }
+    println!();
+    println!("Answer: {}  (confidence {}/5, {:?})", a.answer, a.confidence, a.outcome);
+    println!("Explanation: {}", a.explanation);
+    println!("Facts:");
+    for (n, fact) in a.facts.iter().enumerate() {
+        let label = match fact.source {
+            FactSource::Verified => format!("cites {}", fact.citations.join(", ")),
+            FactSource::ModelKnowledge => "model knowledge, unverified".to_string(),
+        };
+        println!("  [{}] {} ({label})", n + 1, fact.text);
+    }
+    if !a.passages.is_empty() {
+        println!("Passages:");
+        for p in &a.passages {
+            println!("  {} ({}): {}", p.id, p.title, p.text);
+        }
+    }
+    let u = &a.usage;
+    println!(
+        "LLM calls: {}, tokens: {} prompt ({} cached) + {} completion",
+        u.llm_calls, u.prompt_tokens, u.cached_tokens, u.completion_tokens
+    );
+}
+
+/// One line per iteration: its queries, what was shown, what was kept, what main decided.
+pub fn iteration_lines(a: &Answered) -> Vec<String> {
+    (1..=a.iterations)
+        .map(|iteration| {
+            let steps = a.trace.iter().filter(|s| s.iteration == iteration);
+            let (mut queries, mut shown, mut kept, mut dropped, mut decision) = (Vec::new(), 0, 0, 0, String::new());
+            for step in steps {
+                match &step.kind {
+                    TraceKind::Retrieved { query, .. } => queries.push(format!("{query:?}")),
+                    TraceKind::SentencesKept { .. } => shown += 1,
+                    TraceKind::KnowledgePrompted { .. } => decision.push_str("knowledge prompted; "),
+                    TraceKind::FactKept { .. } => kept += 1,
+                    TraceKind::FactDropped { .. } => dropped += 1,
+                    TraceKind::Decision { answerable, answer, forced, .. } => {
+                        decision.push_str(&match (answerable, forced) {
+                            (_, true) => format!("answered at the limit: {answer}"),
+                            (true, false) => format!("answered: {answer}"),
+                            (false, false) => "unanswerable".to_string(),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+            format!(
+                "iteration {iteration}: queries {}; {shown} passages passed the filter; {kept} facts kept, {dropped} dropped; {}",
+                queries.join(", "),
+                if decision.is_empty() { "main skipped (no new fact)".to_string() } else { decision }
+            )
+        })
+        .collect()
+}

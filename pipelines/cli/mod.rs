@@ -1,0 +1,43 @@
+//! The `lacuna` command line.
+
+mod ask;
+mod index;
+mod run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::settings::Settings;
+
+#[derive(Parser)]
+#[command(name = "lacuna", version, about = "Answers multi-hop questions with cited, verified facts (MIGRES)")]
+pub struct Cli {
+    /// A TOML file overriding config/default.toml (environment variables LACUNA__SECTION__KEY override both).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the BM25 index from a corpus JSONL file of {"id", "title", "text"} lines.
+    Index(index::IndexArgs),
+    /// Answer one question and show the facts and passages it rests on.
+    Ask(ask::AskArgs),
+    /// Answer every question of a JSONL file, one output line per input line.
+    Run(run::RunArgs),
+}
+
+pub async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LACUNA_LOG").unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let mut settings = Settings::load(cli.config.as_deref()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+    match cli.command {
+        Command::Index(args) => index::index(&mut settings, args),
+        Command::Ask(args) => ask::ask(&settings, args).await,
+        Command::Run(args) => run::run(&settings, args).await,
+    }
+}

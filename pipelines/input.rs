@@ -1,0 +1,89 @@
+//! Reading questions: every input line becomes a question or an error record, never nothing.
+
+use std::collections::HashSet;
+
+use serde::Deserialize;
+
+use crate::topics::{ErrorRecord, QuestionEvent};
+
+/// One line of a questions file; extra fields (answers, gold passages, ...) are ignored.
+#[derive(Deserialize)]
+struct QuestionLine {
+    #[serde(default)]
+    id: Option<serde_json::Value>,
+    question: Option<String>,
+}
+
+/// A line's fate: a question to run, or an error record to write as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    Question(QuestionEvent),
+    Rejected(ErrorRecord),
+}
+
+pub struct InputReader {
+    max_chars: usize,
+    seen: HashSet<String>,
+}
+
+impl InputReader {
+    pub fn new(max_chars: usize) -> Self {
+        InputReader { max_chars, seen: HashSet::new() }
+    }
+
+    /// Parses line `number` (1-based) of a questions file.
+    pub fn line(&mut self, number: usize, line: &str) -> Option<Input> {
+        if line.trim().is_empty() {
+            return None;
+        }
+        let fallback_id = format!("line-{number}");
+        let parsed: QuestionLine = match serde_json::from_str(line) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                return Some(reject(
+                    &fallback_id,
+                    "",
+                    format!("line {number} is not a JSON object with a question: {e}"),
+                ));
+            }
+        };
+        let id = match parsed.id {
+            Some(serde_json::Value::String(s)) if !s.trim().is_empty() => s,
+            Some(serde_json::Value::Number(n)) => n.to_string(),
+            _ => fallback_id,
+        };
+        Some(self.question(id, parsed.question.unwrap_or_default()))
+    }
+
+    /// Validates one question: not empty, not oversized, id not seen before.
+    pub fn question(&mut self, id: String, question: String) -> Input {
+        let question = question.trim().to_string();
+        if question.is_empty() {
+            return reject(&id, "", "the question is empty".to_string());
+        }
+        let chars = question.chars().count();
+        if chars > self.max_chars {
+            return reject(
+                &id,
+                &question,
+                format!("the question has {chars} characters, more than run.max_question_chars = {}", self.max_chars),
+            );
+        }
+        // The answer sink keeps one record per id: a second question with the same id would vanish.
+        if !self.seen.insert(id.clone()) {
+            return reject(&id, &question, format!("duplicate question id {id:?}"));
+        }
+        Input::Question(QuestionEvent::new(id, question))
+    }
+}
+
+fn reject(id: &str, question: &str, message: String) -> Input {
+    Input::Rejected(ErrorRecord {
+        question_id: id.to_string(),
+        question: question.to_string(),
+        stage: "input".to_string(),
+        error_type: "bad_input".to_string(),
+        message,
+        trace: Vec::new(),
+    })
+}

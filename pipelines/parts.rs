@@ -1,0 +1,57 @@
+//! The heavy parts a pipeline needs (search index, re-ranker, NLI model), loaded once at start-up
+//! with errors that say how to fix them.
+
+use std::time::Duration;
+
+use crate::actors::clients::{ModelError, OnnxNli, Reranker, SearchError, TantivySearch};
+use crate::settings::{NliBackend, Settings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PartsError {
+    #[error(transparent)]
+    Search(#[from] SearchError),
+    #[error("re-ranker: {0} (install it with scripts/setup.sh)")]
+    Reranker(ModelError),
+    #[error("NLI model: {0}")]
+    Nli(ModelError),
+    #[error("unsupported search backend {0:?} (this build has \"tantivy\")")]
+    Backend(String),
+}
+
+#[derive(Clone)]
+pub struct Parts {
+    pub search: TantivySearch,
+    pub reranker: Reranker,
+    /// Present when `nli.backend = "onnx"`; otherwise the verify stage asks the LLM.
+    pub onnx_nli: Option<OnnxNli>,
+}
+
+impl Parts {
+    pub fn load(settings: &Settings) -> Result<Parts, PartsError> {
+        if settings.search.backend != "tantivy" {
+            return Err(PartsError::Backend(settings.search.backend.clone()));
+        }
+        let search = TantivySearch::open(&settings.search.index_dir)?;
+        let reranker = Reranker::load(&settings.rerank, &settings.onnx).map_err(PartsError::Reranker)?;
+        let onnx_nli = match settings.nli.backend {
+            NliBackend::Onnx => Some(OnnxNli::load(&settings.nli, &settings.onnx).map_err(PartsError::Nli)?),
+            NliBackend::Llm => None,
+        };
+        Ok(Parts { search, reranker, onnx_nli })
+    }
+}
+
+/// Checks that the LLM endpoint answers at all, so a wrong URL fails at once with a clear message
+/// instead of as one error record per question minutes later.
+pub async fn check_llm(settings: &Settings) -> Result<(), String> {
+    let url = format!("{}/models", settings.llm.base_url.trim_end_matches('/'));
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().map_err(|e| e.to_string())?;
+    match client.get(&url).send().await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "LLM endpoint {} unreachable ({e}). Start the local server with `scripts/llm-server.sh start`, \
+             or point LACUNA__LLM__BASE_URL at an OpenAI-compatible endpoint.",
+            settings.llm.base_url
+        )),
+    }
+}
