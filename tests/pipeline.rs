@@ -1,0 +1,119 @@
+//! The MIGRES pipeline on the in-process bus, with the real index and re-ranker and a scripted LLM
+//! over HTTP: a multi-hop question answered with valid citations, and many questions at once each
+//! ending in exactly one record.
+
+mod support;
+
+use std::collections::HashMap;
+
+use lacuna::actors::clients::TantivySearch;
+use lacuna::pipelines::migres::MigresPipeline;
+use lacuna::pipelines::parts::Parts;
+use lacuna::topics::{AnswerRecord, FactSource, Outcome, QuestionEvent, TraceKind};
+use serde_json::json;
+use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+use support::scripted::{HUGO_QUESTION_ID, SECOND_HOP_QUERY, hugo_script};
+
+fn parts(settings: &lacuna::settings::Settings) -> Parts {
+    Parts {
+        search: TantivySearch::open(&settings.search.index_dir).unwrap(),
+        reranker: support::reranker(),
+        onnx_nli: None,
+    }
+}
+
+#[actix::test]
+async fn a_two_hop_question_is_answered_with_verified_cited_facts() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let settings = support::settings(&llm.base_url);
+    let (question, answers, gold) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    let mut pipeline = MigresPipeline::start(&settings, parts(&settings)).await.unwrap();
+    let record = pipeline.ask(QuestionEvent::new(HUGO_QUESTION_ID, question.clone())).await.unwrap();
+    pipeline.stop();
+
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    assert_eq!(answer.answer, answers[0]);
+    assert_eq!(answer.outcome, Outcome::Answered);
+    assert_eq!(answer.iterations, 2, "the second hop needs a second iteration");
+    assert_eq!(answer.queries, vec![question, SECOND_HOP_QUERY.to_string()]);
+
+    // Every fact is verified and cites a passage that is in the index, with its text in the record.
+    let index = support::search();
+    let passages: HashMap<_, _> = answer.passages.iter().map(|p| (p.id.clone(), p)).collect();
+    assert_eq!(answer.facts.len(), 2);
+    for fact in &answer.facts {
+        assert_eq!(fact.source, FactSource::Verified);
+        for id in &fact.citations {
+            let stored = index.passage(id).unwrap().expect("a cited passage exists in the index");
+            assert!(stored.text.contains(&passages[id].text), "the record shows the passage's own text");
+        }
+    }
+    let mut cited: Vec<_> = answer.facts.iter().flat_map(|f| f.citations.clone()).collect();
+    cited.sort();
+    let mut gold = gold;
+    gold.sort();
+    assert_eq!(cited, gold, "the facts rest on the two gold passages");
+
+    // The trace tells the whole story, iteration by iteration.
+    for iteration in 1..=2 {
+        let kinds: Vec<_> = answer.trace.iter().filter(|s| s.iteration == iteration).map(|s| &s.kind).collect();
+        assert!(kinds.iter().any(|k| matches!(k, TraceKind::Retrieved { .. })), "iteration {iteration} retrieved");
+        assert!(
+            kinds.iter().any(|k| matches!(k, TraceKind::PassageScored { kept: true, .. })),
+            "iteration {iteration} kept a passage"
+        );
+        assert!(
+            kinds.iter().any(|k| matches!(k, TraceKind::Verdict { entailed: true, .. })),
+            "iteration {iteration} verified a fact"
+        );
+        assert!(kinds.iter().any(|k| matches!(k, TraceKind::Decision { .. })), "iteration {iteration} decided");
+    }
+    assert_eq!(answer.usage.llm_calls as usize, llm.calls(), "every LLM call is accounted to the question");
+}
+
+#[actix::test]
+async fn every_question_ends_in_exactly_one_record_even_when_the_llm_fails() {
+    // The main module fails for questions mentioning "American"; the others are answered at once.
+    let llm = FakeLlm::start(|prompt| {
+        match prompt_kind(prompt) {
+            Prompt::Main if support::fake_llm::last_field(prompt, "Question: ").contains("American") => Reply::Status(500),
+            Prompt::Main => Reply::Json(json!({"answerable": true, "answer": "yes", "confidence": 3, "explanation": "e", "missing_information": ""})),
+            Prompt::Leaf => Reply::Json(json!({"facts": []})),
+            Prompt::Knowledge => Reply::Text("I don't know.".into()),
+            _ => Reply::Status(400),
+        }
+    })
+    .await;
+    let mut settings = support::settings(&llm.base_url);
+    settings.llm.max_retries = 0;
+    settings.retry.max_attempts = 1;
+    settings.run.max_open_questions = 4;
+    // Ten passages per question keep the re-ranker's CPU time (the cost here) small.
+    settings.migres.retrieve_top_n = 10;
+    let text = std::fs::read_to_string(support::data_dir().join("hotpotqa/questions.jsonl")).unwrap();
+    let questions: Vec<QuestionEvent> = text
+        .lines()
+        .take(16)
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            QuestionEvent::new(v["id"].as_str().unwrap(), v["question"].as_str().unwrap())
+        })
+        .collect();
+    let failing = questions.iter().filter(|q| q.question.contains("American")).count();
+    assert!(failing > 0 && failing < questions.len(), "the sample mixes failing and passing questions");
+
+    let mut pipeline = MigresPipeline::start(&settings, parts(&settings)).await.unwrap();
+    let mut records = Vec::new();
+    pipeline.run(questions.clone(), |record| records.push(record)).await.unwrap();
+    let dead_letters = pipeline.dead_letters.load(std::sync::atomic::Ordering::Relaxed);
+    pipeline.stop();
+
+    let mut ids: Vec<_> = records.iter().map(|r| r.question_id().to_string()).collect();
+    ids.sort();
+    let mut expected: Vec<_> = questions.iter().map(|q| q.id.clone()).collect();
+    expected.sort();
+    assert_eq!(ids, expected, "one record per question, none lost, none doubled");
+    let errors = records.iter().filter(|r| matches!(r, AnswerRecord::Error(_))).count();
+    assert_eq!(errors, failing);
+    assert!(dead_letters <= errors as u64);
+}

@@ -1,0 +1,111 @@
+use lacuna::actors::main::Main;
+use lacuna::actors::stage::Stage;
+use lacuna::settings::Settings;
+use lacuna::topics::{
+    AnswerRecord, Event, FactSource, KnownFact, Memory, MissingEvent, Outcome, SCHEMA_VERSION, VerifiedEvent,
+    VersionedAnswer,
+};
+use serde_json::json;
+
+use crate::helpers::{memory, single};
+use crate::support;
+use crate::support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+
+fn decision(answerable: bool, answer: &str, missing: &str) -> Reply {
+    Reply::Json(
+        json!({"answerable": answerable, "answer": answer, "confidence": 4, "explanation": "because", "missing_information": missing}),
+    )
+}
+
+fn with_fact(mut m: Memory, iteration: u32) -> Memory {
+    m.facts.push(KnownFact {
+        text: "Hugo plays for FC Cartagena.".into(),
+        citations: vec!["p".into()],
+        source: FactSource::Verified,
+        iteration,
+    });
+    m.iteration = iteration;
+    m
+}
+
+async fn run(llm: &FakeLlm, m: Memory) -> lacuna::topics::Record {
+    let stage = Main::new(support::llm(&llm.base_url), Settings::defaults().migres);
+    let mut out =
+        stage.process(&VerifiedEvent { schema_version: SCHEMA_VERSION, memory: m }.to_record()).await.unwrap();
+    assert_eq!(out.len(), 1);
+    out.pop().unwrap()
+}
+
+fn answered(record: lacuna::topics::Record) -> Box<lacuna::topics::Answered> {
+    match VersionedAnswer::from_payload(&record.payload).unwrap().record {
+        AnswerRecord::Answered(a) => a,
+        AnswerRecord::Error(e) => panic!("unexpected error record {e:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_answerable_decision_ends_the_question_with_its_facts() {
+    let llm = FakeLlm::start(|_| decision(true, "Murcia", "")).await;
+    let a = answered(run(&llm, with_fact(memory("Where?"), 1)).await);
+    assert_eq!(a.answer, "Murcia");
+    assert_eq!(a.outcome, Outcome::Answered);
+    assert_eq!(a.facts.len(), 1);
+    assert!(
+        llm.prompts.lock().unwrap()[0]
+            .ends_with("Information: Hugo plays for FC Cartagena.\nQuestion: Where?\nYour response:")
+    );
+}
+
+#[tokio::test]
+async fn unanswerable_sends_the_missing_information_on() {
+    let llm = FakeLlm::start(|_| decision(false, "unanswerable", "The autonomous community of FC Cartagena.")).await;
+    let record = run(&llm, with_fact(memory("Where?"), 1)).await;
+    let missing: MissingEvent = single(vec![record]);
+    assert_eq!(missing.missing_information, "The autonomous community of FC Cartagena.");
+    assert_eq!(missing.memory.last_missing, missing.missing_information);
+}
+
+#[tokio::test]
+async fn the_word_unanswerable_overrides_the_flag() {
+    let llm = FakeLlm::start(|_| decision(true, "Unanswerable", "The team of Hugo.")).await;
+    let record = run(&llm, memory("Where?")).await;
+    let _missing: MissingEvent = single(vec![record]);
+}
+
+#[tokio::test]
+async fn at_the_iteration_limit_it_answers_with_what_is_known() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::Main => decision(false, "unanswerable", "The autonomous community."),
+        Prompt::FinalAnswer => Reply::Json(json!({"answer": "Murcia", "confidence": 2, "explanation": "guess"})),
+        _ => Reply::Status(500),
+    })
+    .await;
+    let t = Settings::defaults().migres.max_iterations;
+    let a = answered(run(&llm, with_fact(memory("Where?"), t)).await);
+    assert_eq!(a.outcome, Outcome::AnsweredAtLimit);
+    assert_eq!(a.answer, "Murcia");
+    assert_eq!(a.usage.llm_calls, 2);
+}
+
+#[tokio::test]
+async fn an_iteration_without_new_facts_reuses_the_missing_information() {
+    let llm = FakeLlm::start(|_| Reply::Status(500)).await;
+    let mut m = with_fact(memory("Where?"), 1);
+    m.iteration = 2;
+    m.last_missing = "The autonomous community of FC Cartagena.".into();
+    let missing: MissingEvent = single(vec![run(&llm, m).await]);
+    assert_eq!(missing.missing_information, "The autonomous community of FC Cartagena.");
+    assert_eq!(llm.calls(), 0, "main is not asked again when nothing changed");
+}
+
+#[tokio::test]
+async fn an_exhausted_question_is_answered_at_once() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::FinalAnswer => Reply::Json(json!({"answer": "Murcia", "confidence": 2, "explanation": "guess"})),
+        _ => Reply::Status(500),
+    })
+    .await;
+    let mut m = memory("Where?");
+    m.exhausted = true;
+    assert_eq!(answered(run(&llm, m).await).outcome, Outcome::AnsweredAtLimit);
+}

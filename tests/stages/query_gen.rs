@@ -1,0 +1,65 @@
+use lacuna::actors::query_gen::QueryGen;
+use lacuna::actors::stage::Stage;
+use lacuna::settings::Settings;
+use lacuna::topics::{Event, MissingEvent, QueriesEvent, SCHEMA_VERSION, VerifiedEvent};
+use serde_json::json;
+
+use crate::helpers::{memory, single};
+use crate::support;
+use crate::support::fake_llm::{FakeLlm, Reply};
+
+const QUESTION: &str = "Hugo Rodríguez Romero plays for a team in the autonomous community of what?";
+
+async fn generate(queries: serde_json::Value) -> (FakeLlm, lacuna::topics::Record) {
+    let llm = FakeLlm::start(move |_| Reply::Json(json!({"queries": queries.clone()}))).await;
+    let stage = QueryGen::new(support::llm(&llm.base_url), Settings::defaults().migres);
+    let mut m = memory(QUESTION);
+    m.queries.push("Which team does Hugo Rodríguez Romero play for?".into());
+    let event =
+        MissingEvent { schema_version: SCHEMA_VERSION, memory: m, missing_information: "The community.".into() };
+    let mut out = stage.process(&event.to_record()).await.unwrap();
+    (llm, out.pop().unwrap())
+}
+
+#[tokio::test]
+async fn repeated_trivial_and_surplus_queries_are_dropped() {
+    let (_, record) = generate(json!([
+        "which team does Hugo Rodríguez Romero play for",
+        "Cartagena?",
+        "In which autonomous community is FC Cartagena?",
+        "In which autonomous community is FC Cartagena",
+        "Where is FC Cartagena based?",
+        "What league does FC Cartagena play in?",
+        "Who founded FC Cartagena in 1995?",
+    ]))
+    .await;
+    let out: QueriesEvent = single(vec![record]);
+    assert_eq!(
+        out.queries,
+        vec![
+            "In which autonomous community is FC Cartagena?".to_string(),
+            "Where is FC Cartagena based?".to_string(),
+            "What league does FC Cartagena play in?".to_string(),
+        ]
+    );
+    assert_eq!(out.memory.iteration, 2, "new queries start the next iteration");
+    assert_eq!(out.memory.queries.len(), 5, "the memory remembers every query asked");
+}
+
+#[tokio::test]
+async fn no_new_query_sends_the_question_back_to_main_exhausted() {
+    let (_, record) = generate(json!([QUESTION])).await;
+    let out: VerifiedEvent = single(vec![record]);
+    assert!(out.memory.exhausted);
+    assert_eq!(out.memory.iteration, 1);
+}
+
+#[tokio::test]
+async fn the_prompt_lists_earlier_queries_and_known_facts() {
+    let (llm, _) = generate(json!(["Where is FC Cartagena based?"])).await;
+    let prompt = llm.prompts.lock().unwrap()[0].clone();
+    assert!(
+        prompt.contains(&format!("Historical Questions: {QUESTION} Which team does Hugo Rodríguez Romero play for?"))
+    );
+    assert!(prompt.contains("Known Information: None\nMissing Information: The community.\nNew queries:"));
+}

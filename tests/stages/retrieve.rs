@@ -1,0 +1,63 @@
+use lacuna::actors::retrieve::Retrieve;
+use lacuna::actors::stage::Stage;
+use lacuna::settings::Settings;
+use lacuna::topics::{Event, PassagesEvent, QueriesEvent, QuestionEvent, SCHEMA_VERSION, TraceKind};
+
+use crate::helpers::{memory, single};
+use crate::support;
+
+fn stage() -> Retrieve {
+    Retrieve::new(support::search(), Settings::defaults().migres)
+}
+
+#[tokio::test]
+async fn first_iteration_searches_with_the_question_itself() {
+    let (question, _, gold) = support::question("hotpotqa", "5a8268aa55429940e5e1a8aa");
+    let event = QuestionEvent::new("q1", question.clone());
+    let out: PassagesEvent = single(stage().process(&event.to_record()).await.unwrap());
+
+    assert_eq!(out.memory.iteration, 1);
+    assert_eq!(out.memory.queries, vec![question.clone()]);
+    assert_eq!(out.queries, vec![question]);
+    assert_eq!(out.hits.len(), 50, "top n = 50 per query");
+    assert!(out.hits.iter().any(|h| h.passage.id == gold[0]), "the first-hop gold passage is retrieved");
+    assert!(matches!(out.memory.trace[0].kind, TraceKind::Retrieved { .. }));
+}
+
+#[tokio::test]
+async fn used_up_passages_are_not_retrieved_again() {
+    let query = "In which autonomous community is FC Cartagena based?".to_string();
+    let mut m = memory("Hugo Rodríguez Romero plays for a team in the autonomous community of what?");
+    let first: PassagesEvent = single(
+        stage()
+            .process(
+                &QueriesEvent { schema_version: SCHEMA_VERSION, memory: m.clone(), queries: vec![query.clone()] }
+                    .to_record(),
+            )
+            .await
+            .unwrap(),
+    );
+    let top = first.hits[0].passage.id.clone();
+    m.passage_uses.insert(top.clone(), 2);
+    let second: PassagesEvent = single(
+        stage()
+            .process(&QueriesEvent { schema_version: SCHEMA_VERSION, memory: m, queries: vec![query] }.to_record())
+            .await
+            .unwrap(),
+    );
+    assert!(second.hits.iter().all(|h| h.passage.id != top), "a passage used twice is never shown again");
+}
+
+#[tokio::test]
+async fn a_passage_found_by_two_queries_is_passed_on_once() {
+    let queries =
+        vec!["FC Cartagena autonomous community".to_string(), "FC Cartagena football team Murcia".to_string()];
+    let event = QueriesEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), queries };
+    let out: PassagesEvent = single(stage().process(&event.to_record()).await.unwrap());
+    let mut ids: Vec<_> = out.hits.iter().map(|h| h.passage.id.clone()).collect();
+    let before = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), before);
+    assert!(before > 50, "two queries bring more than one query's 50");
+}

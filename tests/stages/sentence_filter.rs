@@ -1,0 +1,107 @@
+use lacuna::actors::sentence_filter::{SentenceFilter, split_sentences};
+use lacuna::actors::stage::Stage;
+use lacuna::settings::Settings;
+use lacuna::topics::{
+    Event, EvidenceEvent, EvidenceOrigin, Memory, Passage, PassagesEvent, RetrievedPassage, SCHEMA_VERSION,
+};
+
+use crate::helpers::{memory, single};
+use crate::support::fake_llm::{FakeLlm, Reply};
+use crate::support::{self, reranker};
+
+const QUERY: &str = "Which football club does Hugo Rodríguez Romero play for?";
+
+fn hit(id: &str, title: &str, text: &str) -> RetrievedPassage {
+    RetrievedPassage {
+        query: QUERY.to_string(),
+        passage: Passage { id: id.into(), title: title.into(), text: text.into() },
+        bm25: 1.0,
+    }
+}
+
+fn hugo() -> RetrievedPassage {
+    hit(
+        "hugo",
+        "Hugo Rodríguez Romero",
+        "Hugo Rodríguez Romero (born 30 December 1989), simply known as Hugo, is a Spanish footballer who plays for FC Cartagena as a winger. The town hall of Seville was renovated in 1890 with a new marble staircase. Its ceilings were painted by local artisans over three decades. The building now hosts a museum of ceramics and tiles.",
+    )
+}
+
+fn irrelevant(id: &str) -> RetrievedPassage {
+    hit(
+        id,
+        "Photosynthesis",
+        "Photosynthesis is a process used by plants to convert light energy into chemical energy.",
+    )
+}
+
+async fn filter(hits: Vec<RetrievedPassage>, m: Memory, llm_url: &str) -> EvidenceEvent {
+    let stage = SentenceFilter::new(reranker(), support::llm(llm_url), Settings::defaults().migres);
+    let event = PassagesEvent { schema_version: SCHEMA_VERSION, memory: m, queries: vec![QUERY.to_string()], hits };
+    single(stage.process(&event.to_record()).await.unwrap())
+}
+
+#[tokio::test]
+async fn irrelevant_passages_are_dropped_and_shown_ones_count_a_use() {
+    let llm = FakeLlm::start(|_| Reply::Status(500)).await;
+    let out = filter(vec![irrelevant("p1"), hugo(), irrelevant("p2")], memory("q"), &llm.base_url).await;
+    let ids: Vec<_> = out.evidence.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, vec!["hugo"]);
+    assert_eq!(out.memory.uses("hugo"), 1, "showing a passage is one use");
+    assert_eq!(out.memory.uses("p1"), 0);
+    assert_eq!(llm.calls(), 0, "no knowledge prompting when a passage survives");
+}
+
+#[tokio::test]
+async fn sentence_below_threshold_is_dropped() {
+    let llm = FakeLlm::start(|_| Reply::Status(500)).await;
+    let out = filter(vec![hugo()], memory("q"), &llm.base_url).await;
+    let text = &out.evidence[0].text;
+    assert!(text.contains("plays for FC Cartagena"), "the relevant sentence is kept: {text}");
+    assert!(!text.contains("marble staircase"), "the irrelevant sentence is dropped: {text}");
+}
+
+#[tokio::test]
+async fn at_most_k_passages_are_shown_best_first() {
+    let llm = FakeLlm::start(|_| Reply::Status(500)).await;
+    let hits = (0..8)
+        .map(|i| {
+            hit(
+                &format!("p{i}"),
+                "Hugo Rodríguez Romero",
+                &format!("Hugo Rodríguez Romero is a Spanish footballer who plays for FC Cartagena, season {i}."),
+            )
+        })
+        .collect();
+    let out = filter(hits, memory("q"), &llm.base_url).await;
+    assert_eq!(out.evidence.len(), Settings::defaults().migres.top_k);
+    assert!(out.evidence.windows(2).all(|w| w[0].score >= w[1].score));
+}
+
+#[tokio::test]
+async fn knowledge_prompting_when_nothing_survives() {
+    let llm = FakeLlm::start(|_| Reply::Text("Hugo Rodríguez Romero plays for FC Cartagena.".into())).await;
+    let out = filter(vec![irrelevant("p1")], memory("q"), &llm.base_url).await;
+    assert_eq!(out.evidence.len(), 1);
+    assert_eq!(out.evidence[0].origin, EvidenceOrigin::ModelKnowledge);
+    assert_eq!(out.evidence[0].id, "knowledge-1");
+    assert_eq!(out.memory.usage.llm_calls, 1);
+    assert_eq!(out.memory.usage.knowledge_tokens, 10);
+}
+
+#[tokio::test]
+async fn a_refusal_is_not_taken_as_knowledge() {
+    let llm = FakeLlm::start(|_| Reply::Text("I don't know.".into())).await;
+    let out = filter(vec![irrelevant("p1")], memory("q"), &llm.base_url).await;
+    assert!(out.evidence.is_empty());
+}
+
+#[test]
+fn sentences_split_at_capitals_not_at_abbreviations() {
+    let parts =
+        split_sentences("He met St. louis officials, e.g. the mayor. Then he left! \"Yes\" he said. 1990 was late.");
+    assert_eq!(
+        parts,
+        vec!["He met St. louis officials, e.g. the mayor.", "Then he left!", "\"Yes\" he said.", "1990 was late."]
+    );
+}

@@ -1,0 +1,81 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use lacuna::actors::query_gen::QueryGen;
+use lacuna::actors::stage::spawn_stage;
+use lacuna::settings::Settings;
+use lacuna::topics::dead_letter::DeadLetter;
+use lacuna::topics::in_process::InProcessBus;
+use lacuna::topics::{AnswerRecord, Bus, Event, MissingEvent, Record, SCHEMA_VERSION, Topic, VersionedAnswer};
+use serde_json::json;
+
+use crate::helpers::memory;
+use crate::support;
+use crate::support::fake_llm::{FakeLlm, Reply};
+
+fn missing(id: &str) -> Record {
+    let mut m = memory(&format!("Question number {id}, where is it?"));
+    m.question_id = id.to_string();
+    MissingEvent { schema_version: SCHEMA_VERSION, memory: m, missing_information: "The place.".into() }.to_record()
+}
+
+async fn next(subscription: &mut Box<dyn lacuna::topics::Subscription>) -> Record {
+    tokio::time::timeout(Duration::from_secs(20), subscription.next()).await.expect("an output in time").unwrap().record
+}
+
+#[actix::test]
+async fn poison_event_ends_in_error_record_and_dead_letter_and_others_flow() {
+    let llm = FakeLlm::start(|_| Reply::Json(json!({"queries": ["Where is the place of FC Cartagena?"]}))).await;
+    let settings: Settings = support::settings(&llm.base_url);
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
+    let mut answers = bus.subscribe(&[Topic::Answers], "t").await.unwrap();
+    let mut dead = bus.subscribe(&[Topic::DeadLetters], "t").await.unwrap();
+    let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
+    let stage = QueryGen::new(support::llm(&llm.base_url), settings.migres.clone());
+    let running = spawn_stage(stage, bus.clone(), &settings.stages.query_gen, &settings.retry).await.unwrap();
+
+    bus.publish(missing("good-1")).await.unwrap();
+    bus.publish(Record { topic: Topic::Missing, key: "poison".into(), payload: b"{not json".to_vec() }).await.unwrap();
+    bus.publish(missing("good-2")).await.unwrap();
+
+    let error = match VersionedAnswer::from_payload(&next(&mut answers).await.payload).unwrap().record {
+        AnswerRecord::Error(e) => e,
+        other => panic!("expected an error record, got {other:?}"),
+    };
+    assert_eq!(
+        (error.question_id.as_str(), error.stage.as_str(), error.error_type.as_str()),
+        ("poison", "query_gen", "bad_event")
+    );
+    let letter = DeadLetter::from_payload(&next(&mut dead).await.payload).unwrap();
+    assert_eq!(letter.payload, "{not json");
+    assert_eq!(letter.original_topic, Topic::Missing);
+    let mut flowed = vec![next(&mut queries).await.key, next(&mut queries).await.key];
+    flowed.sort();
+    assert_eq!(flowed, vec!["good-1", "good-2"]);
+    assert_eq!(lacuna::actors::stage::StageCounters::get(&running.counters.failed), 1);
+    running.stop();
+}
+
+#[actix::test]
+async fn an_llm_that_keeps_failing_ends_in_an_error_record_after_retries() {
+    let llm = FakeLlm::start(|_| Reply::Status(503)).await;
+    let mut settings: Settings = support::settings(&llm.base_url);
+    settings.llm.max_retries = 1;
+    settings.retry.max_attempts = 2;
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
+    let mut answers = bus.subscribe(&[Topic::Answers], "t").await.unwrap();
+    let _dead = bus.subscribe(&[Topic::DeadLetters], "t").await.unwrap();
+    let stage = QueryGen::new(support::llm_with(&settings), settings.migres.clone());
+    let running = spawn_stage(stage, bus.clone(), &settings.stages.query_gen, &settings.retry).await.unwrap();
+    bus.publish(missing("q-503")).await.unwrap();
+
+    let error = match VersionedAnswer::from_payload(&next(&mut answers).await.payload).unwrap().record {
+        AnswerRecord::Error(e) => e,
+        other => panic!("expected an error record, got {other:?}"),
+    };
+    assert_eq!(error.error_type, "llm_http_status");
+    assert!(error.question.starts_with("Question number q-503"), "the record names the question");
+    assert_eq!(llm.calls(), 4, "2 attempts of the event x 2 attempts of the call");
+    assert_eq!(lacuna::actors::stage::StageCounters::get(&running.counters.retried), 1);
+    running.stop();
+}

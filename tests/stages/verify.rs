@@ -1,0 +1,96 @@
+use lacuna::actors::clients::Nli;
+use lacuna::actors::stage::Stage;
+use lacuna::actors::verify::Verify;
+use lacuna::topics::{
+    CandidateFact, Event, EvidenceItem, EvidenceOrigin, FactSource, FactsEvent, SCHEMA_VERSION, TraceKind,
+    VerifiedEvent,
+};
+use serde_json::json;
+
+use crate::helpers::{memory, single};
+use crate::support;
+use crate::support::fake_llm::{FakeLlm, Reply, last_field};
+
+/// A judge that says "entailed" only when the premise contains the hypothesis word for word.
+async fn literal_judge() -> FakeLlm {
+    FakeLlm::start(|prompt| {
+        let premise = last_field(prompt, "Premise: ");
+        let hypothesis = last_field(prompt, "Hypothesis: ");
+        Reply::Json(json!({"entailed": premise.contains(hypothesis)}))
+    })
+    .await
+}
+
+fn item(id: &str, text: &str, origin: EvidenceOrigin) -> EvidenceItem {
+    EvidenceItem { id: id.into(), title: "T".into(), text: text.into(), score: 1.0, origin }
+}
+
+fn fact(text: &str, citations: &[&str]) -> CandidateFact {
+    CandidateFact { text: text.into(), citations: citations.iter().map(|c| c.to_string()).collect() }
+}
+
+async fn verify(llm: &FakeLlm, evidence: Vec<EvidenceItem>, facts: Vec<CandidateFact>) -> VerifiedEvent {
+    let stage = Verify::new(Nli::LlmJudge(support::llm(&llm.base_url)));
+    let event = FactsEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), evidence, facts };
+    single(stage.process(&event.to_record()).await.unwrap())
+}
+
+#[tokio::test]
+async fn a_fact_no_cited_passage_entails_is_dropped() {
+    let llm = literal_judge().await;
+    let evidence = vec![item("a", "Hugo plays for FC Cartagena.", EvidenceOrigin::Passage)];
+    let out = verify(&llm, evidence, vec![fact("Hugo plays for Real Madrid.", &["a"])]).await;
+    assert!(out.memory.facts.is_empty());
+    assert!(
+        out.memory
+            .trace
+            .iter()
+            .any(|s| matches!(&s.kind, TraceKind::FactDropped { reason, .. } if reason.contains("not entailed")))
+    );
+}
+
+#[tokio::test]
+async fn a_fact_is_kept_when_its_second_citation_entails_it() {
+    let llm = literal_judge().await;
+    let evidence = vec![
+        item("a", "Something unrelated.", EvidenceOrigin::Passage),
+        item("b", "Hugo plays for FC Cartagena.", EvidenceOrigin::Passage),
+    ];
+    let out = verify(&llm, evidence, vec![fact("Hugo plays for FC Cartagena.", &["a", "b"])]).await;
+    let kept = &out.memory.facts[0];
+    assert_eq!(kept.citations, vec!["b".to_string()], "the answer cites the passage that entails the fact");
+    assert_eq!(kept.source, FactSource::Verified);
+    assert_eq!(out.memory.uses("a"), 1, "every citation of a kept fact counts a use");
+    assert_eq!(out.memory.uses("b"), 1);
+    assert_eq!(out.memory.cited_passages["b"].text, "Hugo plays for FC Cartagena.");
+    assert_eq!(out.memory.usage.llm_calls, 2, "each judgement is an LLM call");
+}
+
+#[tokio::test]
+async fn a_fact_without_valid_citations_is_dropped_without_a_call() {
+    let llm = literal_judge().await;
+    let evidence = vec![item("a", "Hugo plays for FC Cartagena.", EvidenceOrigin::Passage)];
+    let out = verify(&llm, evidence, vec![fact("Hugo plays for FC Cartagena.", &[])]).await;
+    assert!(out.memory.facts.is_empty());
+    assert_eq!(llm.calls(), 0);
+}
+
+#[tokio::test]
+async fn a_fact_from_model_knowledge_is_kept_but_labelled_unverified() {
+    let llm = literal_judge().await;
+    let evidence = vec![item("knowledge-1", "Hugo plays for FC Cartagena.", EvidenceOrigin::ModelKnowledge)];
+    let out = verify(&llm, evidence, vec![fact("Hugo plays for FC Cartagena.", &["knowledge-1"])]).await;
+    let kept = &out.memory.facts[0];
+    assert_eq!(kept.source, FactSource::ModelKnowledge);
+    assert!(kept.citations.is_empty(), "model knowledge is no passage");
+    assert!(out.memory.cited_passages.is_empty());
+}
+
+#[tokio::test]
+async fn a_known_fact_is_not_added_twice() {
+    let llm = literal_judge().await;
+    let evidence = vec![item("a", "Hugo plays for FC Cartagena.", EvidenceOrigin::Passage)];
+    let same = "Hugo plays for FC Cartagena.";
+    let out = verify(&llm, evidence, vec![fact(same, &["a"]), fact(same, &["a"])]).await;
+    assert_eq!(out.memory.facts.len(), 1);
+}

@@ -1,0 +1,82 @@
+//! Shared test helpers: the fake OpenAI-protocol LLM, a real index of a shared/data corpus, settings.
+#![allow(dead_code)]
+
+pub mod fake_llm;
+pub mod scripted;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use lacuna::actors::clients::{LlmClient, Reranker, TantivySearch};
+use lacuna::settings::Settings;
+
+/// shared/data beside the repository (as in CI), or LACUNA_DATA.
+pub fn data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("LACUNA_DATA") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data")
+}
+
+/// A question of a dataset by id, as (question, answers, gold passage ids).
+pub fn question(dataset: &str, id: &str) -> (String, Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string(data_dir().join(dataset).join("questions.jsonl")).expect("dataset questions");
+    for line in text.lines() {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        if value["id"] == id {
+            let strings =
+                |v: &serde_json::Value| v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect();
+            return (
+                value["question"].as_str().unwrap().to_string(),
+                strings(&value["answers"]),
+                strings(&value["gold_doc_ids"]),
+            );
+        }
+    }
+    panic!("no question {id} in {dataset}");
+}
+
+/// A real BM25 index of the HotpotQA corpus, built once per test binary.
+pub fn hotpot_index() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("lacuna-test-index-{}", std::process::id()));
+        TantivySearch::build(&dir, &data_dir().join("hotpotqa/corpus.jsonl")).expect("index the HotpotQA corpus");
+        dir
+    })
+    .clone()
+}
+
+pub fn search() -> TantivySearch {
+    TantivySearch::open(&hotpot_index()).unwrap()
+}
+
+/// Defaults pointing at the test index and the given LLM endpoint, with fast retries.
+pub fn settings(llm_url: &str) -> Settings {
+    let mut settings = Settings::defaults();
+    settings.search.index_dir = hotpot_index();
+    settings.llm.base_url = llm_url.to_string();
+    settings.llm.timeout_ms = 10_000;
+    settings.llm.retry_backoff_ms = 10;
+    settings.retry.backoff_ms = 10;
+    settings
+}
+
+pub fn llm(url: &str) -> LlmClient {
+    LlmClient::new(settings(url).llm)
+}
+
+pub fn llm_with(settings: &Settings) -> LlmClient {
+    LlmClient::new(settings.llm.clone())
+}
+
+/// The real cross-encoder, loaded once per test binary (scripts/setup.sh installs it).
+pub fn reranker() -> Reranker {
+    static RERANKER: OnceLock<Reranker> = OnceLock::new();
+    RERANKER
+        .get_or_init(|| {
+            let settings = Settings::defaults();
+            Reranker::load(&settings.rerank, &settings.onnx).expect("the re-ranker is installed: run scripts/setup.sh")
+        })
+        .clone()
+}
