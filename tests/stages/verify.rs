@@ -94,3 +94,30 @@ async fn a_known_fact_is_not_added_twice() {
     let out = verify(&llm, evidence, vec![fact(same, &["a"]), fact(same, &["a"])]).await;
     assert_eq!(out.memory.facts.len(), 1);
 }
+
+/// The ONNX NLI path with a model the test builds: the entailment label index decides the verdict.
+async fn verify_with_onnx(entailment_label: usize) -> VerifiedEvent {
+    let dir = std::env::temp_dir().join(format!("lacuna-nli-{}-{entailment_label}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("model.onnx"), support::onnx_graph::length_classifier(24.0)).unwrap();
+    let defaults = lacuna::settings::Settings::defaults();
+    std::fs::copy(defaults.rerank.model_dir.join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
+    let mut nli = defaults.nli.clone();
+    nli.entailment_label = entailment_label;
+    nli.model.model_dir = dir;
+    let model = lacuna::actors::clients::OnnxNli::load(&nli, &defaults.onnx).expect("the test model loads");
+
+    let long = "Hugo Rodríguez Romero, born on 30 December 1989 and simply known as Hugo, is a Spanish footballer who plays for FC Cartagena as a winger.";
+    let evidence = vec![item("long", long, EvidenceOrigin::Passage), item("short", "Hugo is Spanish.", EvidenceOrigin::Passage)];
+    let facts = vec![fact("Hugo plays for FC Cartagena as a winger.", &["long"]), fact("Hugo is Spanish.", &["short"])];
+    let event = FactsEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), evidence, facts };
+    single(Verify::new(Nli::Onnx(model)).process(&event.to_record()).await.unwrap())
+}
+
+#[tokio::test]
+async fn onnx_nli_keeps_facts_whose_entailment_label_wins() {
+    let kept: Vec<_> = verify_with_onnx(0).await.memory.facts.into_iter().map(|f| f.citations[0].clone()).collect();
+    assert_eq!(kept, vec!["long"], "label 0 wins for long pairs in the test model");
+    let kept: Vec<_> = verify_with_onnx(1).await.memory.facts.into_iter().map(|f| f.citations[0].clone()).collect();
+    assert_eq!(kept, vec!["short"], "with the entailment label at index 1 the verdicts flip");
+}

@@ -1,0 +1,95 @@
+//! The `lacuna` binary as a user runs it: bad input gets a clear message and loses nothing.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+
+fn lacuna(llm_url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lacuna"));
+    command
+        .env("LACUNA__LLM__BASE_URL", llm_url)
+        .env("LACUNA__SEARCH__INDEX_DIR", support::hotpot_index())
+        .env("LACUNA__MIGRES__RETRIEVE_TOP_N", "5");
+    command
+}
+
+fn answering_llm() -> impl Fn(&str) -> Reply {
+    |prompt| match prompt_kind(prompt) {
+        Prompt::Main => Reply::Json(json!({"answerable": true, "answer": "Spurs", "confidence": 4, "explanation": "e", "missing_information": ""})),
+        Prompt::Leaf => Reply::Json(json!({"facts": []})),
+        Prompt::Knowledge => Reply::Text("I don't know.".into()),
+        _ => Reply::Status(400),
+    }
+}
+
+#[tokio::test]
+async fn run_writes_one_record_per_input_line_and_rejects_bad_lines_clearly() {
+    let llm = FakeLlm::start(answering_llm()).await;
+    let dir = std::env::temp_dir().join(format!("lacuna-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let questions = dir.join("questions.jsonl");
+    let out = dir.join("answers.jsonl");
+    let long = "why ".repeat(600);
+    let lines = [
+        json!({"id": "a", "question": "What was Tottenham Hotspur commonly referred to as?"}).to_string(),
+        "{not json".to_string(),
+        json!({"id": "empty", "question": "   "}).to_string(),
+        json!({"id": "long", "question": long}).to_string(),
+        json!({"id": "a", "question": "A second question with a repeated id?"}).to_string(),
+        String::new(),
+        json!({"question": "Which club did Len Worley play for?", "answers": ["x"]}).to_string(),
+    ];
+    std::fs::write(&questions, lines.join("\n")).unwrap();
+
+    let status = lacuna(&llm.base_url)
+        .args(["run", "--questions", questions.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let records: Vec<Value> = std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(records.len(), 6, "one record per non-blank input line");
+    let find = |id: &str, status: &str| records.iter().filter(|r| r["question_id"] == id && r["status"] == status).count();
+    assert_eq!(find("a", "answered"), 1);
+    assert_eq!(find("a", "error"), 1, "the repeated id is rejected, not merged");
+    assert_eq!(find("line-2", "error"), 1, "a malformed line is reported by its line number");
+    assert_eq!(find("empty", "error"), 1);
+    assert_eq!(find("long", "error"), 1);
+    assert_eq!(find("line-7", "answered"), 1, "a question without id gets its line number");
+    for record in records.iter().filter(|r| r["status"] == "error") {
+        assert_eq!(record["error_type"], "bad_input");
+        assert!(!record["message"].as_str().unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_llm_is_a_clear_error_before_anything_is_consumed() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let output = lacuna(&format!("http://127.0.0.1:{port}/v1")).args(["ask", "Who directed Levity?"]).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unreachable") && stderr.contains("llm-server.sh"), "says what to do: {stderr}");
+}
+
+#[tokio::test]
+async fn a_missing_index_says_how_to_build_one() {
+    let llm = FakeLlm::start(answering_llm()).await;
+    let output = lacuna(&llm.base_url)
+        .env("LACUNA__SEARCH__INDEX_DIR", "/nonexistent/lacuna-index")
+        .args(["ask", "Who directed Levity?"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("lacuna index --corpus"), "says how to build the index: {stderr}");
+}
+
+#[tokio::test]
+async fn an_unknown_config_key_is_an_error() {
+    let output = lacuna("http://127.0.0.1:9/v1").env("LACUNA__MIGRES__MAX_ITERATONS", "3").args(["ask", "q?"]).output().unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("max_iteratons"));
+}
