@@ -28,8 +28,7 @@ fn answering_llm() -> impl Fn(&str) -> Reply {
 #[tokio::test]
 async fn run_writes_one_record_per_input_line_and_rejects_bad_lines_clearly() {
     let llm = FakeLlm::start(answering_llm()).await;
-    let dir = std::env::temp_dir().join(format!("lacuna-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::scratch_dir("run");
     let questions = dir.join("questions.jsonl");
     let out = dir.join("answers.jsonl");
     let long = "why ".repeat(600);

@@ -97,8 +97,7 @@ async fn a_known_fact_is_not_added_twice() {
 
 /// The ONNX NLI path with a model the test builds: the entailment label index decides the verdict.
 async fn verify_with_onnx(entailment_label: usize) -> VerifiedEvent {
-    let dir = std::env::temp_dir().join(format!("lacuna-nli-{}-{entailment_label}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::scratch_dir(&format!("nli-label-{entailment_label}"));
     std::fs::write(dir.join("model.onnx"), support::onnx_graph::length_classifier(24.0)).unwrap();
     let defaults = lacuna::settings::Settings::defaults();
     std::fs::copy(defaults.rerank.model_dir.join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();

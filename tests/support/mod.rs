@@ -37,11 +37,18 @@ pub fn question(dataset: &str, id: &str) -> (String, Vec<String>, Vec<String>) {
     panic!("no question {id} in {dataset}");
 }
 
+/// A directory of this test binary under the build's scratch space (not /tmp, which would fill up).
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(env!("CARGO_CRATE_NAME")).join(name);
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir
+}
+
 /// A real BM25 index of the HotpotQA corpus, built once per test binary.
 pub fn hotpot_index() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("lacuna-test-index-{}", std::process::id()));
+        let dir = scratch_dir("hotpotqa-index");
         TantivySearch::build(&dir, &data_dir().join("hotpotqa/corpus.jsonl")).expect("index the HotpotQA corpus");
         dir
     })
