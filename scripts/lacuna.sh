@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 export LACUNA_CACHE="${LACUNA_CACHE:-$HOME/.cache/lacuna}"
 eval "$(scripts/setup.sh --env)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LACUNA_CACHE/target}"
-cargo build --release --locked --quiet
+cargo build --release --locked
 lacuna="$CARGO_TARGET_DIR/release/lacuna"
 
 index_dir="${LACUNA__SEARCH__INDEX_DIR:-lacuna-index}"
