@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use async_trait::async_trait;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
 use crate::settings::{RetrySettings, StageSettings};
@@ -200,10 +200,23 @@ pub struct RunningStage {
     pub name: &'static str,
     pub counters: Arc<StageCounters>,
     arbiter: Arbiter,
+    stop_feeding: Arc<Notify>,
+    drained: Option<oneshot::Receiver<()>>,
 }
 
 impl RunningStage {
+    /// Stops at once; events in flight are abandoned (a durable bus redelivers them).
     pub fn stop(&self) {
+        self.arbiter.stop();
+    }
+
+    /// Graceful shutdown: takes no new event, waits for those in flight to finish and be
+    /// acknowledged, commits the bus position, then stops.
+    pub async fn drain(mut self) {
+        self.stop_feeding.notify_one();
+        if let Some(drained) = self.drained.take() {
+            let _ = drained.await;
+        }
         self.arbiter.stop();
     }
 }
@@ -229,17 +242,36 @@ pub async fn spawn_stage<S: Stage>(
         counters: actor_counters,
         mailbox_capacity,
     });
-    let slots = Arc::new(Semaphore::new(settings.max_in_flight.max(1)));
+    let max_in_flight = settings.max_in_flight.max(1);
+    let slots = Arc::new(Semaphore::new(max_in_flight));
+    let stop_feeding = Arc::new(Notify::new());
+    let (drained_tx, drained) = oneshot::channel();
+    let stop = stop_feeding.clone();
     arbiter.spawn(async move {
         loop {
-            let slot = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-            let Some(delivery) = subscription.next().await else { break };
+            let slot = tokio::select! {
+                _ = stop.notified() => break,
+                slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            };
+            let delivery = tokio::select! {
+                _ = stop.notified() => break,
+                delivery = subscription.next() => match delivery {
+                    Some(delivery) => delivery,
+                    None => break,
+                },
+            };
             if addr.send(Process { delivery, slot }).await.is_err() {
                 break;
             }
         }
+        // Every slot back means every event taken has finished and been acknowledged.
+        let _all = slots.acquire_many(max_in_flight as u32).await;
+        if let Err(error) = subscription.commit().await {
+            tracing::error!(stage = S::NAME, %error, "final commit failed");
+        }
+        let _ = drained_tx.send(());
     });
-    Ok(RunningStage { name: S::NAME, counters, arbiter })
+    Ok(RunningStage { name: S::NAME, counters, arbiter, stop_feeding, drained: Some(drained) })
 }
 
 /// Decodes the event of a record, checking its schema version.

@@ -17,6 +17,7 @@ pub struct Settings {
     pub onnx: OnnxSettings,
     pub search: SearchSettings,
     pub bus: BusSettings,
+    pub kafka: KafkaSettings,
     pub run: RunSettings,
     pub retry: RetrySettings,
     pub stages: StagesSettings,
@@ -92,6 +93,20 @@ pub struct SearchSettings {
 #[serde(deny_unknown_fields)]
 pub struct BusSettings {
     pub queue_capacity: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    pub brokers: String,
+    pub topic_prefix: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    pub session_timeout_ms: u64,
+    pub max_poll_interval_ms: u64,
+    pub instance_id: String,
+    pub message_timeout_ms: u64,
+    pub prefetch: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]

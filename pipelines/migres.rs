@@ -32,6 +32,44 @@ pub struct MigresPipeline {
     pub dead_letters: Arc<AtomicU64>,
 }
 
+/// The MIGRES stages, in the order of the loop.
+pub const STAGES: [&str; 6] = ["retrieve", "sentence_filter", "leaf", "verify", "main", "query_gen"];
+
+/// Starts the stage called `name` on `bus` with the parts it needs.
+pub async fn spawn_named(
+    name: &str,
+    bus: Arc<dyn Bus>,
+    settings: &Settings,
+    parts: &Parts,
+) -> Result<RunningStage, BusError> {
+    let (s, m, r) = (&settings.stages, &settings.migres, &settings.retry);
+    let missing = |part: &str| BusError::Transport(format!("stage {name} needs the {part}, which was not loaded"));
+    match name {
+        "retrieve" => {
+            let search = parts.search.clone().ok_or_else(|| missing("search index"))?;
+            spawn_stage(Retrieve::new(search, m.clone()), bus, &s.retrieve, r).await
+        }
+        "sentence_filter" => {
+            let reranker = parts.reranker.clone().ok_or_else(|| missing("re-ranker"))?;
+            let stage = SentenceFilter::new(reranker, llm_for(settings, &s.sentence_filter), m.clone());
+            spawn_stage(stage, bus, &s.sentence_filter, r).await
+        }
+        "leaf" => spawn_stage(Leaf::new(llm_for(settings, &s.leaf)), bus, &s.leaf, r).await,
+        "verify" => {
+            let nli = match &parts.onnx_nli {
+                Some(model) => Nli::Onnx(model.clone()),
+                None => Nli::LlmJudge(llm_for(settings, &s.verify)),
+            };
+            spawn_stage(Verify::new(nli), bus, &s.verify, r).await
+        }
+        "main" => spawn_stage(Main::new(llm_for(settings, &s.main), m.clone()), bus, &s.main, r).await,
+        "query_gen" => {
+            spawn_stage(QueryGen::new(llm_for(settings, &s.query_gen), m.clone()), bus, &s.query_gen, r).await
+        }
+        other => Err(BusError::Transport(format!("no stage {other:?}; stages are {}", STAGES.join(", ")))),
+    }
+}
+
 /// A client for one stage, with that stage's own limit on LLM calls in flight.
 fn llm_for(settings: &Settings, stage: &StageSettings) -> LlmClient {
     let mut llm = settings.llm.clone();
@@ -43,44 +81,35 @@ impl MigresPipeline {
     /// Starts every stage on the in-process bus.
     pub async fn start(settings: &Settings, parts: Parts) -> Result<Self, BusError> {
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(settings.bus.queue_capacity));
-        Self::start_on(bus, settings, parts).await
-    }
-
-    /// Starts every stage on `bus`: the stages cannot tell which bus it is.
-    pub async fn start_on(bus: Arc<dyn Bus>, settings: &Settings, parts: Parts) -> Result<Self, BusError> {
-        let (s, m, r) = (&settings.stages, &settings.migres, &settings.retry);
-        let nli = match parts.onnx_nli {
-            Some(model) => Nli::Onnx(model),
-            None => Nli::LlmJudge(llm_for(settings, &s.verify)),
-        };
-        // Subscribe the sinks before any stage can publish to them.
-        let answers = bus.subscribe(&[Topic::Answers], "answers").await?;
-        let dead_letters = Arc::new(AtomicU64::new(0));
+        let pipeline = Self::start_on(bus.clone(), settings, parts).await?;
+        // Nothing durable keeps dead letters in process: count them (each question also got an
+        // error record) so the topic never fills. On Kafka they stay for `lacuna dlq replay`.
         let mut dead_letter_feed = bus.subscribe(&[Topic::DeadLetters], "dead_letters").await?;
-        let counter = dead_letters.clone();
-        // Drained so the topic never fills; each one was logged by the stage that gave up.
+        let counter = pipeline.dead_letters.clone();
         actix::spawn(async move {
             while let Some(delivery) = dead_letter_feed.next().await {
                 counter.fetch_add(1, Ordering::Relaxed);
                 delivery.ack();
             }
         });
-        let stages = vec![
-            spawn_stage(Retrieve::new(parts.search, m.clone()), bus.clone(), &s.retrieve, r).await?,
-            spawn_stage(
-                SentenceFilter::new(parts.reranker, llm_for(settings, &s.sentence_filter), m.clone()),
-                bus.clone(),
-                &s.sentence_filter,
-                r,
-            )
-            .await?,
-            spawn_stage(Leaf::new(llm_for(settings, &s.leaf)), bus.clone(), &s.leaf, r).await?,
-            spawn_stage(Verify::new(nli), bus.clone(), &s.verify, r).await?,
-            spawn_stage(Main::new(llm_for(settings, &s.main), m.clone()), bus.clone(), &s.main, r).await?,
-            spawn_stage(QueryGen::new(llm_for(settings, &s.query_gen), m.clone()), bus.clone(), &s.query_gen, r)
-                .await?,
-        ];
-        Ok(MigresPipeline { bus, stages, answers, max_open_questions: settings.run.max_open_questions, dead_letters })
+        Ok(pipeline)
+    }
+
+    /// Starts every stage on `bus`: the stages cannot tell which bus it is.
+    pub async fn start_on(bus: Arc<dyn Bus>, settings: &Settings, parts: Parts) -> Result<Self, BusError> {
+        // Subscribe the answer sink before any stage can publish to it.
+        let answers = bus.subscribe(&[Topic::Answers], "answers").await?;
+        let mut stages = Vec::new();
+        for name in STAGES {
+            stages.push(spawn_named(name, bus.clone(), settings, &parts).await?);
+        }
+        Ok(MigresPipeline {
+            bus,
+            stages,
+            answers,
+            max_open_questions: settings.run.max_open_questions,
+            dead_letters: Arc::new(AtomicU64::new(0)),
+        })
     }
 
     pub fn stages(&self) -> &[RunningStage] {

@@ -18,26 +18,39 @@ pub enum PartsError {
     Backend(String),
 }
 
-#[derive(Clone)]
+/// What the stages of one process need; a process running one stage loads only that stage's parts.
+#[derive(Clone, Default)]
 pub struct Parts {
-    pub search: TantivySearch,
-    pub reranker: Reranker,
-    /// Present when `nli.backend = "onnx"`; otherwise the verify stage asks the LLM.
+    /// For retrieve.
+    pub search: Option<TantivySearch>,
+    /// For sentence_filter.
+    pub reranker: Option<Reranker>,
+    /// For verify when `nli.backend = "onnx"`; otherwise verify asks the LLM.
     pub onnx_nli: Option<OnnxNli>,
 }
 
 impl Parts {
+    /// Everything the whole pipeline needs.
     pub fn load(settings: &Settings) -> Result<Parts, PartsError> {
-        if settings.search.backend != "tantivy" {
-            return Err(PartsError::Backend(settings.search.backend.clone()));
+        Self::load_for(settings, &crate::pipelines::migres::STAGES)
+    }
+
+    /// What `stages` need.
+    pub fn load_for(settings: &Settings, stages: &[&str]) -> Result<Parts, PartsError> {
+        let mut parts = Parts::default();
+        if stages.contains(&"retrieve") {
+            if settings.search.backend != "tantivy" {
+                return Err(PartsError::Backend(settings.search.backend.clone()));
+            }
+            parts.search = Some(TantivySearch::open(&settings.search.index_dir)?);
         }
-        let search = TantivySearch::open(&settings.search.index_dir)?;
-        let reranker = Reranker::load(&settings.rerank, &settings.onnx).map_err(PartsError::Reranker)?;
-        let onnx_nli = match settings.nli.backend {
-            NliBackend::Onnx => Some(OnnxNli::load(&settings.nli, &settings.onnx).map_err(PartsError::Nli)?),
-            NliBackend::Llm => None,
-        };
-        Ok(Parts { search, reranker, onnx_nli })
+        if stages.contains(&"sentence_filter") {
+            parts.reranker = Some(Reranker::load(&settings.rerank, &settings.onnx).map_err(PartsError::Reranker)?);
+        }
+        if stages.contains(&"verify") && settings.nli.backend == NliBackend::Onnx {
+            parts.onnx_nli = Some(OnnxNli::load(&settings.nli, &settings.onnx).map_err(PartsError::Nli)?);
+        }
+        Ok(parts)
     }
 }
 

@@ -16,9 +16,14 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LACUNA_CACHE/target}"
 cargo build --tests --locked
 
 port="${LACUNA_TEST_LLM_PORT:-18377}"
+broker_port="${LACUNA_TEST_BROKER_PORT:-19092}"
+trap 'scripts/llm-server.sh stop --port "$port" || true; scripts/broker.sh stop --port "$broker_port" || true' EXIT
 export LACUNA_LLM_PORT="$port" LACUNA_LLM_THREADS="${LACUNA_LLM_THREADS:-2}"
 scripts/llm-server.sh start --model "$LACUNA_MODEL_PATH"
-trap 'scripts/llm-server.sh stop --port "$port" || true' EXIT
 export LACUNA_TEST_LLM_URL="http://127.0.0.1:$port/v1"
+# A Kafka-protocol broker for tests/broker.rs, with a fresh data directory each run.
+scripts/broker.sh stop --port "$broker_port" || true
+scripts/broker.sh start --port "$broker_port"
+export LACUNA_TEST_KAFKA="127.0.0.1:$broker_port"
 
 cargo test --locked "$@"

@@ -18,7 +18,9 @@ fn lacuna(llm_url: &str) -> Command {
 
 fn answering_llm() -> impl Fn(&str) -> Reply {
     |prompt| match prompt_kind(prompt) {
-        Prompt::Main => Reply::Json(json!({"answerable": true, "answer": "Spurs", "confidence": 4, "explanation": "e", "missing_information": ""})),
+        Prompt::Main => Reply::Json(
+            json!({"answerable": true, "answer": "Spurs", "confidence": 4, "explanation": "e", "missing_information": ""}),
+        ),
         Prompt::Leaf => Reply::Json(json!({"facts": []})),
         Prompt::Knowledge => Reply::Text("I don't know.".into()),
         _ => Reply::Status(400),
@@ -49,9 +51,11 @@ async fn run_writes_one_record_per_input_line_and_rejects_bad_lines_clearly() {
         .unwrap();
     assert!(status.success());
 
-    let records: Vec<Value> = std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let records: Vec<Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(records.len(), 6, "one record per non-blank input line");
-    let find = |id: &str, status: &str| records.iter().filter(|r| r["question_id"] == id && r["status"] == status).count();
+    let find =
+        |id: &str, status: &str| records.iter().filter(|r| r["question_id"] == id && r["status"] == status).count();
     assert_eq!(find("a", "answered"), 1);
     assert_eq!(find("a", "error"), 1, "the repeated id is rejected, not merged");
     assert_eq!(find("line-2", "error"), 1, "a malformed line is reported by its line number");
@@ -88,7 +92,8 @@ async fn a_missing_index_says_how_to_build_one() {
 
 #[tokio::test]
 async fn an_unknown_config_key_is_an_error() {
-    let output = lacuna("http://127.0.0.1:9/v1").env("LACUNA__MIGRES__MAX_ITERATONS", "3").args(["ask", "q?"]).output().unwrap();
+    let output =
+        lacuna("http://127.0.0.1:9/v1").env("LACUNA__MIGRES__MAX_ITERATONS", "3").args(["ask", "q?"]).output().unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("max_iteratons"));
 }

@@ -5,9 +5,7 @@
 
 mod support;
 
-use lacuna::actors::clients::TantivySearch;
 use lacuna::pipelines::migres::MigresPipeline;
-use lacuna::pipelines::parts::Parts;
 use lacuna::topics::{AnswerRecord, FactSource, QuestionEvent, TraceKind};
 
 fn llm_url() -> String {
@@ -22,11 +20,7 @@ async fn migres_with_the_local_llm_ends_in_a_cited_verified_answer() {
     settings.llm.max_tokens = 256;
     settings.migres.max_iterations = 2;
     let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
-    let parts = Parts {
-        search: TantivySearch::open(&settings.search.index_dir).unwrap(),
-        reranker: support::reranker(),
-        onnx_nli: None,
-    };
+    let parts = support::parts(&settings);
     let mut pipeline = MigresPipeline::start(&settings, parts).await.unwrap();
     let record = pipeline.ask(QuestionEvent::new("real-1", question)).await.unwrap();
     pipeline.stop();

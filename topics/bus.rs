@@ -61,4 +61,10 @@ pub trait Bus: Send + Sync + 'static {
 pub trait Subscription: Send {
     /// The next record; `None` once the bus is closed.
     async fn next(&mut self) -> Option<Delivery>;
+
+    /// Makes the acknowledged position durable now (Kafka: a synchronous offset commit). Called on
+    /// shutdown after in-flight work is done; a bus with nothing durable has nothing to do.
+    async fn commit(&mut self) -> Result<(), BusError> {
+        Ok(())
+    }
 }

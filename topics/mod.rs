@@ -10,6 +10,7 @@ pub mod dead_letter;
 pub mod evidence;
 pub mod facts;
 pub mod in_process;
+pub mod kafka;
 pub mod memory;
 pub mod missing;
 pub mod passages;

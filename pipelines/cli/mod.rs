@@ -1,8 +1,11 @@
 //! The `lacuna` command line.
 
 mod ask;
+mod dlq;
 mod index;
 mod run;
+mod stage;
+mod submit;
 
 use std::path::PathBuf;
 
@@ -28,6 +31,14 @@ enum Command {
     Ask(ask::AskArgs),
     /// Answer every question of a JSONL file, one output line per input line.
     Run(run::RunArgs),
+    /// Run one stage as its own process and consumer group on Kafka.
+    Stage(stage::StageArgs),
+    /// Publish the questions of a JSONL file to the Kafka questions topic.
+    Submit(submit::SubmitArgs),
+    /// Write the answers topic to a JSONL file, one record per question.
+    Answers(submit::AnswersArgs),
+    /// Inspect and replay the dead-letter topic.
+    Dlq(dlq::DlqArgs),
 }
 
 pub async fn main() -> anyhow::Result<()> {
@@ -39,5 +50,9 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Index(args) => index::index(&mut settings, args),
         Command::Ask(args) => ask::ask(&settings, args).await,
         Command::Run(args) => run::run(&settings, args).await,
+        Command::Stage(args) => stage::stage(&settings, args).await,
+        Command::Submit(args) => submit::submit(&settings, args).await,
+        Command::Answers(args) => submit::answers(&settings, args).await,
+        Command::Dlq(args) => dlq::dlq(&settings, args).await,
     }
 }

@@ -24,6 +24,16 @@ pub struct RunArgs {
     /// Only the first N questions.
     #[arg(long)]
     limit: Option<usize>,
+    /// `in-process` (bounded queues in this process) or `kafka` (every stage a consumer group on
+    /// kafka.brokers, all in this process).
+    #[arg(long, default_value = "in-process")]
+    transport: Transport,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Transport {
+    InProcess,
+    Kafka,
 }
 
 pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
@@ -65,7 +75,10 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
             Input::Rejected(error) => write(AnswerRecord::Error(error))?,
         }
     }
-    let mut pipeline = MigresPipeline::start(settings, parts).await?;
+    let mut pipeline = match args.transport {
+        Transport::InProcess => MigresPipeline::start(settings, parts).await?,
+        Transport::Kafka => MigresPipeline::start_on(super::stage::kafka_bus(settings).await?, settings, parts).await?,
+    };
     let mut io_error = None;
     pipeline
         .run(questions, |record| {

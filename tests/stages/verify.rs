@@ -107,7 +107,8 @@ async fn verify_with_onnx(entailment_label: usize) -> VerifiedEvent {
     let model = lacuna::actors::clients::OnnxNli::load(&nli, &defaults.onnx).expect("the test model loads");
 
     let long = "Hugo Rodríguez Romero, born on 30 December 1989 and simply known as Hugo, is a Spanish footballer who plays for FC Cartagena as a winger.";
-    let evidence = vec![item("long", long, EvidenceOrigin::Passage), item("short", "Hugo is Spanish.", EvidenceOrigin::Passage)];
+    let evidence =
+        vec![item("long", long, EvidenceOrigin::Passage), item("short", "Hugo is Spanish.", EvidenceOrigin::Passage)];
     let facts = vec![fact("Hugo plays for FC Cartagena as a winger.", &["long"]), fact("Hugo is Spanish.", &["short"])];
     let event = FactsEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), evidence, facts };
     single(Verify::new(Nli::Onnx(model)).process(&event.to_record()).await.unwrap())

@@ -88,3 +88,12 @@ pub fn reranker() -> Reranker {
         })
         .clone()
 }
+
+/// The real index and re-ranker for a whole pipeline (verification by the LLM).
+pub fn parts(settings: &Settings) -> lacuna::pipelines::parts::Parts {
+    lacuna::pipelines::parts::Parts {
+        search: Some(TantivySearch::open(&settings.search.index_dir).unwrap()),
+        reranker: Some(reranker()),
+        onnx_nli: None,
+    }
+}

@@ -1,0 +1,50 @@
+//! `lacuna dlq replay`: sends dead letters back to the topic they came from, once the cause (an LLM
+//! outage, a bad deploy) is fixed. Their attempt count goes up by one.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use crate::settings::Settings;
+use crate::topics::dead_letter::DeadLetter;
+use crate::topics::kafka::KafkaBus;
+use crate::topics::{Bus, Event, Record, Topic};
+
+#[derive(Args)]
+pub struct DlqArgs {
+    #[command(subcommand)]
+    command: DlqCommand,
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Republish dead letters to their original topics (stops when none arrived for --idle-timeout-s).
+    Replay {
+        #[arg(long, default_value_t = 5)]
+        idle_timeout_s: u64,
+    },
+}
+
+pub async fn dlq(settings: &Settings, args: DlqArgs) -> anyhow::Result<()> {
+    let DlqCommand::Replay { idle_timeout_s } = args.command;
+    let bus = KafkaBus::new(settings.kafka.clone())?;
+    bus.ensure_topics().await?;
+    let mut subscription = bus.subscribe(&[Topic::DeadLetters], "dlq-replay").await?;
+    let mut replayed = 0;
+    while let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_secs(idle_timeout_s), subscription.next()).await
+    {
+        match DeadLetter::from_payload(&delivery.record.payload) {
+            Ok(letter) => {
+                let record =
+                    Record { topic: letter.original_topic, key: letter.key, payload: letter.payload.into_bytes() };
+                bus.publish_attempt(record, delivery.attempt + 1).await?;
+                replayed += 1;
+            }
+            Err(error) => tracing::error!(%error, "unreadable dead letter skipped"),
+        }
+        delivery.ack();
+    }
+    subscription.commit().await?;
+    eprintln!("replayed {replayed} dead letters");
+    Ok(())
+}

@@ -1,0 +1,369 @@
+//! The Kafka transport against a real Kafka-protocol broker (scripts/test.sh starts one and sets
+//! LACUNA_TEST_KAFKA). Only standard client features are used, so these run on Apache Kafka too.
+//! Each test uses its own topic prefix, so topics and groups never collide.
+
+mod support;
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lacuna::pipelines::migres::spawn_named;
+use lacuna::pipelines::parts::Parts;
+use lacuna::settings::Settings;
+use lacuna::topics::dead_letter::DeadLetter;
+use lacuna::topics::kafka::KafkaBus;
+use lacuna::topics::{
+    AnswerRecord, Bus, Event, MissingEvent, Record, SCHEMA_VERSION, Subscription, Topic, VersionedAnswer,
+};
+use serde_json::json;
+use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+
+/// The broker tests run one at a time: several clusters of processes at once would only measure
+/// the two cores' contention.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn brokers() -> String {
+    std::env::var("LACUNA_TEST_KAFKA")
+        .expect("LACUNA_TEST_KAFKA is not set: run the tests with scripts/test.sh, which starts a broker")
+}
+
+/// A topic prefix no other test run uses.
+fn prefix(test: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("t{nanos}-{test}.")
+}
+
+fn settings(test: &str, llm_url: &str) -> Settings {
+    let mut settings = support::settings(llm_url);
+    settings.kafka.brokers = brokers();
+    settings.kafka.topic_prefix = prefix(test);
+    settings.kafka.partitions = 4;
+    settings.kafka.session_timeout_ms = 6000;
+    settings.kafka.max_poll_interval_ms = 10000;
+    settings
+}
+
+async fn bus(settings: &Settings) -> Arc<KafkaBus> {
+    let bus = KafkaBus::new(settings.kafka.clone()).unwrap();
+    bus.ensure_topics().await.unwrap();
+    Arc::new(bus)
+}
+
+async fn next(subscription: &mut Box<dyn Subscription>) -> lacuna::topics::Delivery {
+    tokio::time::timeout(Duration::from_secs(60), subscription.next()).await.expect("a record in time").expect("open")
+}
+
+fn missing(id: &str) -> Record {
+    let mut memory = lacuna::topics::Memory::new(id, format!("Question {id}: where is it?"));
+    memory.queries.push(memory.question.clone());
+    MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information: "The place.".into() }.to_record()
+}
+
+fn query_llm() -> impl Fn(&str) -> Reply {
+    |_| Reply::Json(json!({"queries": ["Where is the place of this question?"]}))
+}
+
+#[tokio::test]
+async fn a_restarted_consumer_resumes_after_the_last_acknowledged_record_in_order() {
+    let _serial = serial();
+    let settings = settings("resume", "http://127.0.0.1:9/v1");
+    let bus = bus(&settings).await;
+    // One key: one partition, so offsets are in publish order.
+    for n in 0..6 {
+        bus.publish(Record { topic: Topic::Missing, key: "k".into(), payload: n.to_string().into_bytes() })
+            .await
+            .unwrap();
+    }
+    let mut first = bus.subscribe(&[Topic::Missing], "resume").await.unwrap();
+    let mut deliveries = Vec::new();
+    for _ in 0..6 {
+        deliveries.push(next(&mut first).await);
+    }
+    // 0, 1 and 3 are done; 2 is still in flight when the consumer goes away.
+    let mut deliveries: Vec<_> = deliveries.into_iter().map(Some).collect();
+    for n in [3, 0, 1] {
+        deliveries[n].take().unwrap().ack();
+    }
+    first.commit().await.unwrap();
+    drop(deliveries);
+    drop(first);
+
+    let mut second = bus.subscribe(&[Topic::Missing], "resume").await.unwrap();
+    let resumed: Vec<String> = [next(&mut second).await, next(&mut second).await]
+        .iter()
+        .map(|d| String::from_utf8(d.record.payload.clone()).unwrap())
+        .collect();
+    assert_eq!(resumed, vec!["2", "3"], "the unfinished record and everything after it come back");
+}
+
+#[actix::test]
+async fn poison_message_goes_to_dead_letter_topic_and_the_others_flow() {
+    let _serial = serial();
+    let llm = FakeLlm::start(query_llm()).await;
+    let settings = settings("poison", &llm.base_url);
+    let bus = bus(&settings).await;
+    let stage = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
+    let mut dead = bus.subscribe(&[Topic::DeadLetters], "t-dead").await.unwrap();
+    let mut answers = bus.subscribe(&[Topic::Answers], "t-answers").await.unwrap();
+
+    bus.publish(missing("good-1")).await.unwrap();
+    bus.publish(Record { topic: Topic::Missing, key: "poison".into(), payload: b"\xff not json".to_vec() })
+        .await
+        .unwrap();
+    bus.publish(missing("good-2")).await.unwrap();
+
+    let letter = DeadLetter::from_payload(&next(&mut dead).await.record.payload).unwrap();
+    assert_eq!(
+        (letter.key.as_str(), letter.stage.as_str(), letter.error_type.as_str()),
+        ("poison", "query_gen", "bad_event")
+    );
+    assert_eq!(letter.original_topic, Topic::Missing);
+    let AnswerRecord::Error(error) =
+        VersionedAnswer::from_payload(&next(&mut answers).await.record.payload).unwrap().record
+    else {
+        panic!("expected an error record")
+    };
+    assert_eq!(error.question_id, "poison");
+    let flowed: BTreeSet<String> = [next(&mut queries).await.record.key, next(&mut queries).await.record.key].into();
+    assert_eq!(flowed, BTreeSet::from(["good-1".to_string(), "good-2".to_string()]));
+    stage.drain().await;
+}
+
+#[actix::test]
+async fn two_replicas_of_a_stage_share_its_partitions_and_both_do_work() {
+    let _serial = serial();
+    let llm = FakeLlm::start(query_llm()).await;
+    let settings = settings("replicas", &llm.base_url);
+    let bus = bus(&settings).await;
+    let one = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let two = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
+    // Let the group settle with both members before the work arrives.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    for n in 0..40 {
+        bus.publish(missing(&format!("q{n}"))).await.unwrap();
+    }
+    let mut seen = HashSet::new();
+    while seen.len() < 40 {
+        seen.insert(next(&mut queries).await.record.key);
+    }
+    let received = |stage: &lacuna::actors::stage::RunningStage| {
+        stage.counters.received.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let (a, b) = (received(&one), received(&two));
+    assert!(a > 0 && b > 0, "both replicas took events: {a} and {b}");
+    assert!(a + b >= 40);
+    one.drain().await;
+    two.drain().await;
+}
+
+/// The six stages as separate `lacuna stage` processes, killed on drop.
+struct Cluster {
+    env: Vec<(String, String)>,
+    stages: Vec<(String, Child)>,
+}
+
+impl Cluster {
+    fn start(settings: &Settings, llm_url: &str) -> Cluster {
+        let env = vec![
+            ("LACUNA__KAFKA__BROKERS".into(), settings.kafka.brokers.clone()),
+            ("LACUNA__KAFKA__TOPIC_PREFIX".into(), settings.kafka.topic_prefix.clone()),
+            ("LACUNA__KAFKA__PARTITIONS".into(), "4".into()),
+            ("LACUNA__KAFKA__SESSION_TIMEOUT_MS".into(), "6000".into()),
+            ("LACUNA__KAFKA__MAX_POLL_INTERVAL_MS".into(), "10000".into()),
+            ("LACUNA__LLM__BASE_URL".into(), llm_url.into()),
+            ("LACUNA__SEARCH__INDEX_DIR".into(), support::hotpot_index().display().to_string()),
+            // One passage per question keeps the re-ranker, which all processes share two cores
+            // with, from dominating the test's time.
+            ("LACUNA__MIGRES__RETRIEVE_TOP_N".into(), "1".into()),
+            // Static membership: a stage restarted under its name takes its partitions back at once.
+            // (The test broker never expires a SIGKILLed member, and a dead group leader would
+            // stall the group; Apache Kafka expires it after session.timeout.ms.)
+            ("LACUNA__KAFKA__INSTANCE_ID".into(), "replica-0".into()),
+        ];
+        let mut cluster = Cluster { env, stages: Vec::new() };
+        for name in lacuna::pipelines::migres::STAGES {
+            cluster.spawn(name);
+        }
+        cluster
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lacuna"));
+        command.args(args).envs(self.env.iter().cloned());
+        command
+    }
+
+    fn spawn(&mut self, name: &str) {
+        let child = self.command(&["stage", name]).spawn().unwrap();
+        self.stages.push((name.to_string(), child));
+    }
+
+    fn signal(&mut self, name: &str, signal: &str) -> Child {
+        let index = self.stages.iter().position(|(n, _)| n == name).unwrap();
+        let (_, child) = self.stages.remove(index);
+        Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+        child
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.stages {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn answering_llm() -> impl Fn(&str) -> Reply {
+    |prompt| match prompt_kind(prompt) {
+        Prompt::Main => Reply::Json(
+            json!({"answerable": true, "answer": "x", "confidence": 3, "explanation": "e", "missing_information": ""}),
+        ),
+        Prompt::Leaf => Reply::Json(json!({"facts": []})),
+        Prompt::Knowledge => Reply::Text("I don't know.".into()),
+        _ => Reply::Status(400),
+    }
+}
+
+fn write_questions(path: &Path, count: usize) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(support::data_dir().join("hotpotqa/questions.jsonl")).unwrap();
+    let questions: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["question"].as_str().unwrap().to_string())
+        .collect();
+    let lines: Vec<String> = (0..count)
+        .map(|n| json!({"id": format!("q{n}"), "question": questions[n % questions.len()]}).to_string())
+        .collect();
+    std::fs::write(path, lines.join("\n")).unwrap();
+    (0..count).map(|n| format!("q{n}")).collect()
+}
+
+fn answer_ids(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        // The sink may be writing the last line right now.
+        .filter_map(|l| serde_json::from_str::<VersionedAnswer>(l).ok())
+        .map(|answer| answer.record.question_id().to_string())
+        .collect()
+}
+
+/// Submits `count` questions to a cluster of stage processes, runs `disrupt` once a quarter of the
+/// answers are in, and returns the ids in the answers file when the sink has them all.
+fn run_disrupted(test: &str, count: usize, disrupt: impl FnOnce(&mut Cluster)) -> (BTreeSet<String>, Vec<String>) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let llm = runtime.block_on(FakeLlm::start(answering_llm()));
+    let settings = settings(test, &llm.base_url);
+    let mut cluster = Cluster::start(&settings, &llm.base_url);
+    let dir = support::scratch_dir(test);
+    let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
+    let _ = std::fs::remove_file(&answers);
+    let expected = write_questions(&questions, count);
+
+    let mut sink = cluster
+        .command(&[
+            "answers",
+            "--out",
+            answers.to_str().unwrap(),
+            "--expect",
+            &count.to_string(),
+            "--idle-timeout-s",
+            "180",
+        ])
+        .spawn()
+        .unwrap();
+    let status = cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap();
+    assert!(status.success());
+
+    let started = Instant::now();
+    while answer_ids(&answers).len() < count / 4 {
+        assert!(started.elapsed() < Duration::from_secs(300), "a quarter of the answers within 5 minutes");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    disrupt(&mut cluster);
+    let status = sink.wait().unwrap();
+    assert!(status.success());
+    (expected, answer_ids(&answers))
+}
+
+#[test]
+fn a_stage_killed_with_sigkill_and_restarted_loses_and_duplicates_no_answer() {
+    let _serial = serial();
+    let (expected, written) = run_disrupted("sigkill", 200, |cluster| {
+        let mut killed = cluster.signal("leaf", "-KILL");
+        killed.wait().unwrap();
+        cluster.spawn("leaf");
+    });
+    assert_eq!(written.len(), 200, "exactly one record per question");
+    assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected, "no question lost");
+}
+
+#[test]
+fn sigterm_drains_commits_and_loses_nothing() {
+    let _serial = serial();
+    let (expected, written) = run_disrupted("sigterm", 80, |cluster| {
+        let mut stopped = cluster.signal("main", "-TERM");
+        let status = stopped.wait().unwrap();
+        assert!(status.success(), "a drained stage exits cleanly: {status}");
+        cluster.spawn("main");
+    });
+    assert_eq!(written.len(), 80);
+    assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected);
+}
+
+#[actix::test]
+async fn the_migres_loop_runs_over_kafka_unchanged() {
+    let _serial = serial();
+    let llm = FakeLlm::start(support::scripted::hugo_script).await;
+    let settings = settings("loop", &llm.base_url);
+    let bus = bus(&settings).await;
+    let (question, answers, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
+    let mut pipeline =
+        lacuna::pipelines::migres::MigresPipeline::start_on(bus, &settings, support::parts(&settings)).await.unwrap();
+    let record = pipeline.ask(lacuna::topics::QuestionEvent::new("kafka-hugo", question)).await.unwrap();
+    pipeline.stop();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    assert_eq!(answer.answer, answers[0]);
+    assert_eq!(answer.iterations, 2, "both hops went round the loop through the topics");
+}
+
+#[actix::test]
+async fn dead_letters_are_replayed_once_the_cause_is_fixed() {
+    let _serial = serial();
+    let broken = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = broken.clone();
+    let llm = FakeLlm::start(move |prompt| {
+        if flag.load(std::sync::atomic::Ordering::SeqCst) { Reply::Status(400) } else { query_llm()(prompt) }
+    })
+    .await;
+    let settings = settings("replay", &llm.base_url);
+    let bus = bus(&settings).await;
+    let stage = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let mut dead = bus.subscribe(&[Topic::DeadLetters], "t-dead").await.unwrap();
+    let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
+    bus.publish(missing("needs-replay")).await.unwrap();
+    let letter = DeadLetter::from_payload(&next(&mut dead).await.record.payload).unwrap();
+    assert_eq!(letter.error_type, "llm_http_status");
+
+    broken.store(false, std::sync::atomic::Ordering::SeqCst);
+    let status = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .args(["dlq", "replay", "--idle-timeout-s", "3"])
+        .env("LACUNA__KAFKA__BROKERS", &settings.kafka.brokers)
+        .env("LACUNA__KAFKA__TOPIC_PREFIX", &settings.kafka.topic_prefix)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let replayed = next(&mut queries).await;
+    assert_eq!(replayed.record.key, "needs-replay");
+    stage.drain().await;
+}
