@@ -367,3 +367,34 @@ async fn dead_letters_are_replayed_once_the_cause_is_fixed() {
     assert_eq!(replayed.record.key, "needs-replay");
     stage.drain().await;
 }
+
+#[actix::test]
+async fn a_full_stage_pauses_and_keeps_its_partitions_while_the_llm_is_slow() {
+    let _serial = serial();
+    // Each call takes longer than max.poll.interval.ms (6 s here): a consumer that stopped polling
+    // while its stage is busy would be thrown out of its group and see its records again.
+    let llm = FakeLlm::start(|prompt| {
+        std::thread::sleep(Duration::from_secs(9));
+        query_llm()(prompt)
+    })
+    .await;
+    let mut settings = settings("slow", &llm.base_url);
+    settings.llm.timeout_ms = 30_000;
+    settings.kafka.max_poll_interval_ms = 6000;
+    settings.stages.query_gen.max_in_flight = 1;
+    settings.kafka.prefetch = 1;
+    let bus = bus(&settings).await;
+    let stage = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
+    for n in 0..3 {
+        bus.publish(missing(&format!("slow-{n}"))).await.unwrap();
+    }
+    let mut seen = BTreeSet::new();
+    while seen.len() < 3 {
+        seen.insert(next(&mut queries).await.record.key);
+    }
+    let received = stage.counters.received.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(received, 3, "no record was delivered twice: the stage never left its group");
+    assert_eq!(llm.calls(), 3);
+    stage.drain().await;
+}
