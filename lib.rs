@@ -10,6 +10,7 @@
 //! - `config/`: `default.toml` and the typed settings.
 
 pub mod actors;
+pub mod metrics;
 pub mod pipelines;
 #[path = "config/settings.rs"]
 pub mod settings;

@@ -148,6 +148,15 @@ impl Main {
 
 fn answer_record(memory: Memory, answer: String, confidence: f32, explanation: String, outcome: Outcome) -> Record {
     let answered = Answered::from_memory(memory, answer, confidence, explanation, outcome);
+    let m = &crate::metrics::METRICS;
+    let label = match outcome {
+        Outcome::Answered => "answered",
+        Outcome::AnsweredAtLimit => "answered_at_limit",
+    };
+    m.answers.with_label_values(&[label]).inc();
+    m.answer_iterations.with_label_values::<&str>(&[]).observe(answered.iterations as f64);
+    m.answer_llm_calls.with_label_values::<&str>(&[]).observe(answered.usage.llm_calls as f64);
+    m.answer_passages.with_label_values::<&str>(&[]).observe(answered.passages.len() as f64);
     VersionedAnswer::from(AnswerRecord::Answered(Box::new(answered))).to_record()
 }
 

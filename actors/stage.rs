@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
+use crate::metrics::METRICS;
 use crate::settings::{RetrySettings, StageSettings};
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{
@@ -136,12 +137,31 @@ async fn handle_delivery<S: Stage>(
     delivery: Delivery,
 ) {
     bump(&counters.received);
+    let m = &METRICS;
+    m.events_received.with_label_values(&[S::NAME]).inc();
+    let in_flight = m.in_flight.with_label_values(&[S::NAME]);
+    in_flight.inc();
+    let timer = m.processing_seconds.with_label_values(&[S::NAME]).start_timer();
+    handle_with_retries(stage, bus, retry, counters, delivery).await;
+    timer.observe_duration();
+    in_flight.dec();
+}
+
+async fn handle_with_retries<S: Stage>(
+    stage: &S,
+    bus: &dyn Bus,
+    retry: &RetrySettings,
+    counters: &StageCounters,
+    delivery: Delivery,
+) {
+    let m = &METRICS;
     let mut attempt = 1;
     let outcome = loop {
         match stage.process(&delivery.record).await {
             Ok(outputs) => break Ok(outputs),
             Err(error) if error.is_transient() && attempt < retry.max_attempts => {
                 bump(&counters.retried);
+                m.retries.with_label_values(&[S::NAME]).inc();
                 let backoff = retry.backoff_ms.saturating_mul(1 << (attempt - 1).min(6));
                 tracing::warn!(stage = S::NAME, key = %delivery.record.key, attempt, %error, "retrying event");
                 tokio::time::sleep(Duration::from_millis(backoff)).await;
@@ -154,6 +174,9 @@ async fn handle_delivery<S: Stage>(
         Ok(outputs) => outputs,
         Err(error) => {
             bump(&counters.failed);
+            m.events_failed.with_label_values(&[S::NAME, error.error_type()]).inc();
+            m.dead_letters.with_label_values(&[S::NAME]).inc();
+            m.answers.with_label_values(&["error"]).inc();
             tracing::error!(stage = S::NAME, key = %delivery.record.key, error_type = error.error_type(), %error, "event failed");
             failure_records(S::NAME, &delivery.record, &error)
         }
@@ -165,6 +188,7 @@ async fn handle_delivery<S: Stage>(
             return;
         }
         bump(&counters.sent);
+        m.events_sent.with_label_values(&[S::NAME]).inc();
     }
     delivery.ack();
 }

@@ -19,6 +19,7 @@ pub struct Settings {
     pub bus: BusSettings,
     pub kafka: KafkaSettings,
     pub run: RunSettings,
+    pub metrics: MetricsSettings,
     pub retry: RetrySettings,
     pub stages: StagesSettings,
 }
@@ -114,6 +115,12 @@ pub struct KafkaSettings {
 pub struct RunSettings {
     pub max_open_questions: usize,
     pub max_question_chars: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    pub listen: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -51,30 +51,32 @@ pub async fn spawn_named(
         }
         "sentence_filter" => {
             let reranker = parts.reranker.clone().ok_or_else(|| missing("re-ranker"))?;
-            let stage = SentenceFilter::new(reranker, llm_for(settings, &s.sentence_filter), m.clone());
+            let stage =
+                SentenceFilter::new(reranker, llm_for(settings, &s.sentence_filter, "sentence_filter"), m.clone());
             spawn_stage(stage, bus, &s.sentence_filter, r).await
         }
-        "leaf" => spawn_stage(Leaf::new(llm_for(settings, &s.leaf)), bus, &s.leaf, r).await,
+        "leaf" => spawn_stage(Leaf::new(llm_for(settings, &s.leaf, "leaf")), bus, &s.leaf, r).await,
         "verify" => {
             let nli = match &parts.onnx_nli {
                 Some(model) => Nli::Onnx(model.clone()),
-                None => Nli::LlmJudge(llm_for(settings, &s.verify)),
+                None => Nli::LlmJudge(llm_for(settings, &s.verify, "verify")),
             };
             spawn_stage(Verify::new(nli), bus, &s.verify, r).await
         }
-        "main" => spawn_stage(Main::new(llm_for(settings, &s.main), m.clone()), bus, &s.main, r).await,
+        "main" => spawn_stage(Main::new(llm_for(settings, &s.main, "main"), m.clone()), bus, &s.main, r).await,
         "query_gen" => {
-            spawn_stage(QueryGen::new(llm_for(settings, &s.query_gen), m.clone()), bus, &s.query_gen, r).await
+            spawn_stage(QueryGen::new(llm_for(settings, &s.query_gen, "query_gen"), m.clone()), bus, &s.query_gen, r)
+                .await
         }
         other => Err(BusError::Transport(format!("no stage {other:?}; stages are {}", STAGES.join(", ")))),
     }
 }
 
 /// A client for one stage, with that stage's own limit on LLM calls in flight.
-fn llm_for(settings: &Settings, stage: &StageSettings) -> LlmClient {
+fn llm_for(settings: &Settings, stage: &StageSettings, name: &str) -> LlmClient {
     let mut llm = settings.llm.clone();
     llm.max_concurrency = stage.llm_concurrency;
-    LlmClient::new(llm)
+    LlmClient::new(llm).for_stage(name)
 }
 
 impl MigresPipeline {

@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod input;
 pub mod migres;
+pub mod observe;
 pub mod parts;

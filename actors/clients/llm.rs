@@ -72,6 +72,8 @@ pub struct LlmClient {
     settings: Arc<LlmSettings>,
     api_key: Option<String>,
     limit: Arc<Semaphore>,
+    /// The `stage` label of this client's metrics.
+    stage: Arc<str>,
 }
 
 impl LlmClient {
@@ -83,7 +85,12 @@ impl LlmClient {
         // The key never goes into the config file or the logs: only its variable's name does.
         let api_key = std::env::var(&settings.api_key_env).ok().filter(|key| !key.is_empty());
         let limit = Arc::new(Semaphore::new(settings.max_concurrency.max(1)));
-        LlmClient { http, settings: Arc::new(settings), api_key, limit }
+        LlmClient { http, settings: Arc::new(settings), api_key, limit, stage: Arc::from("none") }
+    }
+
+    /// The same client, its metrics labelled with `stage`.
+    pub fn for_stage(self, stage: &str) -> Self {
+        LlmClient { stage: Arc::from(stage), ..self }
     }
 
     /// The same endpoint with its own concurrency limit (one per stage).
@@ -139,10 +146,26 @@ impl LlmClient {
 
         let _permit = self.limit.acquire().await.expect("the semaphore is never closed");
         let started = Instant::now();
+        let outcome = self.attempts(&body, started).await;
+        let (m, stage) = (&crate::metrics::METRICS, &[&*self.stage]);
+        match &outcome {
+            Ok(Completion { stats, .. }) => {
+                m.llm_calls.with_label_values(stage).inc();
+                m.llm_request_seconds.with_label_values(stage).observe(started.elapsed().as_secs_f64());
+                m.llm_prompt_tokens.with_label_values(stage).inc_by(stats.prompt_tokens);
+                m.llm_completion_tokens.with_label_values(stage).inc_by(stats.completion_tokens);
+                m.llm_cached_tokens.with_label_values(stage).inc_by(stats.cached_tokens);
+            }
+            Err(error) => m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc(),
+        }
+        outcome
+    }
+
+    async fn attempts(&self, body: &Value, started: Instant) -> Result<Completion<String>, LlmError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.send_once(&body).await {
+            match self.send_once(body).await {
                 Ok((text, mut stats)) => {
                     stats.latency_ms = started.elapsed().as_millis() as u64;
                     stats.attempts = attempt;

@@ -74,7 +74,8 @@ pub struct OnnxNli {
 impl OnnxNli {
     pub fn load(settings: &NliSettings, onnx: &OnnxSettings) -> Result<Self, ModelError> {
         let m = &settings.model;
-        let model = PairClassifier::load(&m.model_dir, &onnx.library_path, m.threads, m.batch_size, m.max_length)?;
+        let model =
+            PairClassifier::load("nli", &m.model_dir, &onnx.library_path, m.threads, m.batch_size, m.max_length)?;
         Ok(OnnxNli {
             model: Arc::new(model),
             slots: Arc::new(Semaphore::new(m.max_queued_jobs.max(1))),

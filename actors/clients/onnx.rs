@@ -36,11 +36,14 @@ pub struct PairClassifier {
     tokenizer: Tokenizer,
     wants_token_types: bool,
     batch_size: usize,
+    /// The `model` label of this model's metrics.
+    label: &'static str,
 }
 
 impl PairClassifier {
     /// Loads `model.onnx` and `tokenizer.json` from `dir`.
     pub fn load(
+        label: &'static str,
         dir: &Path,
         runtime: &Path,
         threads: usize,
@@ -70,7 +73,13 @@ impl PairClassifier {
         tokenizer
             .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
             .map_err(|e| ModelError::Load { path: tokenizer_path, message: e.to_string() })?;
-        Ok(PairClassifier { session: Mutex::new(session), tokenizer, wants_token_types, batch_size: batch_size.max(1) })
+        Ok(PairClassifier {
+            session: Mutex::new(session),
+            tokenizer,
+            wants_token_types,
+            batch_size: batch_size.max(1),
+            label,
+        })
     }
 
     /// The logits row of every pair, in input order.
@@ -103,6 +112,10 @@ impl PairClassifier {
         if self.wants_token_types {
             inputs.push(("token_type_ids".into(), tensor(n, seq, flatten(|e| e.get_type_ids()))?.into()));
         }
+        let m = &crate::metrics::METRICS;
+        m.model_batch_size.with_label_values(&[self.label]).observe(n as f64);
+        m.model_pairs.with_label_values(&[self.label]).inc_by(n as u64);
+        let _timer = m.model_inference_seconds.with_label_values(&[self.label]).start_timer();
         let mut session = self.session.lock().unwrap();
         let outputs = session.run(inputs).map_err(|e| inference(&e))?;
         let (shape, logits) = outputs[0].try_extract_tensor::<f32>().map_err(|e| inference(&e))?;

@@ -18,6 +18,7 @@ pub struct Reranker {
 impl Reranker {
     pub fn load(settings: &ModelSettings, onnx: &OnnxSettings) -> Result<Self, ModelError> {
         let model = PairClassifier::load(
+            "reranker",
             &settings.model_dir,
             &onnx.library_path,
             settings.threads,

@@ -49,6 +49,7 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
             break;
         }
     }
+    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     // Everything that can fail before the first question is checked before anything is written.
     let parts = Parts::load(settings)?;
     check_llm(settings).await.map_err(anyhow::Error::msg)?;
@@ -79,6 +80,7 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
         Transport::InProcess => MigresPipeline::start(settings, parts).await?,
         Transport::Kafka => MigresPipeline::start_on(super::stage::kafka_bus(settings).await?, settings, parts).await?,
     };
+    ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut io_error = None;
     pipeline
         .run(questions, |record| {

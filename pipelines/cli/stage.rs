@@ -21,12 +21,14 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     if !STAGES.contains(&args.name.as_str()) {
         anyhow::bail!("no stage {:?}; stages are {}", args.name, STAGES.join(", "));
     }
+    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     let parts = Parts::load_for(settings, &[args.name.as_str()])?;
     if args.name != "retrieve" {
         check_llm(settings).await.map_err(anyhow::Error::msg)?;
     }
     let bus = kafka_bus(settings).await?;
     let running = spawn_named(&args.name, bus, settings, &parts).await?;
+    ready.store(true, std::sync::atomic::Ordering::Relaxed);
     eprintln!(
         "stage {} running on {} (group {}{})",
         args.name, settings.kafka.brokers, settings.kafka.topic_prefix, args.name

@@ -1,0 +1,178 @@
+//! Every metric Lacuna exports, in one place. Names follow docs/metrics.md (a test checks the two
+//! agree): `lacuna_<subject>_<unit>[_total]`, base units, a `stage` label, error types from a fixed set.
+
+use std::sync::LazyLock;
+
+use prometheus::core::Collector;
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub events_received: IntCounterVec,
+    pub events_sent: IntCounterVec,
+    pub events_failed: IntCounterVec,
+    pub retries: IntCounterVec,
+    pub dead_letters: IntCounterVec,
+    pub processing_seconds: HistogramVec,
+    pub in_flight: IntGaugeVec,
+    pub llm_calls: IntCounterVec,
+    pub llm_errors: IntCounterVec,
+    pub llm_request_seconds: HistogramVec,
+    pub llm_prompt_tokens: IntCounterVec,
+    pub llm_completion_tokens: IntCounterVec,
+    pub llm_cached_tokens: IntCounterVec,
+    pub model_batch_size: HistogramVec,
+    pub model_pairs: IntCounterVec,
+    pub model_inference_seconds: HistogramVec,
+    pub answers: IntCounterVec,
+    pub answer_iterations: HistogramVec,
+    pub answer_llm_calls: HistogramVec,
+    pub answer_passages: HistogramVec,
+}
+
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("a valid counter")
+}
+
+fn histogram(name: &str, help: &str, labels: &[&str], buckets: Vec<f64>) -> HistogramVec {
+    HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels).expect("a valid histogram")
+}
+
+// From a millisecond to the LLM's minutes.
+fn seconds() -> Vec<f64> {
+    vec![0.001, 0.005, 0.02, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0]
+}
+
+fn counts(max: f64) -> Vec<f64> {
+    let mut buckets = vec![0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0, 55.0];
+    buckets.retain(|b| *b <= max);
+    buckets
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let s = &["stage"];
+        let metrics = Metrics {
+            registry: Registry::new(),
+            events_received: counter("lacuna_stage_events_received_total", "Events a stage took from the bus.", s),
+            events_sent: counter("lacuna_stage_events_sent_total", "Events a stage published.", s),
+            events_failed: counter(
+                "lacuna_stage_events_failed_total",
+                "Events a stage gave up on (error record and dead letter).",
+                &["stage", "error_type"],
+            ),
+            retries: counter("lacuna_stage_retries_total", "Event retries after transient failures.", s),
+            dead_letters: counter("lacuna_stage_dead_letters_total", "Events sent to the dead-letter topic.", s),
+            processing_seconds: histogram(
+                "lacuna_stage_processing_seconds",
+                "Time from taking an event to acknowledging it.",
+                s,
+                seconds(),
+            ),
+            in_flight: IntGaugeVec::new(Opts::new("lacuna_stage_in_flight", "Events a stage is processing now."), s)
+                .expect("a valid gauge"),
+            llm_calls: counter("lacuna_llm_calls_total", "LLM calls that returned an answer.", s),
+            llm_errors: counter(
+                "lacuna_llm_errors_total",
+                "LLM calls that failed after retries.",
+                &["stage", "error_type"],
+            ),
+            llm_request_seconds: histogram(
+                "lacuna_llm_request_seconds",
+                "LLM call latency, retries included.",
+                s,
+                seconds(),
+            ),
+            llm_prompt_tokens: counter("lacuna_llm_prompt_tokens_total", "Prompt tokens sent to the LLM.", s),
+            llm_completion_tokens: counter("lacuna_llm_completion_tokens_total", "Tokens the LLM wrote.", s),
+            llm_cached_tokens: counter(
+                "lacuna_llm_cached_prompt_tokens_total",
+                "Prompt tokens the server took from its prefix cache (when it reports them).",
+                s,
+            ),
+            model_batch_size: histogram(
+                "lacuna_model_batch_size",
+                "Pairs per ONNX inference call.",
+                &["model"],
+                vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0],
+            ),
+            model_pairs: counter("lacuna_model_pairs_total", "Text pairs scored by an ONNX model.", &["model"]),
+            model_inference_seconds: histogram(
+                "lacuna_model_inference_seconds",
+                "ONNX inference time per call.",
+                &["model"],
+                seconds(),
+            ),
+            answers: counter(
+                "lacuna_answers_total",
+                "Questions ended, by outcome (answered, answered_at_limit, error).",
+                &["outcome"],
+            ),
+            answer_iterations: histogram(
+                "lacuna_answer_iterations",
+                "Iterations per answered question.",
+                &[],
+                counts(13.0),
+            ),
+            answer_llm_calls: histogram(
+                "lacuna_answer_llm_calls",
+                "LLM calls per answered question.",
+                &[],
+                counts(55.0),
+            ),
+            answer_passages: histogram(
+                "lacuna_answer_passages",
+                "Passages cited by the facts of an answered question.",
+                &[],
+                counts(34.0),
+            ),
+        };
+        for collector in metrics.collectors() {
+            metrics.registry.register(collector).expect("metric names are unique");
+        }
+        metrics
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.events_received.clone()),
+            Box::new(self.events_sent.clone()),
+            Box::new(self.events_failed.clone()),
+            Box::new(self.retries.clone()),
+            Box::new(self.dead_letters.clone()),
+            Box::new(self.processing_seconds.clone()),
+            Box::new(self.in_flight.clone()),
+            Box::new(self.llm_calls.clone()),
+            Box::new(self.llm_errors.clone()),
+            Box::new(self.llm_request_seconds.clone()),
+            Box::new(self.llm_prompt_tokens.clone()),
+            Box::new(self.llm_completion_tokens.clone()),
+            Box::new(self.llm_cached_tokens.clone()),
+            Box::new(self.model_batch_size.clone()),
+            Box::new(self.model_pairs.clone()),
+            Box::new(self.model_inference_seconds.clone()),
+            Box::new(self.answers.clone()),
+            Box::new(self.answer_iterations.clone()),
+            Box::new(self.answer_llm_calls.clone()),
+            Box::new(self.answer_passages.clone()),
+        ]
+    }
+
+    /// The names of every exported metric family.
+    pub fn names(&self) -> Vec<String> {
+        self.collectors()
+            .iter()
+            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// The Prometheus text exposition of everything observed so far.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding cannot fail");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+}
+
+/// The process's metrics.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
