@@ -11,6 +11,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use async_trait::async_trait;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+use tracing::Instrument;
 
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
 use crate::metrics::METRICS;
@@ -142,7 +143,15 @@ async fn handle_delivery<S: Stage>(
     let in_flight = m.in_flight.with_label_values(&[S::NAME]);
     in_flight.inc();
     let timer = m.processing_seconds.with_label_values(&[S::NAME]).start_timer();
-    handle_with_retries(stage, bus, retry, counters, delivery).await;
+    // At error level so that any filter keeps it: every line logged inside carries its context.
+    let span = tracing::error_span!(
+        "event",
+        stage = S::NAME,
+        question_id = %delivery.record.key,
+        iteration = iteration_of(&delivery.record.payload),
+        attempt = delivery.attempt,
+    );
+    handle_with_retries(stage, bus, retry, counters, delivery).instrument(span).await;
     timer.observe_duration();
     in_flight.dec();
 }
@@ -207,6 +216,19 @@ pub fn failure_records(stage: &str, input: &Record, error: &StageError) -> Vec<R
     let answer = VersionedAnswer::from(AnswerRecord::Error(record)).to_record();
     let dead_letter = DeadLetter::new(stage, error.error_type(), &error.to_string(), input).to_record();
     vec![answer, dead_letter]
+}
+
+/// The iteration an event belongs to, for log lines (0 for events without memory).
+fn iteration_of(payload: &[u8]) -> u64 {
+    #[derive(serde::Deserialize)]
+    struct Memory {
+        iteration: u64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        memory: Option<Memory>,
+    }
+    serde_json::from_slice::<Peek>(payload).ok().and_then(|p| p.memory).map_or(0, |m| m.iteration)
 }
 
 /// Reads what it can of a payload that may not decode as its event type.

@@ -20,6 +20,7 @@ pub struct Settings {
     pub kafka: KafkaSettings,
     pub run: RunSettings,
     pub metrics: MetricsSettings,
+    pub log: LogSettings,
     pub retry: RetrySettings,
     pub stages: StagesSettings,
 }
@@ -115,6 +116,20 @@ pub struct KafkaSettings {
 pub struct RunSettings {
     pub max_open_questions: usize,
     pub max_question_chars: usize,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub filter: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -97,3 +97,36 @@ async fn an_unknown_config_key_is_an_error() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("max_iteratons"));
 }
+
+#[tokio::test]
+async fn json_logs_carry_the_stage_question_id_and_iteration() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::Main => Reply::Status(503),
+        _ => answering_llm()(prompt),
+    })
+    .await;
+    let dir = support::scratch_dir("json-logs");
+    let (questions, out) = (dir.join("q.jsonl"), dir.join("a.jsonl"));
+    std::fs::write(&questions, json!({"id": "logged", "question": "Which club did Len Worley play for?"}).to_string())
+        .unwrap();
+    let output = lacuna(&llm.base_url)
+        .env("LACUNA__LOG__FORMAT", "json")
+        .env("LACUNA_LOG", "lacuna=warn")
+        .env("LACUNA__LLM__MAX_RETRIES", "0")
+        .env("LACUNA__RETRY__MAX_ATTEMPTS", "2")
+        .env("LACUNA__RETRY__BACKOFF_MS", "10")
+        .args(["run", "--questions", questions.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let retry: Value = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["fields"]["message"] == "retrying event")
+        .unwrap_or_else(|| panic!("a JSON line about the retry in:\n{stderr}"));
+    assert_eq!(retry["span"]["stage"], "main");
+    assert_eq!(retry["span"]["question_id"], "logged");
+    assert_eq!(retry["span"]["iteration"], 1);
+    assert_eq!(retry["level"], "WARN");
+}

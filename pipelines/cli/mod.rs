@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::settings::Settings;
+use crate::settings::{LogFormat, LogSettings, Settings};
 
 #[derive(Parser)]
 #[command(name = "lacuna", version, about = "Answers multi-hop questions with cited, verified facts (MIGRES)")]
@@ -43,9 +43,8 @@ enum Command {
 
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LACUNA_LOG").unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let mut settings = Settings::load(cli.config.as_deref()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+    init_logs(&settings.log);
     match cli.command {
         Command::Index(args) => index::index(&mut settings, args),
         Command::Ask(args) => ask::ask(&settings, args).await,
@@ -54,5 +53,18 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Submit(args) => submit::submit(&settings, args).await,
         Command::Answers(args) => submit::answers(&settings, args).await,
         Command::Dlq(args) => dlq::dlq(&settings, args).await,
+    }
+}
+
+/// Logs go to stderr, filtered by `LACUNA_LOG` (e.g. `info`, `lacuna=debug`), as text or one JSON
+/// object per line. Lines logged while a stage handles an event carry the event's span: stage,
+/// question id and iteration.
+fn init_logs(settings: &LogSettings) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("LACUNA_LOG").unwrap_or_else(|_| settings.filter.as_str().into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match settings.format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
 }
