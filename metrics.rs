@@ -28,6 +28,8 @@ pub struct Metrics {
     pub answer_iterations: HistogramVec,
     pub answer_llm_calls: HistogramVec,
     pub answer_passages: HistogramVec,
+    pub queue_depth: IntGaugeVec,
+    pub paused_partitions: IntGaugeVec,
 }
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -126,6 +128,19 @@ impl Metrics {
                 &[],
                 counts(34.0),
             ),
+            queue_depth: IntGaugeVec::new(
+                Opts::new("lacuna_bus_queue_depth", "Records waiting in an in-process topic."),
+                &["topic"],
+            )
+            .expect("a valid gauge"),
+            paused_partitions: IntGaugeVec::new(
+                Opts::new(
+                    "lacuna_kafka_paused_partitions",
+                    "Partitions a consumer group paused because its stage is full.",
+                ),
+                &["group"],
+            )
+            .expect("a valid gauge"),
         };
         for collector in metrics.collectors() {
             metrics.registry.register(collector).expect("metric names are unique");
@@ -155,6 +170,8 @@ impl Metrics {
             Box::new(self.answer_iterations.clone()),
             Box::new(self.answer_llm_calls.clone()),
             Box::new(self.answer_passages.clone()),
+            Box::new(self.queue_depth.clone()),
+            Box::new(self.paused_partitions.clone()),
         ]
     }
 

@@ -384,11 +384,22 @@ async fn a_full_stage_pauses_and_keeps_its_partitions_while_the_llm_is_slow() {
     settings.stages.query_gen.max_in_flight = 1;
     settings.kafka.prefetch = 1;
     let bus = bus(&settings).await;
+    let paused = lacuna::metrics::METRICS.paused_partitions.with_label_values(&["query_gen"]);
+    paused.set(0);
     let stage = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
     let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
     for n in 0..3 {
         bus.publish(missing(&format!("slow-{n}"))).await.unwrap();
     }
+    // Watch the paused-partitions gauge while the stage is busy.
+    let most_paused = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let (gauge, seen) = (paused.clone(), most_paused.clone());
+    let sampler = tokio::spawn(async move {
+        loop {
+            seen.fetch_max(gauge.get(), std::sync::atomic::Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
     let mut seen = BTreeSet::new();
     while seen.len() < 3 {
         seen.insert(next(&mut queries).await.record.key);
@@ -396,5 +407,7 @@ async fn a_full_stage_pauses_and_keeps_its_partitions_while_the_llm_is_slow() {
     let received = stage.counters.received.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(received, 3, "no record was delivered twice: the stage never left its group");
     assert_eq!(llm.calls(), 3);
+    sampler.abort();
+    assert!(most_paused.load(std::sync::atomic::Ordering::Relaxed) > 0, "the full stage paused its partitions");
     stage.drain().await;
 }

@@ -62,6 +62,12 @@ async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
     // The sent counter moves after the publish returns; give the actor its turn.
     tokio::time::sleep(Duration::from_millis(200)).await;
 
+    // Nobody consumes `facts` here: two records wait in it.
+    for n in 0..2 {
+        let record = lacuna::topics::Record { topic: Topic::Facts, key: format!("f{n}"), payload: b"{}".to_vec() };
+        bus.publish(record).await.unwrap();
+    }
+
     let (status, text) = get(address, "/metrics").await;
     assert_eq!(status, 200);
     for line in [
@@ -72,6 +78,8 @@ async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
         r#"lacuna_llm_prompt_tokens_total{stage="query_gen"} 100"#,
         r#"lacuna_llm_cached_prompt_tokens_total{stage="query_gen"} 40"#,
         r#"lacuna_stage_processing_seconds_count{stage="query_gen"} 1"#,
+        r#"lacuna_bus_queue_depth{topic="facts"} 2"#,
+        r#"lacuna_bus_queue_depth{topic="missing"} 0"#,
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line} in:\n{text}");
     }

@@ -44,21 +44,29 @@ impl InProcessBus {
 #[async_trait]
 impl Bus for InProcessBus {
     async fn publish(&self, record: Record) -> Result<(), BusError> {
-        self.channels[&record.topic].sender.send(record).await.map_err(|_| BusError::Closed)
+        let topic = record.topic;
+        self.channels[&topic].sender.send(record).await.map_err(|_| BusError::Closed)?;
+        report_depth(topic, &self.channels[&topic].sender);
+        Ok(())
     }
 
     async fn subscribe(&self, topics: &[Topic], _group: &str) -> Result<Box<dyn Subscription>, BusError> {
         let mut receivers = Vec::new();
         for topic in topics {
             let receiver = self.channels[topic].receiver.lock().unwrap().take();
-            receivers.push(receiver.ok_or(BusError::AlreadySubscribed(*topic))?);
+            receivers.push((*topic, receiver.ok_or(BusError::AlreadySubscribed(*topic))?));
         }
         Ok(Box::new(InProcessSubscription { receivers }))
     }
 }
 
 struct InProcessSubscription {
-    receivers: Vec<mpsc::Receiver<Record>>,
+    receivers: Vec<(Topic, mpsc::Receiver<Record>)>,
+}
+
+fn report_depth(topic: Topic, sender: &mpsc::Sender<Record>) {
+    let depth = sender.max_capacity() - sender.capacity();
+    crate::metrics::METRICS.queue_depth.with_label_values(&[topic.name()]).set(depth as i64);
 }
 
 #[async_trait]
@@ -67,9 +75,13 @@ impl Subscription for InProcessSubscription {
         poll_fn(|cx| {
             let mut open = 0;
             // In priority order: the first topic with a record wins.
-            for receiver in &mut self.receivers {
+            for (topic, receiver) in &mut self.receivers {
                 match receiver.poll_recv(cx) {
-                    Poll::Ready(Some(record)) => return Poll::Ready(Some(Delivery::new(record, 1, None))),
+                    Poll::Ready(Some(record)) => {
+                        let depth = receiver.len();
+                        crate::metrics::METRICS.queue_depth.with_label_values(&[topic.name()]).set(depth as i64);
+                        return Poll::Ready(Some(Delivery::new(record, 1, None)));
+                    }
                     Poll::Ready(None) => {}
                     Poll::Pending => open += 1,
                 }

@@ -129,7 +129,8 @@ impl Bus for KafkaBus {
         let topic_of: HashMap<String, Topic> =
             names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
         let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));
-        let poller = tokio::spawn(poll(consumer.clone(), tracker, topic_of, sender));
+        let paused = crate::metrics::METRICS.paused_partitions.with_label_values(&[group]);
+        let poller = tokio::spawn(poll(consumer.clone(), tracker, topic_of, sender, paused));
         Ok(Box::new(KafkaSubscription { receiver, consumer, poller }))
     }
 }
@@ -245,6 +246,7 @@ async fn poll(
     tracker: Arc<Mutex<OffsetTracker>>,
     topic_of: HashMap<String, Topic>,
     sender: mpsc::Sender<Delivery>,
+    paused_gauge: prometheus::IntGauge,
 ) {
     let mut waiting: VecDeque<Delivery> = VecDeque::new();
     let mut paused = false;
@@ -256,7 +258,7 @@ async fn poll(
                 Err(mpsc::error::TrySendError::Full(delivery)) => waiting.push_front(delivery),
             }
             if !paused {
-                set_paused(&consumer, true);
+                paused_gauge.set(set_paused(&consumer, true));
                 paused = true;
             }
             tokio::select! {
@@ -270,6 +272,7 @@ async fn poll(
         }
         if paused {
             set_paused(&consumer, false);
+            paused_gauge.set(0);
             paused = false;
         }
         tokio::select! {
@@ -279,12 +282,14 @@ async fn poll(
     }
 }
 
-fn set_paused(consumer: &StreamConsumer<TrackingContext>, pause: bool) {
-    let Ok(assignment) = consumer.assignment() else { return };
+/// Pauses or resumes every assigned partition; returns how many there are.
+fn set_paused(consumer: &StreamConsumer<TrackingContext>, pause: bool) -> i64 {
+    let Ok(assignment) = consumer.assignment() else { return 0 };
     let outcome = if pause { consumer.pause(&assignment) } else { consumer.resume(&assignment) };
     if let Err(error) = outcome {
         tracing::warn!(%error, pause, "cannot pause or resume partitions");
     }
+    assignment.count() as i64
 }
 
 fn to_delivery(
