@@ -33,12 +33,6 @@ impl InProcessBus {
             .collect();
         InProcessBus { channels }
     }
-
-    /// Records waiting in `topic` (for tests and progress reports).
-    pub fn depth(&self, topic: Topic) -> usize {
-        let sender = &self.channels[&topic].sender;
-        sender.max_capacity() - sender.capacity()
-    }
 }
 
 #[async_trait]

@@ -93,11 +93,6 @@ impl LlmClient {
         LlmClient { stage: Arc::from(stage), ..self }
     }
 
-    /// The same endpoint with its own concurrency limit (one per stage).
-    pub fn with_concurrency(&self, max_concurrency: usize) -> Self {
-        LlmClient { limit: Arc::new(Semaphore::new(max_concurrency.max(1))), ..self.clone() }
-    }
-
     pub fn settings(&self) -> &LlmSettings {
         &self.settings
     }

@@ -7,7 +7,6 @@ use clap::{Args, Subcommand};
 
 use crate::settings::Settings;
 use crate::topics::dead_letter::DeadLetter;
-use crate::topics::kafka::KafkaBus;
 use crate::topics::{Bus, Event, Record, Topic};
 
 #[derive(Args)]
@@ -27,8 +26,7 @@ enum DlqCommand {
 
 pub async fn dlq(settings: &Settings, args: DlqArgs) -> anyhow::Result<()> {
     let DlqCommand::Replay { idle_timeout_s } = args.command;
-    let bus = KafkaBus::new(settings.kafka.clone())?;
-    bus.ensure_topics().await?;
+    let bus = super::stage::kafka_bus(settings).await?;
     let mut subscription = bus.subscribe(&[Topic::DeadLetters], "dlq-replay").await?;
     let mut replayed = 0;
     while let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_secs(idle_timeout_s), subscription.next()).await

@@ -8,7 +8,6 @@ use clap::Args;
 use crate::pipelines::migres::{STAGES, spawn_named};
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::settings::Settings;
-use crate::topics::Bus;
 use crate::topics::kafka::KafkaBus;
 
 #[derive(Args)]
@@ -41,7 +40,7 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
 }
 
 /// The Kafka bus with every topic created.
-pub async fn kafka_bus(settings: &Settings) -> anyhow::Result<Arc<dyn Bus>> {
+pub async fn kafka_bus(settings: &Settings) -> anyhow::Result<Arc<KafkaBus>> {
     let bus = KafkaBus::new(settings.kafka.clone())?;
     bus.ensure_topics().await?;
     Ok(Arc::new(bus))

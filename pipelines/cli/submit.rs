@@ -12,7 +12,7 @@ use clap::Args;
 use crate::pipelines::cli::stage::kafka_bus;
 use crate::pipelines::input::{Input, InputReader};
 use crate::settings::Settings;
-use crate::topics::{AnswerRecord, Event, Topic, VersionedAnswer};
+use crate::topics::{AnswerRecord, Bus, Event, Topic, VersionedAnswer};
 
 #[derive(Args)]
 pub struct SubmitArgs {
