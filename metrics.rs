@@ -21,6 +21,7 @@ pub struct Metrics {
     pub llm_prompt_tokens: IntCounterVec,
     pub llm_completion_tokens: IntCounterVec,
     pub llm_cached_tokens: IntCounterVec,
+    pub llm_cache_hits: IntCounterVec,
     pub model_batch_size: HistogramVec,
     pub model_pairs: IntCounterVec,
     pub model_inference_seconds: HistogramVec,
@@ -90,6 +91,11 @@ impl Metrics {
             llm_cached_tokens: counter(
                 "lacuna_llm_cached_prompt_tokens_total",
                 "Prompt tokens the server took from its prefix cache (when it reports them).",
+                s,
+            ),
+            llm_cache_hits: counter(
+                "lacuna_llm_cache_hits_total",
+                "LLM calls answered from Lacuna's response cache (llm.cache) without reaching the endpoint.",
                 s,
             ),
             model_batch_size: histogram(
@@ -163,6 +169,7 @@ impl Metrics {
             Box::new(self.llm_prompt_tokens.clone()),
             Box::new(self.llm_completion_tokens.clone()),
             Box::new(self.llm_cached_tokens.clone()),
+            Box::new(self.llm_cache_hits.clone()),
             Box::new(self.model_batch_size.clone()),
             Box::new(self.model_pairs.clone()),
             Box::new(self.model_inference_seconds.clone()),

@@ -9,6 +9,7 @@ pub mod leaf;
 pub mod main;
 pub mod prompts;
 pub mod query_gen;
+pub mod reader;
 pub mod retrieve;
 pub mod sentence_filter;
 pub mod stage;
@@ -24,6 +25,7 @@ pub fn note_call(memory: &mut Memory, stage: &str, purpose: &str, stats: &CallSt
     memory.usage.prompt_tokens += stats.prompt_tokens;
     memory.usage.completion_tokens += stats.completion_tokens;
     memory.usage.cached_tokens += stats.cached_tokens;
+    memory.usage.cache_hits += u32::from(stats.cache_hit);
     memory.record(
         stage,
         TraceKind::LlmCall {

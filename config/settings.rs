@@ -23,6 +23,7 @@ pub struct Settings {
     pub log: LogSettings,
     pub retry: RetrySettings,
     pub stages: StagesSettings,
+    pub eval: EvalSettings,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -51,6 +52,10 @@ pub struct LlmSettings {
     pub temperature: f32,
     pub max_tokens: u32,
     pub max_concurrency: usize,
+    /// Answer repeated calls from a content-addressed response cache (see `clients/llm_cache.rs`).
+    pub cache: bool,
+    /// Empty: <cache>/llm-responses.
+    pub cache_dir: PathBuf,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -140,6 +145,14 @@ pub struct MetricsSettings {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct EvalSettings {
+    pub judge_base_url: String,
+    pub judge_model: String,
+    pub judge_api_key_env: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RetrySettings {
     pub max_attempts: u32,
     pub backoff_ms: u64,
@@ -162,6 +175,7 @@ pub struct StagesSettings {
     pub verify: StageSettings,
     pub main: StageSettings,
     pub query_gen: StageSettings,
+    pub reader: StageSettings,
 }
 
 impl Settings {
@@ -198,6 +212,7 @@ impl Settings {
         fill(&mut self.onnx.library_path, "ORT_DYLIB_PATH", cache.join("onnxruntime/libonnxruntime.so.1.31.1"));
         fill(&mut self.rerank.model_dir, "LACUNA_RERANKER_DIR", cache.join("reranker"));
         fill(&mut self.nli.model.model_dir, "LACUNA_NLI_DIR", cache.join("nli"));
+        fill(&mut self.llm.cache_dir, "LACUNA_LLM_CACHE_DIR", cache.join("llm-responses"));
     }
 
     fn validate(&self) -> Result<(), String> {

@@ -42,8 +42,18 @@ pub struct Usage {
     pub completion_tokens: u64,
     /// Prompt tokens the server served from its prefix cache, when it reports them.
     pub cached_tokens: u64,
-    /// Tokens the model wrote as "knowledge" (paper Table 5's knowledge tokens).
+    /// Tokens the model wrote as "knowledge" when no passage survived (knowledge prompting).
     pub knowledge_tokens: u64,
+    /// Tokens of retrieved text shown to the LLM (paper Table 5's external knowledge tokens), counted
+    /// with the re-ranker's WordPiece tokenizer: the LLM's own tokenizer is behind the endpoint.
+    #[serde(default)]
+    pub evidence_tokens: u64,
+    /// Passages (or their kept sentences) shown to the LLM, over all iterations (paper Table 4).
+    #[serde(default)]
+    pub passages_shown: u32,
+    /// LLM calls answered from Lacuna's response cache (also counted in `llm_calls`).
+    #[serde(default)]
+    pub cache_hits: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

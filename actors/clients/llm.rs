@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+use super::llm_cache::{CachedResponse, ResponseCache};
 use crate::settings::LlmSettings;
 
 #[derive(Debug, thiserror::Error, Clone)]
@@ -52,6 +53,8 @@ pub struct CallStats {
     pub cached_tokens: u64,
     pub latency_ms: u64,
     pub attempts: u32,
+    /// Answered from the response cache: nothing was sent (the tokens are those of the first call).
+    pub cache_hit: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -74,6 +77,7 @@ pub struct LlmClient {
     limit: Arc<Semaphore>,
     /// The `stage` label of this client's metrics.
     stage: Arc<str>,
+    cache: Option<ResponseCache>,
 }
 
 impl LlmClient {
@@ -85,7 +89,8 @@ impl LlmClient {
         // The key never goes into the config file or the logs: only its variable's name does.
         let api_key = std::env::var(&settings.api_key_env).ok().filter(|key| !key.is_empty());
         let limit = Arc::new(Semaphore::new(settings.max_concurrency.max(1)));
-        LlmClient { http, settings: Arc::new(settings), api_key, limit, stage: Arc::from("none") }
+        let cache = settings.cache.then(|| ResponseCache::new(&settings.cache_dir));
+        LlmClient { http, settings: Arc::new(settings), api_key, limit, stage: Arc::from("none"), cache }
     }
 
     /// The same client, its metrics labelled with `stage`.
@@ -138,13 +143,39 @@ impl LlmClient {
         if let Some(format) = response_format {
             body["response_format"] = format;
         }
+        let (m, stage) = (&crate::metrics::METRICS, &[&*self.stage]);
+        let cache_key = self.cache.as_ref().map(|_| ResponseCache::key(&self.settings.base_url, &body));
+        if let (Some(cache), Some(key)) = (&self.cache, &cache_key)
+            && let Some(hit) = cache.get(key)
+        {
+            m.llm_cache_hits.with_label_values(stage).inc();
+            let stats = CallStats {
+                prompt_tokens: hit.prompt_tokens,
+                completion_tokens: hit.completion_tokens,
+                cached_tokens: hit.cached_tokens,
+                cache_hit: true,
+                ..CallStats::default()
+            };
+            return Ok(Completion { value: hit.text, stats });
+        }
 
         let _permit = self.limit.acquire().await.expect("the semaphore is never closed");
         let started = Instant::now();
         let outcome = self.attempts(&body, started).await;
-        let (m, stage) = (&crate::metrics::METRICS, &[&*self.stage]);
         match &outcome {
-            Ok(Completion { stats, .. }) => {
+            Ok(Completion { value, stats }) => {
+                if let (Some(cache), Some(key)) = (&self.cache, &cache_key) {
+                    let entry = CachedResponse {
+                        text: value.clone(),
+                        prompt_tokens: stats.prompt_tokens,
+                        completion_tokens: stats.completion_tokens,
+                        cached_tokens: stats.cached_tokens,
+                    };
+                    // A cache that cannot be written costs a repeat call later, not this answer.
+                    if let Err(error) = cache.put(key, &entry) {
+                        tracing::warn!(%error, dir = %cache.dir().display(), "cannot write the LLM response cache");
+                    }
+                }
                 m.llm_calls.with_label_values(stage).inc();
                 m.llm_request_seconds.with_label_values(stage).observe(started.elapsed().as_secs_f64());
                 m.llm_prompt_tokens.with_label_values(stage).inc_by(stats.prompt_tokens);
