@@ -29,11 +29,12 @@ struct Decision {
     missing_information: String,
 }
 
+/// An answer that must be given (at the limit here, from the passages in the baselines' reader).
 #[derive(Deserialize)]
-struct FinalAnswer {
-    answer: String,
-    confidence: f32,
-    explanation: String,
+pub(crate) struct FinalAnswer {
+    pub answer: String,
+    pub confidence: f32,
+    pub explanation: String,
 }
 
 fn confidence() -> serde_json::Value {
@@ -58,7 +59,7 @@ fn decision_schema() -> Schema {
     }
 }
 
-fn final_schema() -> Schema {
+pub(crate) fn final_schema() -> Schema {
     Schema {
         name: "final_answer",
         schema: json!({
@@ -146,7 +147,14 @@ impl Main {
     }
 }
 
-fn answer_record(memory: Memory, answer: String, confidence: f32, explanation: String, outcome: Outcome) -> Record {
+/// The answer record of a question, counted in the answer metrics.
+pub(crate) fn answer_record(
+    memory: Memory,
+    answer: String,
+    confidence: f32,
+    explanation: String,
+    outcome: Outcome,
+) -> Record {
     let answered = Answered::from_memory(memory, answer, confidence, explanation, outcome);
     let m = &crate::metrics::METRICS;
     let label = match outcome {

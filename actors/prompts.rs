@@ -9,6 +9,8 @@ pub const QUERY_GEN: &str = include_str!("prompts/query_gen.txt");
 pub const LEAF: &str = include_str!("prompts/leaf.txt");
 pub const KNOWLEDGE: &str = include_str!("prompts/knowledge.txt");
 pub const ENTAILMENT: &str = include_str!("prompts/entailment.txt");
+/// The baselines' single answer call over the top-k passages (paper Table 3, VANILLA and VANILLA-s).
+pub const READER: &str = include_str!("prompts/reader.txt");
 
 /// Replaces each `{name}` with its value. Plain replacement, not a template engine: the prompts contain
 /// literal JSON braces. Values are inserted in one pass so a value containing `{x}` is not expanded.

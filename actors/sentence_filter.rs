@@ -18,6 +18,26 @@ pub struct SentenceFilter {
     reranker: Reranker,
     llm: LlmClient,
     settings: MigresSettings,
+    mode: FilterMode,
+}
+
+/// How much filtering a pipeline wants. MIGRES uses all of it; the paper's baselines take the top k
+/// re-ranked passages whole (VANILLA) or cut to their relevant sentences (VANILLA-s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilterMode {
+    /// Drop passages scoring below `rerank_threshold` (otherwise only the top k are kept).
+    pub passage_threshold: bool,
+    /// Cut kept passages down to their sentences scoring at or above the threshold.
+    pub sentences: bool,
+    /// Ask the LLM what it knows when nothing survives (also needs `migres.knowledge_prompting`).
+    pub knowledge_prompting: bool,
+}
+
+impl FilterMode {
+    pub const MIGRES: FilterMode = FilterMode { passage_threshold: true, sentences: true, knowledge_prompting: true };
+    pub const TOP_K: FilterMode = FilterMode { passage_threshold: false, sentences: false, knowledge_prompting: false };
+    pub const TOP_K_SENTENCES: FilterMode =
+        FilterMode { passage_threshold: false, sentences: true, knowledge_prompting: false };
 }
 
 /// A passage that passed the threshold, reduced to what will be shown.
@@ -30,7 +50,11 @@ struct Snippet {
 
 impl SentenceFilter {
     pub fn new(reranker: Reranker, llm: LlmClient, settings: MigresSettings) -> Self {
-        SentenceFilter { reranker, llm, settings }
+        SentenceFilter { reranker, llm, settings, mode: FilterMode::MIGRES }
+    }
+
+    pub fn with_mode(self, mode: FilterMode) -> Self {
+        SentenceFilter { mode, ..self }
     }
 
     async fn filter(&self, event: PassagesEvent) -> Result<EvidenceEvent, StageError> {
@@ -41,7 +65,7 @@ impl SentenceFilter {
         let scores = self.reranker.score(pairs).await?;
         let mut kept = Vec::new();
         for (hit, &score) in hits.iter().zip(&scores) {
-            let keep = score >= threshold;
+            let keep = score >= threshold || !self.mode.passage_threshold;
             memory.record(
                 Self::NAME,
                 TraceKind::PassageScored {
@@ -56,9 +80,19 @@ impl SentenceFilter {
             }
         }
 
+        if !self.mode.passage_threshold {
+            // Without a threshold only the k best can be shown: do not score the sentences of the rest.
+            kept.sort_by(|a, b| b.1.total_cmp(&a.1));
+            kept.truncate(self.settings.top_k);
+        }
         // Score every sentence of every surviving passage in one batch.
-        let sentences: Vec<Vec<String>> =
-            kept.iter().map(|(hit, _)| sentences_outside_query(&hit.passage.text, &hit.query)).collect();
+        let sentences: Vec<Vec<String>> = kept
+            .iter()
+            .map(|(hit, _)| match self.mode.sentences {
+                true => sentences_outside_query(&hit.passage.text, &hit.query),
+                false => Vec::new(),
+            })
+            .collect();
         let pairs = kept
             .iter()
             .zip(&sentences)
@@ -69,9 +103,12 @@ impl SentenceFilter {
         let mut snippets: Vec<Snippet> = Vec::new();
         for ((hit, passage_score), list) in kept.iter().zip(sentences) {
             let scores: Vec<f32> = sentence_scores.by_ref().take(list.len()).collect();
-            // A passage whose every sentence repeats the query has nothing new to say.
-            let Some(best) = scores.iter().copied().reduce(f32::max) else { continue };
-            let whole = best < *passage_score;
+            let whole = match scores.iter().copied().reduce(f32::max) {
+                _ if !self.mode.sentences => true,
+                // A passage whose every sentence repeats the query has nothing new to say.
+                None => continue,
+                Some(best) => best < *passage_score,
+            };
             let text = if whole {
                 hit.passage.text.clone()
             } else {
@@ -104,7 +141,7 @@ impl SentenceFilter {
         }
 
         let evidence = self.show_top_k(&mut memory, snippets);
-        if !evidence.is_empty() || !self.settings.knowledge_prompting {
+        if !evidence.is_empty() || !self.settings.knowledge_prompting || !self.mode.knowledge_prompting {
             return Ok(EvidenceEvent { schema_version: SCHEMA_VERSION, memory, queries, evidence });
         }
         let evidence = self.knowledge(&mut memory, &queries).await?.into_iter().collect();
@@ -127,6 +164,8 @@ impl SentenceFilter {
             if snippet.text.split_whitespace().count() < self.settings.min_snippet_words {
                 continue;
             }
+            memory.usage.evidence_tokens += self.reranker.count_tokens(&snippet.text) as u64;
+            memory.usage.passages_shown += 1;
             shown.push(EvidenceItem {
                 id: snippet.id,
                 title: snippet.title,
@@ -176,7 +215,7 @@ impl Stage for SentenceFilter {
 
 /// How a passage or sentence is shown to the cross-encoder: with its title, which often names the
 /// entity the text only calls "he" or "the film".
-fn titled(title: &str, text: &str) -> String {
+pub fn titled(title: &str, text: &str) -> String {
     if title.is_empty() { text.to_string() } else { format!("{title}. {text}") }
 }
 

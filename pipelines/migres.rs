@@ -1,14 +1,9 @@
-//! The MIGRES pipeline on the embedded bus:
+//! The MIGRES pipeline:
 //!
 //! questions -> retrieve -> passages -> sentence_filter -> evidence -> leaf -> facts -> verify -> verified -> main -> answers
 //! and main -> missing -> query_gen -> queries -> retrieve, until an answer or T iterations.
-//!
-//! Every stage is an actor on its own thread; the topics are bounded queues. `run` admits at most
-//! `run.max_open_questions` questions into the loop at once and returns exactly one record per question.
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::actors::clients::{LlmClient, Nli};
 use crate::actors::leaf::Leaf;
@@ -20,17 +15,7 @@ use crate::actors::stage::{RunningStage, spawn_stage};
 use crate::actors::verify::Verify;
 use crate::pipelines::parts::Parts;
 use crate::settings::{Settings, StageSettings};
-use crate::topics::in_process::InProcessBus;
-use crate::topics::{AnswerRecord, Bus, BusError, Event, QuestionEvent, Subscription, Topic, VersionedAnswer};
-
-pub struct MigresPipeline {
-    bus: Arc<dyn Bus>,
-    stages: Vec<RunningStage>,
-    answers: Box<dyn Subscription>,
-    max_open_questions: usize,
-    /// Dead letters seen (the question also got an error record).
-    pub dead_letters: Arc<AtomicU64>,
-}
+use crate::topics::{Bus, BusError};
 
 /// The MIGRES stages, in the order of the loop.
 pub const STAGES: [&str; 6] = ["retrieve", "sentence_filter", "leaf", "verify", "main", "query_gen"];
@@ -73,97 +58,8 @@ pub async fn spawn_named(
 }
 
 /// A client for one stage, with that stage's own limit on LLM calls in flight.
-fn llm_for(settings: &Settings, stage: &StageSettings, name: &str) -> LlmClient {
+pub(crate) fn llm_for(settings: &Settings, stage: &StageSettings, name: &str) -> LlmClient {
     let mut llm = settings.llm.clone();
     llm.max_concurrency = stage.llm_concurrency;
     LlmClient::new(llm).for_stage(name)
-}
-
-impl MigresPipeline {
-    /// Starts every stage on the in-process bus.
-    pub async fn start(settings: &Settings, parts: Parts) -> Result<Self, BusError> {
-        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(settings.bus.queue_capacity));
-        let pipeline = Self::start_on(bus.clone(), settings, parts).await?;
-        // Nothing durable keeps dead letters in process: count them (each question also got an
-        // error record) so the topic never fills. On Kafka they stay for `lacuna dlq replay`.
-        let mut dead_letter_feed = bus.subscribe(&[Topic::DeadLetters], "dead_letters").await?;
-        let counter = pipeline.dead_letters.clone();
-        actix::spawn(async move {
-            while let Some(delivery) = dead_letter_feed.next().await {
-                counter.fetch_add(1, Ordering::Relaxed);
-                delivery.ack();
-            }
-        });
-        Ok(pipeline)
-    }
-
-    /// Starts every stage on `bus`: the stages cannot tell which bus it is.
-    pub async fn start_on(bus: Arc<dyn Bus>, settings: &Settings, parts: Parts) -> Result<Self, BusError> {
-        // Subscribe the answer sink before any stage can publish to it.
-        let answers = bus.subscribe(&[Topic::Answers], "answers").await?;
-        let mut stages = Vec::new();
-        for name in STAGES {
-            stages.push(spawn_named(name, bus.clone(), settings, &parts).await?);
-        }
-        Ok(MigresPipeline {
-            bus,
-            stages,
-            answers,
-            max_open_questions: settings.run.max_open_questions,
-            dead_letters: Arc::new(AtomicU64::new(0)),
-        })
-    }
-
-    pub fn stages(&self) -> &[RunningStage] {
-        &self.stages
-    }
-
-    /// Runs `questions` through the loop, calling `on_record` once per question as each finishes.
-    /// Redelivered or repeated answers for a question already answered are ignored.
-    pub async fn run<I, F>(&mut self, questions: I, mut on_record: F) -> Result<(), BusError>
-    where
-        I: IntoIterator<Item = QuestionEvent>,
-        F: FnMut(AnswerRecord),
-    {
-        let mut pending = questions.into_iter();
-        let mut open: HashSet<String> = HashSet::new();
-        let mut done: HashSet<String> = HashSet::new();
-        loop {
-            while open.len() < self.max_open_questions {
-                let Some(question) = pending.next() else { break };
-                open.insert(question.id.clone());
-                self.bus.publish(question.to_record()).await?;
-            }
-            if open.is_empty() {
-                return Ok(());
-            }
-            let Some(delivery) = self.answers.next().await else { return Err(BusError::Closed) };
-            let decoded = VersionedAnswer::from_payload(&delivery.record.payload);
-            delivery.ack();
-            let record = match decoded {
-                Ok(answer) => answer.record,
-                Err(error) => {
-                    tracing::error!(%error, "undecodable answer record");
-                    continue;
-                }
-            };
-            let id = record.question_id().to_string();
-            if open.remove(&id) && done.insert(id) {
-                on_record(record);
-            }
-        }
-    }
-
-    /// Answers one question.
-    pub async fn ask(&mut self, question: QuestionEvent) -> Result<AnswerRecord, BusError> {
-        let mut answer = None;
-        self.run([question], |record| answer = Some(record)).await?;
-        answer.ok_or(BusError::Closed)
-    }
-
-    pub fn stop(self) {
-        for stage in &self.stages {
-            stage.stop();
-        }
-    }
 }

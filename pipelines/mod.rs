@@ -1,8 +1,11 @@
-//! Pipelines: which stages run, connected by which topics. `migres` is the MIGRES loop; `cli` is the
-//! `lacuna` command line on top of it.
+//! Pipelines: which stages run, connected by which topics. `migres` is the MIGRES loop, `vanilla` the
+//! paper's retrieve-then-read baselines, `pipeline` runs any of them; `cli` is the `lacuna` command
+//! line on top.
 
 pub mod cli;
 pub mod input;
 pub mod migres;
 pub mod observe;
 pub mod parts;
+pub mod pipeline;
+pub mod vanilla;

@@ -30,9 +30,9 @@ pub struct Parts {
 }
 
 impl Parts {
-    /// Everything the whole pipeline needs.
-    pub fn load(settings: &Settings) -> Result<Parts, PartsError> {
-        Self::load_for(settings, &crate::pipelines::migres::STAGES)
+    /// Everything the stages of `pipeline` need.
+    pub fn load(settings: &Settings, pipeline: crate::pipelines::pipeline::PipelineKind) -> Result<Parts, PartsError> {
+        Self::load_for(settings, pipeline.stages())
     }
 
     /// What `stages` need.

@@ -328,8 +328,14 @@ async fn the_migres_loop_runs_over_kafka_unchanged() {
     let settings = settings("loop", &llm.base_url);
     let bus = bus(&settings).await;
     let (question, answers, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
-    let mut pipeline =
-        lacuna::pipelines::migres::MigresPipeline::start_on(bus, &settings, support::parts(&settings)).await.unwrap();
+    let mut pipeline = lacuna::pipelines::pipeline::Pipeline::start_on(
+        lacuna::pipelines::pipeline::PipelineKind::Migres,
+        bus,
+        &settings,
+        support::parts(&settings),
+    )
+    .await
+    .unwrap();
     let record = pipeline.ask(lacuna::topics::QuestionEvent::new("kafka-hugo", question)).await.unwrap();
     pipeline.stop();
     let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };

@@ -6,7 +6,7 @@ mod support;
 
 use std::collections::HashMap;
 
-use lacuna::pipelines::migres::MigresPipeline;
+use lacuna::pipelines::pipeline::{Pipeline, PipelineKind};
 use lacuna::topics::{AnswerRecord, FactSource, Outcome, QuestionEvent, TraceKind};
 use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
@@ -17,7 +17,7 @@ async fn a_two_hop_question_is_answered_with_verified_cited_facts() {
     let llm = FakeLlm::start(hugo_script).await;
     let settings = support::settings(&llm.base_url);
     let (question, answers, gold) = support::question("hotpotqa", HUGO_QUESTION_ID);
-    let mut pipeline = MigresPipeline::start(&settings, support::parts(&settings)).await.unwrap();
+    let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
     let record = pipeline.ask(QuestionEvent::new(HUGO_QUESTION_ID, question.clone())).await.unwrap();
     pipeline.stop();
 
@@ -92,7 +92,7 @@ async fn every_question_ends_in_exactly_one_record_even_when_the_llm_fails() {
     let failing = questions.iter().filter(|q| q.question.contains("American")).count();
     assert!(failing > 0 && failing < questions.len(), "the sample mixes failing and passing questions");
 
-    let mut pipeline = MigresPipeline::start(&settings, support::parts(&settings)).await.unwrap();
+    let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
     let mut records = Vec::new();
     pipeline.run(questions.clone(), |record| records.push(record)).await.unwrap();
     let dead_letters = pipeline.dead_letters.load(std::sync::atomic::Ordering::Relaxed);

@@ -5,7 +5,7 @@
 
 mod support;
 
-use lacuna::pipelines::migres::MigresPipeline;
+use lacuna::pipelines::pipeline::{Pipeline, PipelineKind};
 use lacuna::topics::{AnswerRecord, FactSource, QuestionEvent, TraceKind};
 
 fn llm_url() -> String {
@@ -21,7 +21,7 @@ async fn migres_with_the_local_llm_ends_in_a_cited_verified_answer() {
     settings.migres.max_iterations = 2;
     let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
     let parts = support::parts(&settings);
-    let mut pipeline = MigresPipeline::start(&settings, parts).await.unwrap();
+    let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, parts).await.unwrap();
     let record = pipeline.ask(QuestionEvent::new("real-1", question)).await.unwrap();
     pipeline.stop();
     println!("{}", serde_json::to_string_pretty(&record).unwrap());
@@ -59,4 +59,33 @@ async fn migres_with_the_local_llm_ends_in_a_cited_verified_answer() {
     let calls = answer.trace.iter().filter(|s| matches!(s.kind, TraceKind::LlmCall { .. })).count();
     assert_eq!(calls, answer.usage.llm_calls as usize, "every LLM call is in the trace");
     assert!(answer.usage.prompt_tokens > 0, "token usage is recorded");
+}
+
+/// The paper's baselines with the real model: one answer call over the k best passages, which the
+/// record cites and which exist in the corpus.
+#[actix::test]
+async fn baselines_with_the_local_llm_answer_from_cited_passages() {
+    let mut settings = support::settings(&llm_url());
+    settings.llm.timeout_ms = 300_000;
+    settings.llm.max_tokens = 256;
+    let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
+    let index = support::search();
+    for kind in [PipelineKind::Vanilla, PipelineKind::VanillaS] {
+        let mut pipeline = Pipeline::start(kind, &settings, support::parts(&settings)).await.unwrap();
+        let record = pipeline.ask(QuestionEvent::new(format!("real-{kind}"), question.clone())).await.unwrap();
+        pipeline.stop();
+        println!("{kind}: {}", serde_json::to_string(&record).unwrap());
+        let AnswerRecord::Answered(answer) = record else { panic!("{kind}: expected an answer, got {record:?}") };
+        assert!(!answer.answer.is_empty());
+        assert_eq!(answer.usage.llm_calls, 1, "{kind}: one answer call");
+        assert_eq!(answer.iterations, 1);
+        assert!(!answer.passages.is_empty() && answer.passages.len() <= settings.migres.top_k);
+        for passage in &answer.passages {
+            let stored = index.passage(&passage.id).unwrap().expect("a cited passage exists in the index");
+            assert!(
+                stored.text.contains(passage.text.split(". ").next().unwrap()),
+                "{kind}: cited text is the passage's"
+            );
+        }
+    }
 }

@@ -82,6 +82,11 @@ impl PairClassifier {
         })
     }
 
+    /// Word pieces in `text` (no special tokens; long texts count up to the truncation length).
+    pub fn count_tokens(&self, text: &str) -> usize {
+        self.tokenizer.encode(text, false).map(|e| e.get_ids().len()).unwrap_or(0)
+    }
+
     /// The logits row of every pair, in input order.
     pub fn classify(&self, pairs: &[(String, String)]) -> Result<Vec<Vec<f32>>, ModelError> {
         // Batching pairs of similar length keeps padding (wasted compute) small.

@@ -28,6 +28,11 @@ impl Reranker {
         Ok(Reranker { model: Arc::new(model), slots: Arc::new(Semaphore::new(settings.max_queued_jobs.max(1))) })
     }
 
+    /// Tokens of `text` as this model's tokenizer counts them (for knowledge-token accounting).
+    pub fn count_tokens(&self, text: &str) -> usize {
+        self.model.count_tokens(text)
+    }
+
     /// One score per pair, in order; higher is more relevant.
     pub async fn score(&self, pairs: Vec<(String, String)>) -> Result<Vec<f32>, ModelError> {
         if pairs.is_empty() {

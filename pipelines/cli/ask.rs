@@ -3,8 +3,8 @@
 use clap::Args;
 
 use crate::pipelines::input::{Input, InputReader};
-use crate::pipelines::migres::MigresPipeline;
 use crate::pipelines::parts::{Parts, check_llm};
+use crate::pipelines::pipeline::{Pipeline, PipelineKind};
 use crate::settings::Settings;
 use crate::topics::{AnswerRecord, Answered, FactSource, TraceKind};
 
@@ -14,6 +14,9 @@ pub struct AskArgs {
     /// Print the full answer record, trace included, as JSON.
     #[arg(long)]
     json: bool,
+    /// Which method answers.
+    #[arg(long, default_value = "migres")]
+    pipeline: PipelineKind,
 }
 
 pub async fn ask(settings: &Settings, args: AskArgs) -> anyhow::Result<()> {
@@ -21,9 +24,9 @@ pub async fn ask(settings: &Settings, args: AskArgs) -> anyhow::Result<()> {
         Input::Question(question) => question,
         Input::Rejected(error) => anyhow::bail!("{}", error.message),
     };
-    let parts = Parts::load(settings)?;
+    let parts = Parts::load(settings, args.pipeline)?;
     check_llm(settings).await.map_err(anyhow::Error::msg)?;
-    let mut pipeline = MigresPipeline::start(settings, parts).await?;
+    let mut pipeline = Pipeline::start(args.pipeline, settings, parts).await?;
     let record = pipeline.ask(question).await?;
     pipeline.stop();
     if args.json {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use crate::pipelines::pipeline::PipelineKind;
 use crate::settings::Settings;
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{Bus, Event, Record, Topic};
@@ -13,6 +14,9 @@ use crate::topics::{Bus, Event, Record, Topic};
 pub struct DlqArgs {
     #[command(subcommand)]
     command: DlqCommand,
+    /// The pipeline whose dead letters are read.
+    #[arg(long, default_value = "migres", global = true)]
+    pipeline: PipelineKind,
 }
 
 #[derive(Subcommand)]
@@ -26,7 +30,7 @@ enum DlqCommand {
 
 pub async fn dlq(settings: &Settings, args: DlqArgs) -> anyhow::Result<()> {
     let DlqCommand::Replay { idle_timeout_s } = args.command;
-    let bus = super::stage::kafka_bus(settings).await?;
+    let bus = super::stage::kafka_bus(&args.pipeline.kafka_settings(&settings.kafka)).await?;
     let mut subscription = bus.subscribe(&[Topic::DeadLetters], "dlq-replay").await?;
     let mut replayed = 0;
     while let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_secs(idle_timeout_s), subscription.next()).await

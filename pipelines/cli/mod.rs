@@ -1,7 +1,9 @@
 //! The `lacuna` command line.
 
 mod ask;
+mod calibrate;
 mod dlq;
+mod eval;
 mod index;
 mod run;
 mod stage;
@@ -10,6 +12,9 @@ mod submit;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+
+pub use run::progress_bar;
+pub use stage::kafka_bus;
 
 use crate::settings::{LogFormat, LogSettings, Settings};
 
@@ -39,6 +44,10 @@ enum Command {
     Answers(submit::AnswersArgs),
     /// Inspect and replay the dead-letter topic.
     Dlq(dlq::DlqArgs),
+    /// Score a pipeline on a dataset folder (EM, F1, lenient EM, cover EM, Acc†, cost), or compare runs.
+    Eval(eval::EvalArgs),
+    /// Find the re-ranker threshold that keeps a passage for 80% of a dataset's questions.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 pub async fn main() -> anyhow::Result<()> {
@@ -53,6 +62,8 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Submit(args) => submit::submit(&settings, args).await,
         Command::Answers(args) => submit::answers(&settings, args).await,
         Command::Dlq(args) => dlq::dlq(&settings, args).await,
+        Command::Eval(args) => eval::eval(&settings, args).await,
+        Command::Calibrate(args) => calibrate::calibrate_command(&settings, args).await,
     }
 }
 

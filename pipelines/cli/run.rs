@@ -8,8 +8,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::pipelines::input::{Input, InputReader};
-use crate::pipelines::migres::MigresPipeline;
 use crate::pipelines::parts::{Parts, check_llm};
+use crate::pipelines::pipeline::{Pipeline, PipelineKind, Transport};
 use crate::settings::Settings;
 use crate::topics::{AnswerRecord, VersionedAnswer};
 
@@ -28,15 +28,18 @@ pub struct RunArgs {
     /// kafka.brokers, all in this process).
     #[arg(long, default_value = "in-process")]
     transport: Transport,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum Transport {
-    InProcess,
-    Kafka,
+    /// Which method answers.
+    #[arg(long, default_value = "migres")]
+    pipeline: PipelineKind,
+    /// Answer repeated LLM calls from the response cache (llm.cache_dir).
+    #[arg(long)]
+    llm_cache: bool,
 }
 
 pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
+    let mut settings = settings.clone();
+    settings.llm.cache |= args.llm_cache;
+    let settings = &settings;
     let file = std::fs::File::open(&args.questions)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.questions.display()))?;
     let mut reader = InputReader::new(settings.run.max_question_chars);
@@ -51,7 +54,7 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
     }
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     // Everything that can fail before the first question is checked before anything is written.
-    let parts = Parts::load(settings)?;
+    let parts = Parts::load(settings, args.pipeline)?;
     check_llm(settings).await.map_err(anyhow::Error::msg)?;
 
     let mut out = std::io::BufWriter::new(std::fs::File::create(&args.out)?);
@@ -76,10 +79,7 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
             Input::Rejected(error) => write(AnswerRecord::Error(error))?,
         }
     }
-    let mut pipeline = match args.transport {
-        Transport::InProcess => MigresPipeline::start(settings, parts).await?,
-        Transport::Kafka => MigresPipeline::start_on(super::stage::kafka_bus(settings).await?, settings, parts).await?,
-    };
+    let mut pipeline = Pipeline::start_with(args.pipeline, args.transport, settings, parts).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut io_error = None;
     pipeline
@@ -98,7 +98,7 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn progress_bar(len: u64) -> ProgressBar {
+pub fn progress_bar(len: u64) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }

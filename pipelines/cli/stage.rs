@@ -5,33 +5,35 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use crate::pipelines::migres::{STAGES, spawn_named};
 use crate::pipelines::parts::{Parts, check_llm};
-use crate::settings::Settings;
+use crate::pipelines::pipeline::PipelineKind;
+use crate::settings::{KafkaSettings, Settings};
 use crate::topics::kafka::KafkaBus;
 
 #[derive(Args)]
 pub struct StageArgs {
-    /// retrieve, sentence_filter, leaf, verify, main or query_gen.
+    /// retrieve, sentence_filter, leaf, verify, main or query_gen (MIGRES); reader (baselines).
     name: String,
+    /// The pipeline this stage belongs to: each pipeline has its own topics.
+    #[arg(long, default_value = "migres")]
+    pipeline: PipelineKind,
 }
 
 pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
-    if !STAGES.contains(&args.name.as_str()) {
-        anyhow::bail!("no stage {:?}; stages are {}", args.name, STAGES.join(", "));
+    let stages = args.pipeline.stages();
+    if !stages.contains(&args.name.as_str()) {
+        anyhow::bail!("{} has no stage {:?}; its stages are {}", args.pipeline, args.name, stages.join(", "));
     }
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     let parts = Parts::load_for(settings, &[args.name.as_str()])?;
     if args.name != "retrieve" {
         check_llm(settings).await.map_err(anyhow::Error::msg)?;
     }
-    let bus = kafka_bus(settings).await?;
-    let running = spawn_named(&args.name, bus, settings, &parts).await?;
+    let kafka = args.pipeline.kafka_settings(&settings.kafka);
+    let bus = kafka_bus(&kafka).await?;
+    let running = args.pipeline.spawn_stage(&args.name, bus, settings, &parts).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
-    eprintln!(
-        "stage {} running on {} (group {}{})",
-        args.name, settings.kafka.brokers, settings.kafka.topic_prefix, args.name
-    );
+    eprintln!("stage {} running on {} (group {}{})", args.name, kafka.brokers, kafka.topic_prefix, args.name);
     wait_for_shutdown_signal().await;
     eprintln!("stage {}: draining", args.name);
     running.drain().await;
@@ -40,8 +42,8 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
 }
 
 /// The Kafka bus with every topic created.
-pub async fn kafka_bus(settings: &Settings) -> anyhow::Result<Arc<KafkaBus>> {
-    let bus = KafkaBus::new(settings.kafka.clone())?;
+pub async fn kafka_bus(kafka: &KafkaSettings) -> anyhow::Result<Arc<KafkaBus>> {
+    let bus = KafkaBus::new(kafka.clone())?;
     bus.ensure_topics().await?;
     Ok(Arc::new(bus))
 }

@@ -11,6 +11,7 @@ use clap::Args;
 
 use crate::pipelines::cli::stage::kafka_bus;
 use crate::pipelines::input::{Input, InputReader};
+use crate::pipelines::pipeline::PipelineKind;
 use crate::settings::Settings;
 use crate::topics::{AnswerRecord, Bus, Event, Topic, VersionedAnswer};
 
@@ -21,12 +22,15 @@ pub struct SubmitArgs {
     questions: PathBuf,
     #[arg(long)]
     limit: Option<usize>,
+    /// The pipeline whose questions topic receives them.
+    #[arg(long, default_value = "migres")]
+    pipeline: PipelineKind,
 }
 
 pub async fn submit(settings: &Settings, args: SubmitArgs) -> anyhow::Result<()> {
     let file = std::fs::File::open(&args.questions)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.questions.display()))?;
-    let bus = kafka_bus(settings).await?;
+    let bus = kafka_bus(&args.pipeline.kafka_settings(&settings.kafka)).await?;
     let mut reader = InputReader::new(settings.run.max_question_chars);
     let (mut submitted, mut rejected) = (0, 0);
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
@@ -60,6 +64,9 @@ pub struct AnswersArgs {
     /// Stop after this many seconds without a new record (default: run until interrupted).
     #[arg(long)]
     idle_timeout_s: Option<u64>,
+    /// The pipeline whose answers topic is read.
+    #[arg(long, default_value = "migres")]
+    pipeline: PipelineKind,
 }
 
 pub async fn answers(settings: &Settings, args: AnswersArgs) -> anyhow::Result<()> {
@@ -73,7 +80,7 @@ pub async fn answers(settings: &Settings, args: AnswersArgs) -> anyhow::Result<(
         }
     }
     let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&args.out)?;
-    let bus = kafka_bus(settings).await?;
+    let bus = kafka_bus(&args.pipeline.kafka_settings(&settings.kafka)).await?;
     let mut subscription = bus.subscribe(&[Topic::Answers], "answers-sink").await?;
     let idle = args.idle_timeout_s.map(Duration::from_secs).unwrap_or(Duration::MAX);
     while args.expect.is_none_or(|expect| seen.len() < expect) {

@@ -1,4 +1,4 @@
-use lacuna::actors::sentence_filter::{SentenceFilter, split_sentences};
+use lacuna::actors::sentence_filter::{FilterMode, SentenceFilter, split_sentences};
 use lacuna::actors::stage::Stage;
 use lacuna::settings::Settings;
 use lacuna::topics::{
@@ -104,4 +104,49 @@ fn sentences_split_at_capitals_not_at_abbreviations() {
         parts,
         vec!["He met St. louis officials, e.g. the mayor.", "Then he left!", "\"Yes\" he said.", "1990 was late."]
     );
+}
+
+/// The baselines' filter: no threshold, so even a threshold nothing reaches shows the k best.
+async fn filter_in_mode(mode: FilterMode, hits: Vec<RetrievedPassage>, llm_url: &str) -> EvidenceEvent {
+    let mut settings = Settings::defaults().migres;
+    settings.rerank_threshold = 100.0;
+    settings.top_k = 2;
+    let stage = SentenceFilter::new(reranker(), support::llm(llm_url), settings).with_mode(mode);
+    let event =
+        PassagesEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), queries: vec![QUERY.to_string()], hits };
+    single(stage.process(&event.to_record()).await.unwrap())
+}
+
+#[tokio::test]
+async fn top_k_mode_shows_the_k_best_passages_whole_without_a_threshold() {
+    let llm = FakeLlm::start(|_| Reply::Text("I don't know.".into())).await;
+    let hits = vec![irrelevant("p1"), hugo(), irrelevant("p2")];
+    let out = filter_in_mode(FilterMode::TOP_K, hits, &llm.base_url).await;
+    let ids: Vec<_> = out.evidence.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids.len(), 2, "k = 2 passages shown although none reaches the threshold");
+    assert_eq!(ids[0], "hugo", "best first");
+    assert_eq!(out.evidence[0].text, hugo().passage.text, "VANILLA shows passages whole");
+    assert_eq!(out.memory.usage.passages_shown, 2);
+    assert!(out.memory.usage.evidence_tokens > 20, "shown tokens are counted");
+    assert_eq!(llm.calls(), 0, "baselines never prompt for knowledge");
+
+    let migres = filter_in_mode(FilterMode::MIGRES, vec![hugo()], &llm.base_url).await;
+    assert!(migres.evidence.is_empty(), "MIGRES applies the threshold");
+    assert_eq!(llm.calls(), 1, "and prompts for knowledge when nothing passes");
+}
+
+#[tokio::test]
+async fn top_k_sentences_mode_cuts_passages_to_their_relevant_sentences() {
+    let llm = FakeLlm::start(|_| Reply::Status(500)).await;
+    let mut settings = Settings::defaults().migres;
+    settings.top_k = 2;
+    let stage =
+        SentenceFilter::new(reranker(), support::llm(&llm.base_url), settings).with_mode(FilterMode::TOP_K_SENTENCES);
+    let hits = vec![irrelevant("p1"), hugo()];
+    let event =
+        PassagesEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), queries: vec![QUERY.to_string()], hits };
+    let out: EvidenceEvent = single(stage.process(&event.to_record()).await.unwrap());
+    let hugo_item = out.evidence.iter().find(|e| e.id == "hugo").expect("hugo is among the top k");
+    assert!(hugo_item.text.contains("plays for FC Cartagena"), "{}", hugo_item.text);
+    assert!(!hugo_item.text.contains("marble staircase"), "irrelevant sentences are cut: {}", hugo_item.text);
 }

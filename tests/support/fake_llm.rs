@@ -27,6 +27,10 @@ pub enum Prompt {
     Leaf,
     Knowledge,
     Entailment,
+    /// The baselines' single answer call.
+    Reader,
+    /// The Acc† judge of `lacuna eval`.
+    Judge,
     Other,
 }
 
@@ -43,6 +47,10 @@ pub fn prompt_kind(prompt: &str) -> Prompt {
         Prompt::Leaf
     } else if prompt.starts_with("Generate relevant information") {
         Prompt::Knowledge
+    } else if prompt.starts_with("Answer the Question using the provided Documents") {
+        Prompt::Reader
+    } else if prompt.starts_with("In the following task, you are given a Question") {
+        Prompt::Judge
     } else {
         Prompt::Other
     }

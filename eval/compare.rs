@@ -1,0 +1,178 @@
+//! `lacuna eval --compare`: several reports side by side, as a Markdown table (pipelines x datasets)
+//! and an SVG plot of accuracy against LLM calls per question: what each pipeline's accuracy costs.
+
+use std::fmt::Write;
+
+use super::report::Report;
+
+/// The accuracy the comparison plots: Acc† when every report has it, else lenient EM.
+pub fn accuracy_metric(reports: &[Report]) -> (&'static str, fn(&Report) -> f64) {
+    if !reports.is_empty() && reports.iter().all(|r| r.acc_judged.is_some()) {
+        ("Acc†", |r| r.acc_judged.unwrap_or(0.0))
+    } else {
+        ("lenient EM", |r| r.lenient_em)
+    }
+}
+
+fn ordered<'a>(values: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for v in values {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// Rows are pipelines, columns datasets; each cell is "EM / lenient EM / accuracy (LLM calls)".
+pub fn markdown_table(reports: &[Report]) -> String {
+    let (metric, accuracy) = accuracy_metric(reports);
+    let pipelines = ordered(reports.iter().map(|r| r.pipeline.as_str()));
+    let datasets = ordered(reports.iter().map(|r| r.dataset.as_str()));
+    let mut out = String::new();
+    let _ = writeln!(out, "| pipeline | {} |", datasets.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---|".repeat(datasets.len()));
+    for pipeline in &pipelines {
+        let cells: Vec<String> = datasets
+            .iter()
+            .map(|dataset| match reports.iter().find(|r| r.pipeline == *pipeline && r.dataset == *dataset) {
+                Some(r) => format!(
+                    "{:.1} / {:.1} / {:.1} ({:.1}, n={})",
+                    100.0 * r.em,
+                    100.0 * r.lenient_em,
+                    100.0 * accuracy(r),
+                    r.llm_calls,
+                    r.questions
+                ),
+                None => "-".to_string(),
+            })
+            .collect();
+        let _ = writeln!(out, "| {pipeline} | {} |", cells.join(" | "));
+    }
+    let _ = writeln!(out, "\nEach cell: EM / lenient EM / {metric} in %, (LLM calls per question, questions scored).");
+    out
+}
+
+const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+
+/// Accuracy (y, %) against LLM calls per question (x): one dot per report, a colour per pipeline,
+/// labelled with its dataset.
+pub fn svg_plot(reports: &[Report]) -> String {
+    let (metric, accuracy) = accuracy_metric(reports);
+    let (width, height, left, right, top, bottom) = (720.0, 440.0, 60.0, 170.0, 30.0, 50.0);
+    let plot_w = width - left - right;
+    let plot_h = height - top - bottom;
+    let max_calls = reports.iter().map(|r| r.llm_calls).fold(1.0_f64, f64::max);
+    let x_max = (max_calls * 1.15).ceil();
+    let max_acc = reports.iter().map(accuracy).fold(0.0_f64, f64::max);
+    let y_max = ((max_acc * 100.0 / 10.0).ceil() * 10.0).clamp(10.0, 100.0);
+    let x = |calls: f64| left + plot_w * calls / x_max;
+    let y = |acc: f64| top + plot_h * (1.0 - acc * 100.0 / y_max);
+
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    // Axes with five ticks each.
+    let _ =
+        writeln!(svg, r#"<path d="M{left} {top} V{} H{}" stroke="black" fill="none"/>"#, top + plot_h, left + plot_w);
+    for i in 0..=5 {
+        let calls = x_max * f64::from(i) / 5.0;
+        let acc = y_max * f64::from(i) / 5.0;
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{calls:.1}</text>"#,
+            x(calls),
+            top + plot_h + 18.0
+        );
+        let _ = writeln!(
+            svg,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="end">{acc:.0}</text><line x1="{left}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#ddd"/>"##,
+            left - 6.0,
+            y(acc / 100.0) + 4.0,
+            left + plot_w,
+            y(acc / 100.0),
+            y(acc / 100.0)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">LLM calls per question</text>"#,
+        left + plot_w / 2.0,
+        height - 12.0
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text transform="translate(16 {:.1}) rotate(-90)" text-anchor="middle">{metric} (%)</text>"#,
+        top + plot_h / 2.0
+    );
+    let pipelines = ordered(reports.iter().map(|r| r.pipeline.as_str()));
+    for r in reports {
+        let index = pipelines.iter().position(|p| *p == r.pipeline).unwrap_or(0);
+        let color = COLORS[index % COLORS.len()];
+        let (px, py) = (x(r.llm_calls), y(accuracy(r)));
+        let _ = writeln!(svg, r#"<circle cx="{px:.1}" cy="{py:.1}" r="5" fill="{color}"/>"#);
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" fill="{color}">{}</text>"#,
+            px + 7.0,
+            py - 5.0,
+            escape(&r.dataset)
+        );
+    }
+    for (i, pipeline) in pipelines.iter().enumerate() {
+        let (lx, ly) = (left + plot_w + 20.0, top + 10.0 + 20.0 * i as f64);
+        let color = COLORS[i % COLORS.len()];
+        let _ = writeln!(svg, r#"<circle cx="{lx}" cy="{ly}" r="5" fill="{color}"/>"#);
+        let _ = writeln!(svg, r#"<text x="{}" y="{}">{}</text>"#, lx + 10.0, ly + 4.0, escape(pipeline));
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(pipeline: &str, dataset: &str, em: f64, calls: f64) -> Report {
+        Report {
+            pipeline: pipeline.into(),
+            dataset: dataset.into(),
+            em,
+            lenient_em: em,
+            llm_calls: calls,
+            questions: 10,
+            ..Report::default()
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_pipeline_and_a_column_per_dataset() {
+        let reports = [
+            report("vanilla", "hotpotqa", 0.2, 1.0),
+            report("migres", "hotpotqa", 0.4, 7.5),
+            report("migres", "musique", 0.1, 9.0),
+        ];
+        let table = markdown_table(&reports);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "| pipeline | hotpotqa | musique |");
+        assert_eq!(lines[2], "| vanilla | 20.0 / 20.0 / 20.0 (1.0, n=10) | - |");
+        assert_eq!(lines[3], "| migres | 40.0 / 40.0 / 40.0 (7.5, n=10) | 10.0 / 10.0 / 10.0 (9.0, n=10) |");
+        assert!(table.contains("lenient EM in %"), "without judged reports the plot metric is lenient EM");
+    }
+
+    #[test]
+    fn the_plot_has_a_dot_per_report() {
+        let reports = [report("vanilla", "a&b", 0.2, 1.0), report("migres", "a&b", 0.4, 7.5)];
+        let svg = svg_plot(&reports);
+        assert_eq!(svg.matches("<circle").count(), 4, "two dots and two legend marks");
+        assert!(svg.contains("a&amp;b"));
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+}

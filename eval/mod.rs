@@ -1,0 +1,186 @@
+//! `lacuna eval`: runs a dataset's questions through a pipeline and scores the answers the way the
+//! papers do, so MIGRES's gains over the baselines (and their cost) can be checked on real data.
+//!
+//! - `dataset`: the ../shared/data folder format, and its BM25 index (built once, cached).
+//! - `score`: EM, F1, MIGRES's lenient EM, cover EM, yes/no scoring.
+//! - `judge`: Acc†, an LLM judging whether the prediction implies the gold answer.
+//! - `report`: per-question records and the run's report.
+//! - `compare`: several reports as one table and one plot.
+//! - `calibrate`: the re-ranker threshold from the paper's recipe.
+
+pub mod calibrate;
+pub mod compare;
+pub mod dataset;
+pub mod judge;
+pub mod report;
+pub mod score;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use futures::StreamExt;
+
+use crate::pipelines::parts::{Parts, check_llm};
+use crate::pipelines::pipeline::{Pipeline, PipelineKind, Transport};
+use crate::settings::Settings;
+use crate::topics::{AnswerRecord, QuestionEvent, VersionedAnswer};
+use dataset::Dataset;
+use judge::Judge;
+use report::{EvalRecord, Report};
+
+pub struct EvalOptions {
+    pub pipeline: PipelineKind,
+    pub transport: Transport,
+    /// Questions inside the pipeline at once.
+    pub concurrency: usize,
+    /// Ask the judge for Acc†.
+    pub judge: bool,
+}
+
+/// Runs `dataset` through the pipeline and writes `answers.jsonl` (as answers arrive),
+/// `records.jsonl`, `report.json` and `report.md` into `out`.
+pub async fn evaluate(
+    settings: &Settings,
+    dataset: &Dataset,
+    options: &EvalOptions,
+    out: &Path,
+) -> anyhow::Result<Report> {
+    std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+    let mut settings = settings.clone();
+    settings.search.index_dir = dataset.index_dir(&crate::settings::cache_dir().join("eval-index"))?;
+    settings.run.max_open_questions = options.concurrency.max(1);
+    // The loop of bounded queues needs room for every open question (see run.max_open_questions).
+    settings.bus.queue_capacity = settings.bus.queue_capacity.max(settings.run.max_open_questions + 1);
+    let parts = Parts::load(&settings, options.pipeline)?;
+    check_llm(&settings).await.map_err(anyhow::Error::msg)?;
+    let model = served_model(&settings).await.unwrap_or_else(|| settings.llm.model.clone());
+
+    let questions: HashMap<&str, &dataset::EvalQuestion> =
+        dataset.questions.iter().map(|q| (q.id.as_str(), q)).collect();
+    if questions.len() != dataset.questions.len() {
+        anyhow::bail!("{}: question ids are not unique", dataset.dir.display());
+    }
+    let events: Vec<QuestionEvent> =
+        dataset.questions.iter().map(|q| QuestionEvent::new(q.id.clone(), q.question.clone())).collect();
+
+    let answers_path = out.join("answers.jsonl");
+    let mut answers = std::io::BufWriter::new(std::fs::File::create(&answers_path)?);
+    let progress = crate::pipelines::cli::progress_bar(events.len() as u64);
+    let started = Instant::now();
+    let mut pipeline = Pipeline::start_with(options.pipeline, options.transport, &settings, parts).await?;
+    let mut finished: HashMap<String, AnswerRecord> = HashMap::new();
+    let mut io_error = None;
+    pipeline
+        .run(events, |record| {
+            // Kept as they arrive: an interrupted evaluation still shows what it answered.
+            let written = serde_json::to_writer(&mut answers, &VersionedAnswer::from(record.clone()))
+                .map_err(std::io::Error::from)
+                .and_then(|_| answers.write_all(b"\n"))
+                .and_then(|_| answers.flush());
+            if let Err(e) = written {
+                io_error.get_or_insert(e);
+            }
+            progress.inc(1);
+            finished.insert(record.question_id().to_string(), record);
+        })
+        .await?;
+    pipeline.stop();
+    let wall_seconds = started.elapsed().as_secs_f64();
+    progress.finish_and_clear();
+    if let Some(e) = io_error {
+        anyhow::bail!("writing {}: {e}", answers_path.display());
+    }
+
+    let mut records: Vec<EvalRecord> = dataset
+        .questions
+        .iter()
+        .map(|q| {
+            let record = finished.remove(&q.id).expect("the pipeline returns one record per question");
+            EvalRecord::new(q, record)
+        })
+        .collect();
+    if options.judge {
+        judge_all(&settings, &mut records, &questions).await?;
+    }
+    let mut report = Report::from_records(&records, wall_seconds);
+    report.dataset = dataset.name.clone();
+    report.pipeline = options.pipeline.name().to_string();
+    report.model = model;
+    report.date = today();
+
+    let mut lines = Vec::new();
+    for record in &records {
+        lines.extend(serde_json::to_vec(record)?);
+        lines.push(b'\n');
+    }
+    std::fs::write(out.join("records.jsonl"), lines)?;
+    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+    std::fs::write(out.join("report.md"), report.markdown())?;
+    Ok(report)
+}
+
+/// Acc† for every answered question: exact matches and yes/no questions need no judge.
+async fn judge_all(
+    settings: &Settings,
+    records: &mut [EvalRecord],
+    questions: &HashMap<&str, &dataset::EvalQuestion>,
+) -> anyhow::Result<()> {
+    let judge = Judge::new(&settings.llm, &settings.eval);
+    let verdicts = futures::stream::iter(records.iter().enumerate())
+        .map(|(i, record)| {
+            let judge = judge.clone();
+            let yes_no = questions.get(record.id.as_str()).is_some_and(|q| q.is_yes_no());
+            async move {
+                let verdict = match &record.prediction {
+                    None => Some(false),
+                    Some(_) if yes_no || record.scores.em == 1.0 => Some(record.scores.em == 1.0),
+                    Some(prediction) => {
+                        match judge.implies(&record.question, prediction, &record.gold).await {
+                            Ok(v) => Some(v),
+                            // A judge failure leaves the question unjudged; the report then has no Acc†.
+                            Err(error) => {
+                                tracing::error!(%error, question_id = %record.id, "judge call failed");
+                                None
+                            }
+                        }
+                    }
+                };
+                (i, verdict)
+            }
+        })
+        .buffer_unordered(settings.llm.max_concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await;
+    for (i, verdict) in verdicts {
+        records[i].judged_correct = verdict;
+    }
+    Ok(())
+}
+
+/// The model id the endpoint reports (`/models`), which names the weights better than `llm.model`.
+async fn served_model(settings: &Settings) -> Option<String> {
+    let url = format!("{}/models", settings.llm.base_url.trim_end_matches('/'));
+    let response = reqwest::get(&url).await.ok()?;
+    let body: serde_json::Value = response.json().await.ok()?;
+    let id = body["data"][0]["id"].as_str()?;
+    // Local servers report a file path: its file name is the model.
+    Some(id.rsplit('/').next().unwrap_or(id).to_string())
+}
+
+/// Today's UTC date as YYYY-MM-DD (civil-from-days, so no calendar crate is needed).
+pub fn today() -> String {
+    let days =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs() / 86_400;
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}

@@ -1,0 +1,219 @@
+//! What `lacuna eval` writes: one [`EvalRecord`] per question (records.jsonl) and one [`Report`]
+//! (report.json, report.md) with the papers' columns: accuracy (EM, F1, lenient EM, cover EM, Acc†)
+//! and efficiency (Tables 4 and 5: LLM calls, iterations, passages per iteration, knowledge tokens),
+//! plus wall time and throughput. Errors count as wrong answers: N is every question asked.
+
+use serde::{Deserialize, Serialize};
+
+use super::dataset::EvalQuestion;
+use super::score::{Scores, passage_recall, score, score_yes_no};
+use crate::topics::{AnswerRecord, VersionedAnswer};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EvalRecord {
+    pub id: String,
+    pub question: String,
+    pub gold: Vec<String>,
+    /// None when the question ended in an error record.
+    pub prediction: Option<String>,
+    pub error_type: Option<String>,
+    pub scores: Scores,
+    /// Acc†: the judge's verdict (or EM for exact and yes/no answers); None when not judged.
+    pub judged_correct: Option<bool>,
+    pub iterations: u32,
+    pub llm_calls: u32,
+    pub passages_shown: u32,
+    /// Retrieved text plus model-written knowledge shown to the LLM, in tokens (paper Table 5).
+    pub knowledge_tokens: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cache_hits: u32,
+    /// Share of the gold passages among those the answer cites.
+    pub cited_gold_recall: Option<f64>,
+    /// The full answer or error record, trace included.
+    pub record: VersionedAnswer,
+}
+
+impl EvalRecord {
+    pub fn new(question: &EvalQuestion, record: AnswerRecord) -> Self {
+        let mut out = EvalRecord {
+            id: question.id.clone(),
+            question: question.question.clone(),
+            gold: question.answers.clone(),
+            prediction: None,
+            error_type: None,
+            scores: Scores::default(),
+            judged_correct: None,
+            iterations: 0,
+            llm_calls: 0,
+            passages_shown: 0,
+            knowledge_tokens: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            cache_hits: 0,
+            cited_gold_recall: None,
+            record: VersionedAnswer::from(record.clone()),
+        };
+        match record {
+            AnswerRecord::Answered(a) => {
+                out.scores = match question.gold_bool().filter(|_| question.is_yes_no()) {
+                    Some(gold) => score_yes_no(&a.answer, gold),
+                    None => score(&a.answer, &question.answers),
+                };
+                let u = &a.usage;
+                out.iterations = a.iterations;
+                out.llm_calls = u.llm_calls;
+                out.passages_shown = u.passages_shown;
+                out.knowledge_tokens = u.evidence_tokens + u.knowledge_tokens;
+                out.prompt_tokens = u.prompt_tokens;
+                out.completion_tokens = u.completion_tokens;
+                out.cache_hits = u.cache_hits;
+                let cited: Vec<String> = a.passages.iter().map(|p| p.id.clone()).collect();
+                out.cited_gold_recall = passage_recall(&cited, &question.gold_doc_ids);
+                out.prediction = Some(a.answer);
+            }
+            AnswerRecord::Error(e) => out.error_type = Some(e.error_type),
+        }
+        out
+    }
+}
+
+/// Means over every question of a run. Optional columns are None when nothing measured them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Report {
+    pub dataset: String,
+    pub pipeline: String,
+    /// The model the endpoint reports serving (or llm.model).
+    pub model: String,
+    pub date: String,
+    pub questions: usize,
+    pub answered: usize,
+    pub errors: usize,
+    pub em: f64,
+    pub f1: f64,
+    pub lenient_em: f64,
+    pub cover_em: f64,
+    /// Acc†, when `--judge` was given.
+    pub acc_judged: Option<f64>,
+    pub llm_calls: f64,
+    pub iterations: f64,
+    pub passages_per_iteration: f64,
+    pub knowledge_tokens: f64,
+    pub prompt_tokens: f64,
+    pub completion_tokens: f64,
+    pub cited_gold_recall: Option<f64>,
+    pub cache_hits: u64,
+    pub wall_seconds: f64,
+    pub questions_per_minute: f64,
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+impl Report {
+    pub fn from_records(records: &[EvalRecord], wall_seconds: f64) -> Report {
+        let n = records.len().max(1) as f64;
+        let all = |f: fn(&EvalRecord) -> f64| records.iter().map(f).sum::<f64>() / n;
+        let answered: Vec<&EvalRecord> = records.iter().filter(|r| r.prediction.is_some()).collect();
+        // Efficiency is a property of the questions that ran to an answer.
+        let of_answered = |f: fn(&EvalRecord) -> f64| mean(answered.iter().map(|r| f(r))).unwrap_or(0.0);
+        let judged = records.iter().all(|r| r.judged_correct.is_some() || r.prediction.is_none());
+        let any_judged = records.iter().any(|r| r.judged_correct.is_some());
+        Report {
+            questions: records.len(),
+            answered: answered.len(),
+            errors: records.len() - answered.len(),
+            em: all(|r| r.scores.em),
+            f1: all(|r| r.scores.f1),
+            lenient_em: all(|r| r.scores.lenient_em),
+            cover_em: all(|r| r.scores.cover_em),
+            acc_judged: (judged && any_judged).then(|| all(|r| f64::from(u8::from(r.judged_correct.unwrap_or(false))))),
+            llm_calls: of_answered(|r| f64::from(r.llm_calls)),
+            iterations: of_answered(|r| f64::from(r.iterations)),
+            passages_per_iteration: of_answered(|r| f64::from(r.passages_shown) / f64::from(r.iterations.max(1))),
+            knowledge_tokens: of_answered(|r| r.knowledge_tokens as f64),
+            prompt_tokens: of_answered(|r| r.prompt_tokens as f64),
+            completion_tokens: of_answered(|r| r.completion_tokens as f64),
+            cited_gold_recall: mean(answered.iter().filter_map(|r| r.cited_gold_recall)),
+            cache_hits: records.iter().map(|r| u64::from(r.cache_hits)).sum(),
+            wall_seconds,
+            questions_per_minute: if wall_seconds > 0.0 { records.len() as f64 * 60.0 / wall_seconds } else { 0.0 },
+            ..Report::default()
+        }
+    }
+
+    /// The report as a person reads it.
+    pub fn markdown(&self) -> String {
+        let pct = |v: f64| format!("{:.1}", 100.0 * v);
+        let opt = |v: Option<f64>| v.map(pct).unwrap_or_else(|| "-".into());
+        let mut out = format!(
+            "# {} on {}\n\nModel `{}`, {} questions ({} answered, {} errors), {}.\n\n",
+            self.pipeline, self.dataset, self.model, self.questions, self.answered, self.errors, self.date
+        );
+        out.push_str("| EM | F1 | lenient EM | cover EM | Acc† | LLM calls | iterations | passages/iter | knowledge tokens | cited gold recall |\n");
+        out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {} |\n\n",
+            pct(self.em),
+            pct(self.f1),
+            pct(self.lenient_em),
+            pct(self.cover_em),
+            opt(self.acc_judged),
+            self.llm_calls,
+            self.iterations,
+            self.passages_per_iteration,
+            self.knowledge_tokens,
+            opt(self.cited_gold_recall),
+        ));
+        out.push_str(&format!(
+            "Wall time {:.0} s, {:.2} questions/minute; {:.0} prompt + {:.0} completion tokens per question; {} LLM cache hits.\n",
+            self.wall_seconds, self.questions_per_minute, self.prompt_tokens, self.completion_tokens, self.cache_hits
+        ));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topics::{Answered, ErrorRecord, Memory, Outcome};
+
+    fn question(answer: &str) -> EvalQuestion {
+        EvalQuestion {
+            id: "q".into(),
+            question: "Who?".into(),
+            answers: vec![answer.into()],
+            answer_bool: None,
+            kind: None,
+            gold_doc_ids: vec!["p1".into(), "p2".into()],
+        }
+    }
+
+    #[test]
+    fn errors_count_as_wrong_and_efficiency_comes_from_answers() {
+        let mut memory = Memory::new("q", "Who?");
+        memory.usage.llm_calls = 4;
+        memory.usage.passages_shown = 6;
+        memory.iteration = 2;
+        let answered = Answered::from_memory(memory, "Ed Solomon".into(), 5.0, String::new(), Outcome::Answered);
+        let right = EvalRecord::new(&question("Ed Solomon"), AnswerRecord::Answered(Box::new(answered)));
+        let error = ErrorRecord {
+            question_id: "q2".into(),
+            question: "Who?".into(),
+            stage: "leaf".into(),
+            error_type: "llm_timeout".into(),
+            message: "timed out".into(),
+            trace: Vec::new(),
+        };
+        let wrong = EvalRecord::new(&question("x"), AnswerRecord::Error(error));
+        let report = Report::from_records(&[right, wrong], 60.0);
+        assert_eq!((report.questions, report.answered, report.errors), (2, 1, 1));
+        assert_eq!(report.em, 0.5);
+        assert_eq!(report.llm_calls, 4.0);
+        assert_eq!(report.passages_per_iteration, 3.0);
+        assert_eq!(report.questions_per_minute, 2.0);
+        assert_eq!(report.acc_judged, None, "nothing was judged");
+    }
+}

@@ -1,0 +1,81 @@
+//! `lacuna eval`: score a pipeline on a dataset folder, or compare earlier runs (`--compare`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::eval::compare::{markdown_table, svg_plot};
+use crate::eval::dataset::Dataset;
+use crate::eval::report::Report;
+use crate::eval::{EvalOptions, evaluate};
+use crate::pipelines::pipeline::{PipelineKind, Transport};
+use crate::settings::Settings;
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// A dataset folder with questions.jsonl and corpus.jsonl (the ../shared/data format).
+    #[arg(long, required_unless_present = "compare")]
+    dataset: Option<PathBuf>,
+    #[arg(long, default_value = "migres")]
+    pipeline: PipelineKind,
+    /// Only the first N questions.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Questions inside the pipeline at once (default: run.max_open_questions).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    #[arg(long, default_value = "in-process")]
+    transport: Transport,
+    /// Also score Acc† with the LLM judge (eval.judge_*; default: the pipeline's own endpoint).
+    #[arg(long)]
+    judge: bool,
+    /// Answer repeated LLM calls from the response cache: a rerun is deterministic and free.
+    #[arg(long)]
+    llm_cache: bool,
+    /// Where records.jsonl, report.json and report.md go (with --compare: comparison.md and .svg).
+    #[arg(long)]
+    out: PathBuf,
+    /// Compare earlier runs instead: their output folders or report.json files.
+    #[arg(long, num_args = 1.., conflicts_with = "dataset")]
+    compare: Vec<PathBuf>,
+}
+
+pub async fn eval(settings: &Settings, args: EvalArgs) -> anyhow::Result<()> {
+    if !args.compare.is_empty() {
+        return compare(&args.compare, &args.out);
+    }
+    let dir = args.dataset.expect("clap requires --dataset without --compare");
+    let dataset = Dataset::load(&dir, args.limit)?;
+    let mut settings = settings.clone();
+    settings.llm.cache |= args.llm_cache;
+    let options = EvalOptions {
+        pipeline: args.pipeline,
+        transport: args.transport,
+        concurrency: args.concurrency.unwrap_or(settings.run.max_open_questions),
+        judge: args.judge,
+    };
+    eprintln!("{}: {} questions through {}", dataset.name, dataset.questions.len(), args.pipeline);
+    let report = evaluate(&settings, &dataset, &options, &args.out).await?;
+    print!("{}", report.markdown());
+    eprintln!("records and report in {}", args.out.display());
+    Ok(())
+}
+
+fn compare(inputs: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
+    let mut reports = Vec::new();
+    for input in inputs {
+        let path = if input.is_dir() { input.join("report.json") } else { input.clone() };
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        let report: Report = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not an eval report: {e}", path.display()))?;
+        reports.push(report);
+    }
+    std::fs::create_dir_all(out)?;
+    let table = markdown_table(&reports);
+    std::fs::write(out.join("comparison.md"), &table)?;
+    std::fs::write(out.join("comparison.svg"), svg_plot(&reports))?;
+    print!("{table}");
+    eprintln!("table and plot in {}", out.display());
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! `lacuna eval` and `lacuna calibrate` as a user runs them, on a slice of the real HotpotQA data with
+//! the real index and re-ranker and a scripted LLM over HTTP: every question scored once, the paper's
+//! columns in the report, runs compared, a cached rerun free and identical, the threshold recipe kept.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lacuna::eval::calibrate::calibrate;
+use lacuna::eval::dataset::Dataset;
+use serde_json::{Value, json};
+use support::fake_llm::{FakeLlm, Prompt, Reply, last_field, prompt_kind};
+use support::scripted::{HUGO_QUESTION_ID, hugo_script};
+
+const SPURS_ID: &str = "5ab48ec25542991779162cdc";
+const WRONG: &str = "a wrong answer";
+
+/// A dataset folder holding the given HotpotQA questions, its corpus the real one (linked, so the
+/// cached index is built once).
+fn dataset(name: &str, ids: &[&str]) -> PathBuf {
+    let dir = support::scratch_dir(name);
+    let all = std::fs::read_to_string(support::data_dir().join("hotpotqa/questions.jsonl")).unwrap();
+    let lines: Vec<&str> = ids
+        .iter()
+        .map(|id| all.lines().find(|l| l.contains(&format!("\"id\": \"{id}\""))).expect("question in hotpotqa"))
+        .collect();
+    std::fs::write(dir.join("questions.jsonl"), lines.join("\n") + "\n").unwrap();
+    let corpus = dir.join("corpus.jsonl");
+    if !corpus.exists() {
+        std::os::unix::fs::symlink(support::data_dir().join("hotpotqa/corpus.jsonl").canonicalize().unwrap(), corpus)
+            .unwrap();
+    }
+    dir
+}
+
+/// Answers the baselines' reader by question (right for two, wrong for the rest), judges every
+/// non-exact prediction correct, and plays MIGRES for the Hugo question.
+fn eval_script(prompt: &str) -> Reply {
+    match prompt_kind(prompt) {
+        Prompt::Reader => {
+            let question = last_field(prompt, "Question: ");
+            let answer = if question.contains("Hugo") {
+                "Murcia"
+            } else if question.contains("Tottenham") {
+                "Spurs"
+            } else {
+                WRONG
+            };
+            Reply::Json(json!({"answer": answer, "confidence": 4, "explanation": "scripted"}))
+        }
+        Prompt::Judge => Reply::Text("Yes".into()),
+        _ => hugo_script(prompt),
+    }
+}
+
+fn lacuna(llm_url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lacuna"));
+    command.env("LACUNA__LLM__BASE_URL", llm_url).env("LACUNA__MIGRES__RETRIEVE_TOP_N", "20");
+    command
+}
+
+fn eval(llm_url: &str, dataset: &Path, pipeline: &str, out: &Path, extra: &[&str]) -> Value {
+    let output = lacuna(llm_url)
+        .args(["eval", "--dataset", dataset.to_str().unwrap(), "--pipeline", pipeline, "--out", out.to_str().unwrap()])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "eval failed: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap()
+}
+
+fn records(out: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(out.join("records.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn eval_scores_every_question_judges_and_compares_pipelines() {
+    let llm = FakeLlm::start(eval_script).await;
+    let three = dataset("eval-three", &[HUGO_QUESTION_ID, SPURS_ID, "5a8b1a925542997f31a41c6e"]);
+    let scratch = support::scratch_dir("eval-runs");
+    let vanilla_out = scratch.join("vanilla");
+
+    let vanilla = eval(&llm.base_url, &three, "vanilla", &vanilla_out, &["--judge"]);
+    assert_eq!(vanilla["questions"], 3);
+    assert_eq!(vanilla["answered"], 3);
+    assert!((vanilla["em"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9, "{vanilla}");
+    assert_eq!(vanilla["acc_judged"], 1.0, "the judge accepts the wrong answer");
+    assert_eq!(llm.calls_of(Prompt::Judge), 1, "exact matches need no judge");
+    assert_eq!(vanilla["llm_calls"], 1.0, "VANILLA makes one call per question");
+    let per_iteration = vanilla["passages_per_iteration"].as_f64().unwrap();
+    assert!(per_iteration > 0.0 && per_iteration <= 5.0, "k = 5 passages at most: {per_iteration}");
+    assert!(vanilla["knowledge_tokens"].as_f64().unwrap() > 50.0, "shown passages are counted in tokens");
+    assert_eq!(vanilla["pipeline"], "vanilla");
+    assert_eq!(vanilla["dataset"], "eval-three");
+
+    let per_question = records(&vanilla_out);
+    assert_eq!(per_question.len(), 3, "one record per question");
+    let wrong = per_question.iter().find(|r| r["prediction"] == WRONG).unwrap();
+    assert_eq!(wrong["scores"]["em"], 0.0);
+    assert_eq!(wrong["judged_correct"], true);
+    assert_eq!(wrong["record"]["status"], "answered", "the full answer record is kept");
+    assert!(wrong["record"]["trace"].as_array().is_some_and(|t| !t.is_empty()), "with its trace");
+
+    let one = dataset("eval-hugo", &[HUGO_QUESTION_ID]);
+    let migres_out = scratch.join("migres");
+    let migres = eval(&llm.base_url, &one, "migres", &migres_out, &[]);
+    assert_eq!(migres["em"], 1.0, "{migres}");
+    assert_eq!(migres["iterations"], 2.0, "the second hop takes a second iteration");
+    assert_eq!(migres["cited_gold_recall"], 1.0, "the facts cite both gold passages");
+    assert!(migres["llm_calls"].as_f64().unwrap() > 1.0);
+    assert_eq!(migres["acc_judged"], Value::Null, "not judged without --judge");
+
+    let compare_out = scratch.join("compare");
+    let output = lacuna(&llm.base_url)
+        .args(["eval", "--out", compare_out.to_str().unwrap(), "--compare"])
+        .args([&vanilla_out, &migres_out])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let table = String::from_utf8(output.stdout).unwrap();
+    assert!(table.starts_with("| pipeline | eval-three | eval-hugo |"), "{table}");
+    assert!(table.contains("| vanilla | 66.7 / 66.7 / 66.7 (1.0, n=3) | - |"), "{table}");
+    assert!(table.contains("| migres | - | 100.0"), "{table}");
+    let svg = std::fs::read_to_string(compare_out.join("comparison.svg")).unwrap();
+    assert_eq!(svg.matches("<circle").count(), 4, "a dot per report and a legend mark per pipeline");
+}
+
+#[tokio::test]
+async fn a_rerun_with_the_llm_cache_is_identical_and_makes_no_llm_calls() {
+    let llm = FakeLlm::start(eval_script).await;
+    let data = dataset("eval-cache", &[HUGO_QUESTION_ID, SPURS_ID]);
+    let scratch = support::scratch_dir("eval-cache-runs");
+    let cache = scratch.join("llm-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let run = |out: PathBuf| {
+        let output = lacuna(&llm.base_url)
+            .env("LACUNA_LLM_CACHE_DIR", &cache)
+            .args(["eval", "--dataset", data.to_str().unwrap(), "--pipeline", "vanilla-s", "--llm-cache"])
+            .args(["--out", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let report: Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        (report, records(&out))
+    };
+
+    let (first, first_records) = run(scratch.join("first"));
+    assert_eq!(llm.calls_of(Prompt::Reader), 2);
+    assert_eq!(first["cache_hits"], 0);
+    let (second, second_records) = run(scratch.join("second"));
+    assert_eq!(llm.calls_of(Prompt::Reader), 2, "the rerun is answered from the cache");
+    assert_eq!(second["cache_hits"], 2);
+    let predictions = |records: &[Value]| records.iter().map(|r| r["prediction"].clone()).collect::<Vec<_>>();
+    assert_eq!(predictions(&first_records), predictions(&second_records));
+    assert_eq!(first["em"], second["em"]);
+    assert_eq!(first["prompt_tokens"], second["prompt_tokens"], "cached calls keep their recorded cost");
+}
+
+#[tokio::test]
+async fn calibration_picks_the_highest_threshold_that_keeps_80_percent() {
+    let data = Dataset::load(&support::data_dir().join("hotpotqa"), Some(10)).unwrap();
+    let c = calibrate(&support::search(), &support::reranker(), &data.questions, 20, 0.8).await.unwrap();
+    let keeping = |threshold: f32| c.best_scores.iter().filter(|s| **s >= threshold).count();
+    assert_eq!(c.questions, 10);
+    assert!(keeping(c.threshold) >= 8, "at least 80% keep a passage at {}", c.threshold);
+    assert!(keeping(c.threshold + 1e-3) < 8, "a higher threshold would keep fewer than 80%");
+    assert!(c.gold_passing.is_some_and(|g| g > 0.0), "some gold passages pass the threshold");
+}
