@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (ONNX Runtime, the re-ranker, the small LLM and its
-# server, all cached under $LACUNA_CACHE), builds, starts a test LLM server on 127.0.0.1, runs every
-# test, and stops the server by PID. Safe to run again: installed parts are reused.
+# server, a Kafka-protocol broker, helm, all cached under $LACUNA_CACHE), builds, checks the Helm
+# chart, starts a test LLM server and broker on 127.0.0.1, runs every test, and stops them by PID. Safe to run again: installed parts are reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +14,8 @@ eval "$(scripts/setup.sh --env)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LACUNA_CACHE/target}"
 # Compile everything before the LLM starts: the model slows down 10x beside a compile.
 cargo build --tests --locked
+# The Helm chart: lint, render with helm/lacuna/ci/*.yaml, validate against the Kubernetes schemas.
+scripts/chart-test.sh
 
 port="${LACUNA_TEST_LLM_PORT:-18377}"
 broker_port="${LACUNA_TEST_BROKER_PORT:-19092}"

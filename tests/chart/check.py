@@ -1,0 +1,190 @@
+"""Chart tests: lint helm/lacuna, render it with each helm/lacuna/ci/*.yaml, validate the manifests
+against the Kubernetes schemas, and check what users rely on: a Deployment, a scaler and a disruption
+budget per stage of the pipeline, never more replicas than partitions, a config the real binary loads,
+a dashboard whose queries use only metrics Lacuna exports.
+
+Run by scripts/chart-test.sh (which installs helm and kubernetes-validate) with HELM, KUBERNETES_VALIDATE
+and LACUNA_BIN set. Exits non-zero with the failures listed.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHART = os.path.join(ROOT, "helm", "lacuna")
+HELM = os.environ["HELM"]
+VALIDATE = os.environ["KUBERNETES_VALIDATE"]
+LACUNA = os.environ["LACUNA_BIN"]
+K8S_VERSION = os.environ.get("LACUNA_K8S_VERSION", "1.30.0")
+
+PIPELINES = {
+    "migres": ["retrieve", "sentence_filter", "leaf", "verify", "main", "query_gen"],
+    "vanilla": ["retrieve", "sentence_filter", "reader"],
+    "vanilla-s": ["retrieve", "sentence_filter", "reader"],
+}
+# What each ci values file must produce: pipeline, scaler kind, partitions.
+EXPECTED = {
+    "default-values.yaml": ("migres", "HorizontalPodAutoscaler", 8),
+    "keda-values.yaml": ("migres", "ScaledObject", 4),
+    "vanilla-values.yaml": ("vanilla-s", None, 8),
+}
+
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+    return condition
+
+
+def run(args, **kwargs):
+    return subprocess.run(args, capture_output=True, text=True, **kwargs)
+
+
+def render(values_file, *extra):
+    result = run([HELM, "template", "t", CHART, "-f", values_file, *extra])
+    return result
+
+
+def exported_metrics():
+    with open(os.path.join(ROOT, "docs", "metrics.md")) as f:
+        return set(re.findall(r"^\| `(lacuna_[a-z_]+)`", f.read(), re.M))
+
+
+def check_dashboard(configmap, label):
+    dashboard = json.loads(configmap["data"]["lacuna.json"])
+    known = exported_metrics()
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    check(len(exprs) >= 15, f"{label}: the dashboard has only {len(exprs)} queries")
+    for expr in exprs:
+        for name in re.findall(r"lacuna_[a-z_]+", expr):
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            check(base in known, f"{label}: dashboard query uses {name}, which docs/metrics.md does not list")
+    titles = " ".join(p["title"] for p in dashboard["panels"]).lower()
+    for needed in ["consumer lag", "latency", "tokens", "iterations", "outcomes", "dead letters", "paused"]:
+        check(needed in titles, f"{label}: no dashboard panel about {needed}")
+
+
+def check_config_loads(configmap, label):
+    """The rendered lacuna.toml must load in the real binary (unknown keys are errors there)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "lacuna.toml")
+        with open(config, "w") as f:
+            f.write(configmap["data"]["lacuna.toml"])
+        corpus = os.path.join(tmp, "corpus.jsonl")
+        open(corpus, "w").close()
+        result = run([LACUNA, "--config", config, "index", "--corpus", corpus, "--index-dir", os.path.join(tmp, "i")])
+        check(result.returncode == 0, f"{label}: the rendered config does not load: {result.stderr.strip()}")
+
+
+def check_values_file(name):
+    pipeline, scaler, partitions = EXPECTED[name]
+    label = f"ci/{name}"
+    values_file = os.path.join(CHART, "ci", name)
+    result = render(values_file)
+    if not check(result.returncode == 0, f"{label}: helm template failed: {result.stderr.strip()}"):
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(result.stdout)
+        rendered = f.name
+    validation = run([VALIDATE, "--strict", "--quiet", "--no-warn", "-k", K8S_VERSION, rendered])
+    os.unlink(rendered)
+    check(validation.returncode == 0, f"{label}: manifests fail the Kubernetes {K8S_VERSION} schemas:\n{validation.stdout}{validation.stderr}")
+
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in by_kind.get("Deployment", [])}
+    stages = [s.replace("_", "-") for s in PIPELINES[pipeline]]
+    check(sorted(deployments) == sorted(stages), f"{label}: Deployments {sorted(deployments)}, expected {sorted(stages)}")
+
+    configmaps = {c["metadata"]["name"]: c for c in by_kind.get("ConfigMap", [])}
+    config = configmaps.get("t-lacuna-config")
+    if check(config is not None, f"{label}: no config ConfigMap"):
+        check_config_loads(config, label)
+    dashboard = configmaps.get("t-lacuna-dashboard")
+    if check(dashboard is not None, f"{label}: no dashboard ConfigMap"):
+        check(dashboard["metadata"]["labels"].get("grafana_dashboard") == "1", f"{label}: dashboard lacks the sidecar label")
+        check_dashboard(dashboard, label)
+
+    for stage, deployment in deployments.items():
+        pod = deployment["spec"]["template"]
+        container = pod["spec"]["containers"][0]
+        args = container["args"]
+        check(args[args.index("stage") + 1].replace("_", "-") == stage, f"{label}: {stage} runs {args}")
+        check(args[args.index("--pipeline") + 1] == pipeline, f"{label}: {stage} runs pipeline {args}")
+        check(container.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz", f"{label}: {stage} has no /readyz probe")
+        check(container.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz", f"{label}: {stage} has no /healthz probe")
+        check("resources" in container and "requests" in container["resources"], f"{label}: {stage} has no resource requests")
+        check(pod["metadata"].get("annotations", {}).get("checksum/config"), f"{label}: {stage} has no config checksum")
+        if scaler is None:
+            replicas = deployment["spec"].get("replicas")
+            check(replicas is not None and replicas <= partitions, f"{label}: {stage} has {replicas} replicas for {partitions} partitions")
+
+    pdbs = {p["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] for p in by_kind.get("PodDisruptionBudget", [])}
+    check(pdbs == set(stages), f"{label}: disruption budgets for {sorted(pdbs)}")
+
+    if scaler is not None:
+        scalers = by_kind.get(scaler, [])
+        targets = {s["spec"]["scaleTargetRef"]["name"] for s in scalers}
+        names = {d["metadata"]["name"] for d in deployments.values()}
+        check(targets == names, f"{label}: {scaler}s target {sorted(targets)}, expected {sorted(names)}")
+        for s in scalers:
+            top = s["spec"].get("maxReplicas", s["spec"].get("maxReplicaCount"))
+            check(top <= partitions, f"{label}: {s['metadata']['name']} scales to {top} > {partitions} partitions")
+            if scaler == "ScaledObject":
+                trigger = s["spec"]["triggers"][0]
+                component = s["metadata"]["labels"]["app.kubernetes.io/component"].replace("-", "_")
+                check(trigger["type"] == "kafka" and trigger["metadata"]["consumerGroup"] == f"lacuna.{component}",
+                      f"{label}: {s['metadata']['name']} does not scale on its stage's consumer group")
+
+    if name == "keda-values.yaml":
+        topics = by_kind.get("KafkaTopic", [])
+        check(len(topics) == 9, f"{label}: {len(topics)} KafkaTopics, expected 9")
+        check(all(t["spec"]["partitions"] == partitions for t in topics), f"{label}: KafkaTopic partitions")
+        check(len(by_kind.get("PodMonitor", [])) == 1, f"{label}: no PodMonitor")
+        env = deployments["leaf"]["spec"]["template"]["spec"]["containers"][0].get("env", [])
+        check(any(e["name"] == "LACUNA_LLM_API_KEY" and e["valueFrom"]["secretKeyRef"]["name"] == "openai" for e in env),
+              f"{label}: the API key does not come from the Secret")
+    else:
+        job = by_kind.get("Job", [])
+        check(len(job) == 1 and "topics" in job[0]["spec"]["template"]["spec"]["containers"][0]["args"],
+              f"{label}: no topic-creating Job")
+
+
+def main():
+    lint = run([HELM, "lint", "--strict", CHART])
+    check(lint.returncode == 0, f"helm lint failed:\n{lint.stdout}{lint.stderr}")
+    for name in sorted(os.listdir(os.path.join(CHART, "ci"))):
+        check(name in EXPECTED, f"ci/{name} has no expectations in tests/chart/check.py")
+        if name in EXPECTED:
+            check_values_file(name)
+    # A config change changes every stage's pod template, so the stages roll onto the new config.
+    default = os.path.join(CHART, "ci", "default-values.yaml")
+    checksums = []
+    for extra in [[], ["--set", "config.migres.max_iterations=3"]]:
+        docs = [d for d in yaml.safe_load_all(render(default, *extra).stdout) if d and d["kind"] == "Deployment"]
+        checksums.append({d["spec"]["template"]["metadata"]["annotations"]["checksum/config"] for d in docs})
+    check(len(checksums[0]) == 1 and len(checksums[1]) == 1 and checksums[0] != checksums[1],
+          f"config checksums do not follow the config: {checksums}")
+    # A stage outside its pipeline is refused with a message that says what to change.
+    wrong = render(os.path.join(CHART, "ci", "default-values.yaml"), "--set", "pipeline=vanilla")
+    check(wrong.returncode != 0 and "stage leaf is not part of pipeline vanilla" in wrong.stderr,
+          f"a MIGRES stage list with pipeline=vanilla rendered: {wrong.stderr.strip()}")
+    if failures:
+        print("chart tests FAILED:", *failures, sep="\n  - ")
+        return 1
+    print(f"chart tests passed: lint, {len(EXPECTED)} values files rendered and validated against Kubernetes {K8S_VERSION}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
