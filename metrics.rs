@@ -31,6 +31,7 @@ pub struct Metrics {
     pub answer_passages: HistogramVec,
     pub queue_depth: IntGaugeVec,
     pub paused_partitions: IntGaugeVec,
+    pub consumer_lag: IntGaugeVec,
 }
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -147,6 +148,14 @@ impl Metrics {
                 &["group"],
             )
             .expect("a valid gauge"),
+            consumer_lag: IntGaugeVec::new(
+                Opts::new(
+                    "lacuna_kafka_consumer_lag",
+                    "Records not yet consumed on the partitions this process holds, per consumer group.",
+                ),
+                &["group"],
+            )
+            .expect("a valid gauge"),
         };
         for collector in metrics.collectors() {
             metrics.registry.register(collector).expect("metric names are unique");
@@ -179,6 +188,7 @@ impl Metrics {
             Box::new(self.answer_passages.clone()),
             Box::new(self.queue_depth.clone()),
             Box::new(self.paused_partitions.clone()),
+            Box::new(self.consumer_lag.clone()),
         ]
     }
 

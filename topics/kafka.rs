@@ -102,7 +102,8 @@ impl Bus for KafkaBus {
 
     async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError> {
         let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
-        let context = TrackingContext { tracker: tracker.clone() };
+        let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
+        let context = TrackingContext { tracker: tracker.clone(), lag };
         let mut config = ClientConfig::new();
         if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
             config.set("debug", debug);
@@ -121,6 +122,8 @@ impl Bus for KafkaBus {
             .set("auto.offset.reset", "earliest")
             .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())
             .set("max.poll.interval.ms", self.settings.max_poll_interval_ms.to_string())
+            // librdkafka's statistics carry each assigned partition's lag, exported as a gauge.
+            .set("statistics.interval.ms", "5000")
             .create_with_context(context)
             .map_err(transport)?;
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
@@ -175,6 +178,8 @@ impl OffsetTracker {
 
 struct TrackingContext {
     tracker: Arc<Mutex<OffsetTracker>>,
+    /// Records behind the end of the partitions this consumer holds.
+    lag: prometheus::IntGauge,
 }
 
 impl ClientContext for TrackingContext {
@@ -187,6 +192,18 @@ impl ClientContext for TrackingContext {
             Notice | Info => tracing::info!(target: "librdkafka", facility, "{message}"),
             Debug => tracing::debug!(target: "librdkafka", facility, "{message}"),
         }
+    }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        // -1 means unknown (not yet fetched); partition -1 is librdkafka's internal "unassigned" one.
+        let lag: i64 = statistics
+            .topics
+            .values()
+            .flat_map(|topic| topic.partitions.iter())
+            .filter(|(id, partition)| **id >= 0 && partition.consumer_lag >= 0)
+            .map(|(_, partition)| partition.consumer_lag)
+            .sum();
+        self.lag.set(lag);
     }
 }
 
