@@ -8,6 +8,7 @@ mod index;
 mod run;
 mod stage;
 mod submit;
+mod topics;
 
 use std::path::PathBuf;
 
@@ -46,6 +47,8 @@ enum Command {
     Dlq(dlq::DlqArgs),
     /// Score a pipeline on a dataset folder (EM, F1, lenient EM, cover EM, Acc†, cost), or compare runs.
     Eval(eval::EvalArgs),
+    /// Create a pipeline's Kafka topics (idempotent).
+    Topics(topics::TopicsArgs),
     /// Find the re-ranker threshold that keeps a passage for 80% of a dataset's questions.
     Calibrate(calibrate::CalibrateArgs),
 }
@@ -63,6 +66,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Answers(args) => submit::answers(&settings, args).await,
         Command::Dlq(args) => dlq::dlq(&settings, args).await,
         Command::Eval(args) => eval::eval(&settings, args).await,
+        Command::Topics(args) => topics::topics(&settings, args).await,
         Command::Calibrate(args) => calibrate::calibrate_command(&settings, args).await,
     }
 }
