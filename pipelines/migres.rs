@@ -10,7 +10,7 @@ use crate::actors::leaf::Leaf;
 use crate::actors::main::Main;
 use crate::actors::query_gen::QueryGen;
 use crate::actors::retrieve::Retrieve;
-use crate::actors::sentence_filter::SentenceFilter;
+use crate::actors::sentence_filter::{FilterMode, SentenceFilter};
 use crate::actors::stage::{RunningStage, spawn_stage};
 use crate::actors::verify::Verify;
 use crate::pipelines::parts::Parts;
@@ -28,18 +28,9 @@ pub async fn spawn_named(
     parts: &Parts,
 ) -> Result<RunningStage, BusError> {
     let (s, m, r) = (&settings.stages, &settings.migres, &settings.retry);
-    let missing = |part: &str| BusError::Transport(format!("stage {name} needs the {part}, which was not loaded"));
     match name {
-        "retrieve" => {
-            let search = parts.search.clone().ok_or_else(|| missing("search index"))?;
-            spawn_stage(Retrieve::new(search, m.clone()), bus, &s.retrieve, r).await
-        }
-        "sentence_filter" => {
-            let reranker = parts.reranker.clone().ok_or_else(|| missing("re-ranker"))?;
-            let stage =
-                SentenceFilter::new(reranker, llm_for(settings, &s.sentence_filter, "sentence_filter"), m.clone());
-            spawn_stage(stage, bus, &s.sentence_filter, r).await
-        }
+        "retrieve" => spawn_retrieve(bus, settings, parts).await,
+        "sentence_filter" => spawn_sentence_filter(FilterMode::MIGRES, bus, settings, parts).await,
         "leaf" => spawn_stage(Leaf::new(llm_for(settings, &s.leaf, "leaf")), bus, &s.leaf, r).await,
         "verify" => {
             let nli = match &parts.onnx_nli {
@@ -55,6 +46,34 @@ pub async fn spawn_named(
         }
         other => Err(BusError::Transport(format!("no stage {other:?}; stages are {}", STAGES.join(", ")))),
     }
+}
+
+/// The retrieve stage, shared by every pipeline.
+pub(crate) async fn spawn_retrieve(
+    bus: Arc<dyn Bus>,
+    settings: &Settings,
+    parts: &Parts,
+) -> Result<RunningStage, BusError> {
+    let search = parts.search.clone().ok_or_else(|| not_loaded("retrieve", "search index"))?;
+    spawn_stage(Retrieve::new(search, settings.migres.clone()), bus, &settings.stages.retrieve, &settings.retry).await
+}
+
+/// The sentence_filter stage with the filtering a pipeline wants.
+pub(crate) async fn spawn_sentence_filter(
+    mode: FilterMode,
+    bus: Arc<dyn Bus>,
+    settings: &Settings,
+    parts: &Parts,
+) -> Result<RunningStage, BusError> {
+    let reranker = parts.reranker.clone().ok_or_else(|| not_loaded("sentence_filter", "re-ranker"))?;
+    let stages = &settings.stages;
+    let llm = llm_for(settings, &stages.sentence_filter, "sentence_filter");
+    let stage = SentenceFilter::new(reranker, llm, settings.migres.clone()).with_mode(mode);
+    spawn_stage(stage, bus, &stages.sentence_filter, &settings.retry).await
+}
+
+fn not_loaded(stage: &str, part: &str) -> BusError {
+    BusError::Transport(format!("stage {stage} needs the {part}, which was not loaded"))
 }
 
 /// A client for one stage, with that stage's own limit on LLM calls in flight.

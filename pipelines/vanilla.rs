@@ -8,10 +8,9 @@
 use std::sync::Arc;
 
 use crate::actors::reader::Reader;
-use crate::actors::retrieve::Retrieve;
-use crate::actors::sentence_filter::{FilterMode, SentenceFilter};
+use crate::actors::sentence_filter::FilterMode;
 use crate::actors::stage::{RunningStage, spawn_stage};
-use crate::pipelines::migres::llm_for;
+use crate::pipelines::migres::{llm_for, spawn_retrieve, spawn_sentence_filter};
 use crate::pipelines::parts::Parts;
 use crate::settings::Settings;
 use crate::topics::{Bus, BusError};
@@ -26,20 +25,17 @@ pub async fn spawn_named(
     settings: &Settings,
     parts: &Parts,
 ) -> Result<RunningStage, BusError> {
-    let (s, m, r) = (&settings.stages, &settings.migres, &settings.retry);
-    let missing = |part: &str| BusError::Transport(format!("stage {name} needs the {part}, which was not loaded"));
+    let stages = &settings.stages;
     match name {
-        "retrieve" => {
-            let search = parts.search.clone().ok_or_else(|| missing("search index"))?;
-            spawn_stage(Retrieve::new(search, m.clone()), bus, &s.retrieve, r).await
-        }
+        "retrieve" => spawn_retrieve(bus, settings, parts).await,
         "sentence_filter" => {
-            let reranker = parts.reranker.clone().ok_or_else(|| missing("re-ranker"))?;
             let mode = if sentences { FilterMode::TOP_K_SENTENCES } else { FilterMode::TOP_K };
-            let llm = llm_for(settings, &s.sentence_filter, "sentence_filter");
-            spawn_stage(SentenceFilter::new(reranker, llm, m.clone()).with_mode(mode), bus, &s.sentence_filter, r).await
+            spawn_sentence_filter(mode, bus, settings, parts).await
         }
-        "reader" => spawn_stage(Reader::new(llm_for(settings, &s.reader, "reader")), bus, &s.reader, r).await,
+        "reader" => {
+            let reader = Reader::new(llm_for(settings, &stages.reader, "reader"));
+            spawn_stage(reader, bus, &stages.reader, &settings.retry).await
+        }
         other => Err(BusError::Transport(format!("no stage {other:?}; stages are {}", STAGES.join(", ")))),
     }
 }
