@@ -94,7 +94,7 @@ impl Main {
             return Ok(MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information }.to_record());
         }
 
-        let prompt = prompts::fill(prompts::MAIN, &[("facts", &memory.facts_text()), ("question", &memory.question)]);
+        let prompt = prompts::fill(prompts::MAIN, &[("facts", &memory.facts_text()), ("question", &memory.question_to_answer())]);
         let reply = self.llm.structured::<Decision>(prompts::SYSTEM, &prompt, &decision_schema()).await?;
         note_call(&mut memory, Self::NAME, "main", &reply.stats);
         let d = reply.value;
@@ -128,7 +128,7 @@ impl Main {
     /// the model's own knowledge where they fall short.
     async fn answer_at_limit(&self, mut memory: Memory) -> Result<Record, StageError> {
         let prompt =
-            prompts::fill(prompts::FINAL_ANSWER, &[("facts", &memory.facts_text()), ("question", &memory.question)]);
+            prompts::fill(prompts::FINAL_ANSWER, &[("facts", &memory.facts_text()), ("question", &memory.question_to_answer())]);
         let reply = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
         note_call(&mut memory, Self::NAME, "final_answer", &reply.stats);
         let f = reply.value;

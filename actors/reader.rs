@@ -36,7 +36,7 @@ impl Stage for Reader {
             let lines = evidence.iter().enumerate().map(|(i, e)| format!("[{}] {}: {}", i + 1, e.title, e.text));
             lines.collect::<Vec<_>>().join("\n")
         };
-        let prompt = prompts::fill(prompts::READER, &[("documents", &documents), ("question", &memory.question)]);
+        let prompt = prompts::fill(prompts::READER, &[("documents", &documents), ("question", &memory.question_to_answer())]);
         let reply = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
         note_call(&mut memory, Self::NAME, "answer", &reply.stats);
         let FinalAnswer { answer, confidence, explanation } = reply.value;

@@ -66,6 +66,7 @@ impl Stage for Retrieve {
             Topic::Questions => {
                 let question: QuestionEvent = decode(record)?;
                 let mut memory = Memory::new(question.id, question.question.clone());
+                memory.yes_no = question.yes_no;
                 memory.queries.push(question.question.clone());
                 (memory, vec![question.question])
             }

@@ -63,7 +63,7 @@ pub async fn evaluate(
         anyhow::bail!("{}: question ids are not unique", dataset.dir.display());
     }
     let events: Vec<QuestionEvent> =
-        dataset.questions.iter().map(|q| QuestionEvent::new(q.id.clone(), q.question.clone())).collect();
+        dataset.questions.iter().map(|q| QuestionEvent::new(q.id.clone(), q.question.clone()).yes_no(q.is_yes_no())).collect();
 
     let answers_path = out.join("answers.jsonl");
     let mut answers = std::io::BufWriter::new(std::fs::File::create(&answers_path)?);

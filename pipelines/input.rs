@@ -12,6 +12,9 @@ struct QuestionLine {
     #[serde(default)]
     id: Option<serde_json::Value>,
     question: Option<String>,
+    /// The shared data marks yes/no questions with "type": "yes/no" (StrategyQA).
+    #[serde(default, rename = "type")]
+    kind: Option<serde_json::Value>,
 }
 
 /// A line's fate: a question to run, or an error record to write as it is.
@@ -52,7 +55,11 @@ impl InputReader {
             Some(serde_json::Value::Number(n)) => n.to_string(),
             _ => fallback_id,
         };
-        Some(self.question(id, parsed.question.unwrap_or_default()))
+        let yes_no = parsed.kind.as_ref().and_then(|k| k.as_str()) == Some("yes/no");
+        Some(match self.question(id, parsed.question.unwrap_or_default()) {
+            Input::Question(question) => Input::Question(question.yes_no(yes_no)),
+            rejected => rejected,
+        })
     }
 
     /// Validates one question: not empty, not oversized, id not seen before.

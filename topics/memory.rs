@@ -76,6 +76,9 @@ pub struct Memory {
     /// Set when no new query could be written: the main stage must answer with what it knows.
     #[serde(default)]
     pub exhausted: bool,
+    /// The question wants "yes" or "no" (carried from the question event).
+    #[serde(default)]
+    pub yes_no: bool,
     pub trace: Vec<TraceStep>,
 }
 
@@ -92,6 +95,7 @@ impl Memory {
             usage: Usage::default(),
             last_missing: String::new(),
             exhausted: false,
+            yes_no: false,
             trace: Vec::new(),
         }
     }
@@ -126,6 +130,20 @@ impl Memory {
             return "None".to_string();
         }
         self.facts.iter().map(|f| f.text.as_str()).collect::<Vec<_>>().join("; ")
+    }
+
+    /// The question as the answering prompts show it. For a yes/no question it carries the MIGRES
+    /// instruction for StrategyQA (paper Table 17): reason from the Information whether the answer is
+    /// "yes" or "no".
+    pub fn question_to_answer(&self) -> String {
+        if self.yes_no {
+            format!(
+                "{} (Your task is to reason from the Information whether the answer to the Question is \"yes\" or \"no\": answer \"yes\" or \"no\".)",
+                self.question
+            )
+        } else {
+            self.question.clone()
+        }
     }
 
     pub fn record(&mut self, stage: &str, kind: TraceKind) {

@@ -109,3 +109,18 @@ async fn an_exhausted_question_is_answered_at_once() {
     m.exhausted = true;
     assert_eq!(answered(run(&llm, m).await).outcome, Outcome::AnsweredAtLimit);
 }
+
+#[tokio::test]
+async fn a_yes_no_question_is_asked_for_yes_or_no() {
+    let llm = FakeLlm::start(|_| decision(true, "no", "")).await;
+    let mut m = with_fact(memory("q"), 1);
+    m.yes_no = true;
+    let answer = answered(run(&llm, m).await);
+    assert_eq!(answer.answer, "no");
+    let prompts = llm.prompts.lock().unwrap().clone();
+    assert!(prompts[0].contains(r#"whether the answer to the Question is "yes" or "no""#), "{}", prompts[0]);
+
+    let plain = FakeLlm::start(|_| decision(true, "Murcia", "")).await;
+    run(&plain, with_fact(memory("q"), 1)).await;
+    assert!(!plain.prompts.lock().unwrap()[0].contains(r#""yes" or "no""#), "other questions are not");
+}
