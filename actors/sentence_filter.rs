@@ -161,9 +161,18 @@ impl SentenceFilter {
                 continue;
             }
             memory.count_use(&snippet.id);
-            if snippet.text.split_whitespace().count() < self.settings.min_snippet_words {
+            let words = snippet.text.split_whitespace().count();
+            if words < self.settings.min_snippet_words {
                 continue;
             }
+            // Some corpora hold whole articles: five of them would overflow a small model's context.
+            let text = if words > self.settings.max_snippet_words {
+                let kept: Vec<&str> = snippet.text.split_whitespace().take(self.settings.max_snippet_words).collect();
+                format!("{} ...", kept.join(" "))
+            } else {
+                snippet.text
+            };
+            let snippet = Snippet { text, ..snippet };
             memory.usage.evidence_tokens += self.reranker.count_tokens(&snippet.text) as u64;
             memory.usage.passages_shown += 1;
             shown.push(EvidenceItem {

@@ -38,6 +38,7 @@ pub struct MigresSettings {
     pub knowledge_prompting: bool,
     pub min_query_chars: usize,
     pub min_snippet_words: usize,
+    pub max_snippet_words: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]

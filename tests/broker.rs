@@ -417,3 +417,33 @@ async fn a_full_stage_pauses_and_keeps_its_partitions_while_the_llm_is_slow() {
     assert!(most_paused.load(std::sync::atomic::Ordering::Relaxed) > 0, "the full stage paused its partitions");
     stage.drain().await;
 }
+
+/// A baseline pipeline runs over Kafka on topics of its own (`<prefix>vanilla.*`), beside MIGRES's.
+#[actix::test]
+async fn the_vanilla_baseline_runs_over_kafka_on_its_own_topics() {
+    use lacuna::pipelines::pipeline::{Pipeline, PipelineKind, Transport};
+    let _serial = serial();
+    let llm = FakeLlm::start(|prompt: &str| match prompt_kind(prompt) {
+        Prompt::Reader => Reply::Json(json!({"answer": "Murcia", "confidence": 4, "explanation": "read"})),
+        _ => Reply::Status(400),
+    })
+    .await;
+    let settings = settings("vanilla", &llm.base_url);
+    let vanilla = PipelineKind::Vanilla.kafka_settings(&settings.kafka);
+    assert_eq!(vanilla.topic_prefix, format!("{}vanilla.", settings.kafka.topic_prefix));
+    let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
+    let mut pipeline =
+        Pipeline::start_with(PipelineKind::Vanilla, Transport::Kafka, &settings, support::parts(&settings)).await.unwrap();
+    let record = pipeline.ask(lacuna::topics::QuestionEvent::new("kafka-vanilla", question)).await.unwrap();
+    pipeline.stop();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    assert_eq!(answer.answer, "Murcia");
+    assert_eq!(answer.usage.llm_calls, 1);
+    assert!(!answer.passages.is_empty(), "the answer cites the passages it was shown");
+
+    // The records went through the pipeline's own answers topic, not MIGRES's.
+    let own = KafkaBus::new(vanilla).unwrap();
+    let mut answers = own.subscribe(&[Topic::Answers], "inspect").await.unwrap();
+    let delivery = next(&mut answers).await;
+    assert_eq!(delivery.record.key, "kafka-vanilla");
+}

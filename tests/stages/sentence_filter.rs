@@ -136,6 +136,18 @@ async fn top_k_mode_shows_the_k_best_passages_whole_without_a_threshold() {
 }
 
 #[tokio::test]
+async fn an_overlong_passage_is_cut_to_max_snippet_words() {
+    let llm = FakeLlm::start(|_| Reply::Status(500)).await;
+    let mut long = hugo();
+    long.passage.text = format!("{} {}", long.passage.text, "He scored many goals for the club. ".repeat(200));
+    let out = filter_in_mode(FilterMode::TOP_K, vec![long], &llm.base_url).await;
+    let words = out.evidence[0].text.split_whitespace().count();
+    let limit = Settings::defaults().migres.max_snippet_words;
+    assert_eq!(words, limit + 1, "cut to the limit, with an ellipsis");
+    assert!(out.evidence[0].text.ends_with(" ..."));
+}
+
+#[tokio::test]
 async fn top_k_sentences_mode_cuts_passages_to_their_relevant_sentences() {
     let llm = FakeLlm::start(|_| Reply::Status(500)).await;
     let mut settings = Settings::defaults().migres;
