@@ -29,12 +29,12 @@ struct Decision {
     missing_information: String,
 }
 
-/// An answer that must be given (at the limit here, from the passages in the baselines' reader).
+/// An answer that must be given: see [`given_answer`].
 #[derive(Deserialize)]
 pub(crate) struct FinalAnswer {
-    pub answer: String,
-    pub confidence: f32,
-    pub explanation: String,
+    answer: String,
+    confidence: f32,
+    explanation: String,
 }
 
 fn confidence() -> serde_json::Value {
@@ -94,7 +94,10 @@ impl Main {
             return Ok(MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information }.to_record());
         }
 
-        let prompt = prompts::fill(prompts::MAIN, &[("facts", &memory.facts_text()), ("question", &memory.question_to_answer())]);
+        let prompt = prompts::fill(
+            prompts::MAIN,
+            &[("facts", &memory.facts_text()), ("question", &memory.question_to_answer())],
+        );
         let reply = self.llm.structured::<Decision>(prompts::SYSTEM, &prompt, &decision_schema()).await?;
         note_call(&mut memory, Self::NAME, "main", &reply.stats);
         let d = reply.value;
@@ -127,34 +130,35 @@ impl Main {
     /// T iterations passed or no new query can be written: answer from the known facts, and from
     /// the model's own knowledge where they fall short.
     async fn answer_at_limit(&self, mut memory: Memory) -> Result<Record, StageError> {
-        let prompt =
-            prompts::fill(prompts::FINAL_ANSWER, &[("facts", &memory.facts_text()), ("question", &memory.question_to_answer())]);
+        let prompt = prompts::fill(
+            prompts::FINAL_ANSWER,
+            &[("facts", &memory.facts_text()), ("question", &memory.question_to_answer())],
+        );
         let reply = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
         note_call(&mut memory, Self::NAME, "final_answer", &reply.stats);
-        let f = reply.value;
-        let answer = f.answer.trim().to_string();
-        memory.record(
-            Self::NAME,
-            TraceKind::Decision {
-                answerable: true,
-                answer: answer.clone(),
-                confidence: f.confidence,
-                missing_information: String::new(),
-                forced: true,
-            },
-        );
-        Ok(answer_record(memory, answer, f.confidence, f.explanation, Outcome::AnsweredAtLimit))
+        Ok(given_answer(memory, Self::NAME, reply.value, Outcome::AnsweredAtLimit))
     }
 }
 
+/// Ends a question with an answer that had to be given (at the limit here, from the passages in the
+/// baselines' reader): the decision goes into the trace, the record to the answers topic.
+pub(crate) fn given_answer(mut memory: Memory, stage: &str, given: FinalAnswer, outcome: Outcome) -> Record {
+    let answer = given.answer.trim().to_string();
+    memory.record(
+        stage,
+        TraceKind::Decision {
+            answerable: true,
+            answer: answer.clone(),
+            confidence: given.confidence,
+            missing_information: String::new(),
+            forced: outcome == Outcome::AnsweredAtLimit,
+        },
+    );
+    answer_record(memory, answer, given.confidence, given.explanation, outcome)
+}
+
 /// The answer record of a question, counted in the answer metrics.
-pub(crate) fn answer_record(
-    memory: Memory,
-    answer: String,
-    confidence: f32,
-    explanation: String,
-    outcome: Outcome,
-) -> Record {
+fn answer_record(memory: Memory, answer: String, confidence: f32, explanation: String, outcome: Outcome) -> Record {
     let answered = Answered::from_memory(memory, answer, confidence, explanation, outcome);
     let m = &crate::metrics::METRICS;
     let label = match outcome {

@@ -5,10 +5,10 @@
 use async_trait::async_trait;
 
 use crate::actors::clients::LlmClient;
-use crate::actors::main::{FinalAnswer, answer_record, final_schema};
+use crate::actors::main::{FinalAnswer, final_schema, given_answer};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
-use crate::topics::{EvidenceEvent, EvidenceOrigin, Outcome, Passage, Record, Topic, TraceKind};
+use crate::topics::{EvidenceEvent, EvidenceOrigin, Outcome, Passage, Record, Topic};
 
 pub struct Reader {
     llm: LlmClient,
@@ -36,26 +36,15 @@ impl Stage for Reader {
             let lines = evidence.iter().enumerate().map(|(i, e)| format!("[{}] {}: {}", i + 1, e.title, e.text));
             lines.collect::<Vec<_>>().join("\n")
         };
-        let prompt = prompts::fill(prompts::READER, &[("documents", &documents), ("question", &memory.question_to_answer())]);
+        let prompt =
+            prompts::fill(prompts::READER, &[("documents", &documents), ("question", &memory.question_to_answer())]);
         let reply = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
         note_call(&mut memory, Self::NAME, "answer", &reply.stats);
-        let FinalAnswer { answer, confidence, explanation } = reply.value;
-        let answer = answer.trim().to_string();
-        memory.record(
-            Self::NAME,
-            TraceKind::Decision {
-                answerable: true,
-                answer: answer.clone(),
-                confidence,
-                missing_information: String::new(),
-                forced: false,
-            },
-        );
         // The answer rests on what was shown: those passages (as shown) are its citations.
         for item in evidence.into_iter().filter(|e| e.origin == EvidenceOrigin::Passage) {
             let passage = Passage { id: item.id.clone(), title: item.title, text: item.text };
             memory.cited_passages.insert(item.id, passage);
         }
-        Ok(vec![answer_record(memory, answer, confidence, explanation, Outcome::Answered)])
+        Ok(vec![given_answer(memory, Self::NAME, reply.value, Outcome::Answered)])
     }
 }

@@ -69,9 +69,10 @@ impl Dataset {
         self.dir.join("corpus.jsonl")
     }
 
-    /// The BM25 index of the corpus, built once under `cache` and reused while the corpus is unchanged
-    /// (the directory name carries the corpus size and modification time).
-    pub fn index_dir(&self, cache: &Path) -> anyhow::Result<PathBuf> {
+    /// The BM25 index of the corpus, built once under `<cache>/eval-index` and reused while the
+    /// corpus is unchanged (the directory name carries the corpus size and modification time).
+    pub fn index_dir(&self) -> anyhow::Result<PathBuf> {
+        let cache = crate::settings::cache_dir().join("eval-index");
         let corpus = self.corpus();
         let meta = std::fs::metadata(&corpus).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", corpus.display()))?;
         let modified = meta.modified()?.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
@@ -79,9 +80,7 @@ impl Dataset {
         // The marker sits beside the index, outside tantivy's directory.
         let marker = dir.with_extension("complete");
         if !marker.exists() {
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)?;
-            }
+            // A half-built directory from an interrupted run is replaced by `build`.
             let count = TantivySearch::build(&dir, &corpus)?;
             std::fs::write(&marker, count.to_string())?;
             eprintln!("indexed {count} passages of {} into {}", self.name, dir.display());

@@ -49,21 +49,24 @@ pub async fn evaluate(
 ) -> anyhow::Result<Report> {
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
     let mut settings = settings.clone();
-    settings.search.index_dir = dataset.index_dir(&crate::settings::cache_dir().join("eval-index"))?;
+    settings.search.index_dir = dataset.index_dir()?;
     settings.run.max_open_questions = options.concurrency.max(1);
     // The loop of bounded queues needs room for every open question (see run.max_open_questions).
     settings.bus.queue_capacity = settings.bus.queue_capacity.max(settings.run.max_open_questions + 1);
     let parts = Parts::load(&settings, options.pipeline)?;
-    check_llm(&settings).await.map_err(anyhow::Error::msg)?;
-    let model = served_model(&settings).await.unwrap_or_else(|| settings.llm.model.clone());
+    let served = check_llm(&settings).await.map_err(anyhow::Error::msg)?;
+    let model = served.unwrap_or_else(|| settings.llm.model.clone());
 
     let questions: HashMap<&str, &dataset::EvalQuestion> =
         dataset.questions.iter().map(|q| (q.id.as_str(), q)).collect();
     if questions.len() != dataset.questions.len() {
         anyhow::bail!("{}: question ids are not unique", dataset.dir.display());
     }
-    let events: Vec<QuestionEvent> =
-        dataset.questions.iter().map(|q| QuestionEvent::new(q.id.clone(), q.question.clone()).yes_no(q.is_yes_no())).collect();
+    let events: Vec<QuestionEvent> = dataset
+        .questions
+        .iter()
+        .map(|q| QuestionEvent::new(q.id.clone(), q.question.clone()).yes_no(q.is_yes_no()))
+        .collect();
 
     let answers_path = out.join("answers.jsonl");
     let mut answers = std::io::BufWriter::new(std::fs::File::create(&answers_path)?);
@@ -157,16 +160,6 @@ async fn judge_all(
         records[i].judged_correct = verdict;
     }
     Ok(())
-}
-
-/// The model id the endpoint reports (`/models`), which names the weights better than `llm.model`.
-async fn served_model(settings: &Settings) -> Option<String> {
-    let url = format!("{}/models", settings.llm.base_url.trim_end_matches('/'));
-    let response = reqwest::get(&url).await.ok()?;
-    let body: serde_json::Value = response.json().await.ok()?;
-    let id = body["data"][0]["id"].as_str()?;
-    // Local servers report a file path: its file name is the model.
-    Some(id.rsplit('/').next().unwrap_or(id).to_string())
 }
 
 /// Today's UTC date as YYYY-MM-DD (civil-from-days, so no calendar crate is needed).

@@ -55,12 +55,18 @@ impl Parts {
 }
 
 /// Checks that the LLM endpoint answers at all, so a wrong URL fails at once with a clear message
-/// instead of as one error record per question minutes later.
-pub async fn check_llm(settings: &Settings) -> Result<(), String> {
+/// instead of as one error record per question minutes later. Returns the model id the endpoint
+/// reports (`/models`) when it reports one: local servers report a file path, shortened to its name.
+pub async fn check_llm(settings: &Settings) -> Result<Option<String>, String> {
     let url = format!("{}/models", settings.llm.base_url.trim_end_matches('/'));
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().map_err(|e| e.to_string())?;
     match client.get(&url).send().await {
-        Ok(_) => Ok(()),
+        // Any answer means the endpoint is there; the model list is a bonus.
+        Ok(response) => {
+            let body: serde_json::Value = response.json().await.unwrap_or_default();
+            let id = body["data"][0]["id"].as_str();
+            Ok(id.map(|id| id.rsplit('/').next().unwrap_or(id).to_string()))
+        }
         Err(e) => Err(format!(
             "LLM endpoint {} unreachable ({e}). Start the local server with `scripts/llm-server.sh start`, \
              or point LACUNA__LLM__BASE_URL at an OpenAI-compatible endpoint.",

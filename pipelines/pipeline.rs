@@ -15,6 +15,7 @@ use crate::pipelines::parts::Parts;
 use crate::pipelines::{migres, vanilla};
 use crate::settings::{KafkaSettings, Settings};
 use crate::topics::in_process::InProcessBus;
+use crate::topics::kafka::KafkaBus;
 use crate::topics::{AnswerRecord, Bus, BusError, Event, QuestionEvent, Subscription, Topic, VersionedAnswer};
 
 /// Which method answers the questions.
@@ -75,6 +76,13 @@ impl PipelineKind {
         }
         kafka
     }
+
+    /// The Kafka bus on this pipeline's topics (`kafka` as configured), every topic created.
+    pub async fn kafka_bus(self, kafka: &KafkaSettings) -> Result<Arc<KafkaBus>, BusError> {
+        let bus = KafkaBus::new(self.kafka_settings(kafka))?;
+        bus.ensure_topics().await?;
+        Ok(Arc::new(bus))
+    }
 }
 
 impl std::fmt::Display for PipelineKind {
@@ -129,8 +137,7 @@ impl Pipeline {
         Ok(match transport {
             Transport::InProcess => Pipeline::start(kind, settings, parts).await?,
             Transport::Kafka => {
-                let bus = crate::pipelines::cli::kafka_bus(&kind.kafka_settings(&settings.kafka)).await?;
-                Pipeline::start_on(kind, bus, settings, parts).await?
+                Pipeline::start_on(kind, kind.kafka_bus(&settings.kafka).await?, settings, parts).await?
             }
         })
     }

@@ -433,7 +433,9 @@ async fn the_vanilla_baseline_runs_over_kafka_on_its_own_topics() {
     assert_eq!(vanilla.topic_prefix, format!("{}vanilla.", settings.kafka.topic_prefix));
     let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
     let mut pipeline =
-        Pipeline::start_with(PipelineKind::Vanilla, Transport::Kafka, &settings, support::parts(&settings)).await.unwrap();
+        Pipeline::start_with(PipelineKind::Vanilla, Transport::Kafka, &settings, support::parts(&settings))
+            .await
+            .unwrap();
     let record = pipeline.ask(lacuna::topics::QuestionEvent::new("kafka-vanilla", question)).await.unwrap();
     pipeline.stop();
     let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };

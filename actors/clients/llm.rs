@@ -144,8 +144,8 @@ impl LlmClient {
             body["response_format"] = format;
         }
         let (m, stage) = (&crate::metrics::METRICS, &[&*self.stage]);
-        let cache_key = self.cache.as_ref().map(|_| ResponseCache::key(&self.settings.base_url, &body));
-        if let (Some(cache), Some(key)) = (&self.cache, &cache_key)
+        let cache = self.cache.as_ref().map(|cache| (cache, ResponseCache::key(&self.settings.base_url, &body)));
+        if let Some((cache, key)) = &cache
             && let Some(hit) = cache.get(key)
         {
             m.llm_cache_hits.with_label_values(stage).inc();
@@ -164,7 +164,7 @@ impl LlmClient {
         let outcome = self.attempts(&body, started).await;
         match &outcome {
             Ok(Completion { value, stats }) => {
-                if let (Some(cache), Some(key)) = (&self.cache, &cache_key) {
+                if let Some((cache, key)) = &cache {
                     let entry = CachedResponse {
                         text: value.clone(),
                         prompt_tokens: stats.prompt_tokens,

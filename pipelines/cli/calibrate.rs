@@ -29,7 +29,7 @@ pub async fn calibrate_command(settings: &Settings, args: CalibrateArgs) -> anyh
     println!("|---|---|---|---|---|");
     for dir in &args.dataset {
         let dataset = Dataset::load(dir, args.limit)?;
-        let search = TantivySearch::open(&dataset.index_dir(&crate::settings::cache_dir().join("eval-index"))?)?;
+        let search = TantivySearch::open(&dataset.index_dir()?)?;
         let c = calibrate(&search, &reranker, &dataset.questions, settings.migres.retrieve_top_n, args.keep).await?;
         let gold = c.gold_passing.map(|g| format!("{:.0}%", 100.0 * g)).unwrap_or_else(|| "-".into());
         println!("| {} | {} | {:.2} | {:.0}% | {gold} |", dataset.name, c.questions, c.threshold, 100.0 * c.kept);

@@ -30,7 +30,7 @@ enum DlqCommand {
 
 pub async fn dlq(settings: &Settings, args: DlqArgs) -> anyhow::Result<()> {
     let DlqCommand::Replay { idle_timeout_s } = args.command;
-    let bus = super::stage::kafka_bus(&args.pipeline.kafka_settings(&settings.kafka)).await?;
+    let bus = args.pipeline.kafka_bus(&settings.kafka).await?;
     let mut subscription = bus.subscribe(&[Topic::DeadLetters], "dlq-replay").await?;
     let mut replayed = 0;
     while let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_secs(idle_timeout_s), subscription.next()).await

@@ -15,7 +15,6 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 pub use run::progress_bar;
-pub use stage::kafka_bus;
 
 use crate::settings::{LogFormat, LogSettings, Settings};
 

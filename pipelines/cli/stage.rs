@@ -1,14 +1,11 @@
 //! `lacuna stage NAME`: one stage as its own process and consumer group on Kafka. Start as many
 //! replicas as the topic has partitions; SIGTERM (or Ctrl-C) drains in-flight work, commits, exits.
 
-use std::sync::Arc;
-
 use clap::Args;
 
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::pipelines::pipeline::PipelineKind;
-use crate::settings::{KafkaSettings, Settings};
-use crate::topics::kafka::KafkaBus;
+use crate::settings::Settings;
 
 #[derive(Args)]
 pub struct StageArgs {
@@ -30,7 +27,7 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
         check_llm(settings).await.map_err(anyhow::Error::msg)?;
     }
     let kafka = args.pipeline.kafka_settings(&settings.kafka);
-    let bus = kafka_bus(&kafka).await?;
+    let bus = args.pipeline.kafka_bus(&settings.kafka).await?;
     let running = args.pipeline.spawn_stage(&args.name, bus, settings, &parts).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     eprintln!("stage {} running on {} (group {}{})", args.name, kafka.brokers, kafka.topic_prefix, args.name);
@@ -39,13 +36,6 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     running.drain().await;
     eprintln!("stage {}: stopped", args.name);
     Ok(())
-}
-
-/// The Kafka bus with every topic created.
-pub async fn kafka_bus(kafka: &KafkaSettings) -> anyhow::Result<Arc<KafkaBus>> {
-    let bus = KafkaBus::new(kafka.clone())?;
-    bus.ensure_topics().await?;
-    Ok(Arc::new(bus))
 }
 
 async fn wait_for_shutdown_signal() {

@@ -16,7 +16,7 @@ pub struct TopicsArgs {
 
 pub async fn topics(settings: &Settings, args: TopicsArgs) -> anyhow::Result<()> {
     let kafka = args.pipeline.kafka_settings(&settings.kafka);
-    super::kafka_bus(&kafka).await?;
+    args.pipeline.kafka_bus(&settings.kafka).await?;
     for topic in Topic::ALL {
         println!("{}{} ({} partitions)", kafka.topic_prefix, topic.name(), kafka.partitions);
     }
