@@ -32,6 +32,9 @@ pub struct Metrics {
     pub queue_depth: IntGaugeVec,
     pub paused_partitions: IntGaugeVec,
     pub consumer_lag: IntGaugeVec,
+    pub join_pending: IntGaugeVec,
+    pub join_deadlines: IntCounterVec,
+    pub join_late_results: IntCounterVec,
 }
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -114,7 +117,7 @@ impl Metrics {
             ),
             answers: counter(
                 "lacuna_answers_total",
-                "Questions ended, by outcome (answered, answered_at_limit, error).",
+                "Questions ended, by outcome (answered, answered_at_limit, answered_after_deadline, error).",
                 &["outcome"],
             ),
             answer_iterations: histogram(
@@ -156,6 +159,21 @@ impl Metrics {
                 &["group"],
             )
             .expect("a valid gauge"),
+            join_pending: IntGaugeVec::new(
+                Opts::new("lacuna_join_pending", "Fanned-out nodes the join stage is waiting on children for."),
+                &[],
+            )
+            .expect("a valid gauge"),
+            join_deadlines: counter(
+                "lacuna_join_deadlines_total",
+                "Fan-outs the join gave up waiting for at their deadline (continued with the children back).",
+                &[],
+            ),
+            join_late_results: counter(
+                "lacuna_join_late_results_total",
+                "Children's results that arrived after their parent had gone on (dropped).",
+                &[],
+            ),
         };
         for collector in metrics.collectors() {
             metrics.registry.register(collector).expect("metric names are unique");
@@ -189,6 +207,9 @@ impl Metrics {
             Box::new(self.queue_depth.clone()),
             Box::new(self.paused_partitions.clone()),
             Box::new(self.consumer_lag.clone()),
+            Box::new(self.join_pending.clone()),
+            Box::new(self.join_deadlines.clone()),
+            Box::new(self.join_late_results.clone()),
         ]
     }
 

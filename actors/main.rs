@@ -32,9 +32,9 @@ struct Decision {
 /// An answer that must be given: see [`given_answer`].
 #[derive(Deserialize)]
 pub(crate) struct FinalAnswer {
-    answer: String,
-    confidence: f32,
-    explanation: String,
+    pub answer: String,
+    pub confidence: f32,
+    pub explanation: String,
 }
 
 fn confidence() -> serde_json::Value {
@@ -158,14 +158,21 @@ pub(crate) fn given_answer(mut memory: Memory, stage: &str, given: FinalAnswer, 
 }
 
 /// The answer record of a question, counted in the answer metrics.
-fn answer_record(memory: Memory, answer: String, confidence: f32, explanation: String, outcome: Outcome) -> Record {
-    let answered = Answered::from_memory(memory, answer, confidence, explanation, outcome);
+pub(crate) fn answer_record(
+    memory: Memory,
+    answer: String,
+    confidence: f32,
+    explanation: String,
+    outcome: Outcome,
+) -> Record {
+    answer_record_with(Answered::from_memory(memory, answer, confidence, explanation, outcome))
+}
+
+/// Publishes a finished answer, counted in the answer metrics.
+pub(crate) fn answer_record_with(answered: Answered) -> Record {
+    let outcome = answered.outcome;
     let m = &crate::metrics::METRICS;
-    let label = match outcome {
-        Outcome::Answered => "answered",
-        Outcome::AnsweredAtLimit => "answered_at_limit",
-    };
-    m.answers.with_label_values(&[label]).inc();
+    m.answers.with_label_values(&[outcome.name()]).inc();
     m.answer_iterations.with_label_values::<&str>(&[]).observe(answered.iterations as f64);
     m.answer_llm_calls.with_label_values::<&str>(&[]).observe(answered.usage.llm_calls as f64);
     m.answer_passages.with_label_values::<&str>(&[]).observe(answered.passages.len() as f64);

@@ -4,13 +4,20 @@
 //!                 ^                                                |
 //!                 +---------- query_gen <- missing <---------------+
 
+pub mod augment;
 pub mod clients;
+pub mod compose;
+pub mod join;
 pub mod leaf;
 pub mod main;
 pub mod prompts;
 pub mod query_gen;
 pub mod reader;
+pub mod refine;
+pub mod relevance;
 pub mod retrieve;
+pub mod select;
+pub mod self_knowledge;
 pub mod sentence_filter;
 pub mod stage;
 pub mod verify;

@@ -11,6 +11,16 @@ pub const KNOWLEDGE: &str = include_str!("prompts/knowledge.txt");
 pub const ENTAILMENT: &str = include_str!("prompts/entailment.txt");
 /// The baselines' single answer call over the top-k passages (paper Table 3, VANILLA and VANILLA-s).
 pub const READER: &str = include_str!("prompts/reader.txt");
+/// QPaug (paper 002): the question's step-by-step augmentation and the self-generated passage.
+pub const AUGMENT: &str = include_str!("prompts/augment.txt");
+pub const GENERATE_PASSAGE: &str = include_str!("prompts/generate_passage.txt");
+/// RA-ISF's three modules (paper 003, Appendix D).
+pub const SELF_KNOWLEDGE: &str = include_str!("prompts/self_knowledge.txt");
+pub const RELEVANCE: &str = include_str!("prompts/relevance.txt");
+pub const DECOMPOSE: &str = include_str!("prompts/decompose.txt");
+/// RQ-RAG (paper 004): refining the query, and the trajectory's free-text answer (scored by logprobs).
+pub const REFINE: &str = include_str!("prompts/refine.txt");
+pub const TRAJECTORY_ANSWER: &str = include_str!("prompts/trajectory_answer.txt");
 
 /// Replaces each `{name}` with its value. Plain replacement, not a template engine: the prompts contain
 /// literal JSON braces. Values are inserted in one pass so a value containing `{x}` is not expanded.

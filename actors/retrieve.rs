@@ -16,11 +16,18 @@ use crate::topics::{
 pub struct Retrieve {
     search: TantivySearch,
     settings: MigresSettings,
+    /// False when another stage starts questions (QPaug's augment, RA-ISF's self_knowledge).
+    takes_questions: bool,
 }
 
 impl Retrieve {
     pub fn new(search: TantivySearch, settings: MigresSettings) -> Self {
-        Retrieve { search, settings }
+        Retrieve { search, settings, takes_questions: true }
+    }
+
+    /// Consumes `queries` only.
+    pub fn queries_only(self) -> Self {
+        Retrieve { takes_questions: false, ..self }
     }
 
     async fn retrieve(&self, mut memory: Memory, queries: Vec<String>) -> Result<PassagesEvent, StageError> {
@@ -58,7 +65,7 @@ impl Stage for Retrieve {
 
     fn inputs(&self) -> &'static [Topic] {
         // Questions already in the loop go before new ones.
-        &[Topic::Queries, Topic::Questions]
+        if self.takes_questions { &[Topic::Queries, Topic::Questions] } else { &[Topic::Queries] }
     }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {

@@ -18,7 +18,8 @@ use crate::metrics::METRICS;
 use crate::settings::{RetrySettings, StageSettings};
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{
-    AnswerRecord, Bus, BusError, DecodeError, Delivery, ErrorRecord, Event, Record, Topic, TraceStep, VersionedAnswer,
+    AnswerRecord, Bus, BusError, DecodeError, Delivery, ErrorRecord, Event, Memory, Record, Topic, TraceKind,
+    TraceStep, VersionedAnswer,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,16 @@ pub trait Stage: Send + 'static {
     fn inputs(&self) -> &'static [Topic];
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError>;
+
+    /// How often [`Stage::tick`] runs; `None` (the default) for stages that only react to events.
+    fn tick_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Work due on a timer rather than on an event (the join's deadlines); its records are published.
+    async fn tick(&self) -> Vec<Record> {
+        Vec::new()
+    }
 }
 
 /// Counters a running stage keeps, readable by tests and progress reports.
@@ -130,6 +141,31 @@ impl<S: Stage> Handler<Process> for StageActor<S> {
     }
 }
 
+/// The timer of a stage with [`Stage::tick_every`].
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Tick;
+
+impl<S: Stage> Handler<Tick> for StageActor<S> {
+    // Atomic: two ticks never overlap, and events wait while a tick decides.
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: Tick, _ctx: &mut Self::Context) -> Self::Result {
+        let (stage, bus) = (self.stage.clone(), self.bus.clone());
+        AtomicResponse::new(Box::pin(
+            async move {
+                for record in stage.tick().await {
+                    if let Err(error) = bus.publish(record).await {
+                        // What the tick decided is still in the stage's state: the next tick retries.
+                        tracing::error!(stage = S::NAME, %error, "cannot publish what a tick produced");
+                    }
+                }
+            }
+            .into_actor(self),
+        ))
+    }
+}
+
 async fn handle_delivery<S: Stage>(
     stage: &S,
     bus: &dyn Bus,
@@ -185,7 +221,6 @@ async fn handle_with_retries<S: Stage>(
             bump(&counters.failed);
             m.events_failed.with_label_values(&[S::NAME, error.error_type()]).inc();
             m.dead_letters.with_label_values(&[S::NAME]).inc();
-            m.answers.with_label_values(&["error"]).inc();
             tracing::error!(stage = S::NAME, key = %delivery.record.key, error_type = error.error_type(), %error, "event failed");
             failure_records(S::NAME, &delivery.record, &error)
         }
@@ -202,8 +237,19 @@ async fn handle_with_retries<S: Stage>(
     delivery.ack();
 }
 
-/// The error record that ends the question, and the dead letter that keeps the failed event.
+/// The error record that ends the question, and the dead letter that keeps the failed event. A failed
+/// sub-question or trajectory does not end its root question: its parent hears of it through the
+/// join as a child that found no answer.
 pub fn failure_records(stage: &str, input: &Record, error: &StageError) -> Vec<Record> {
+    let dead_letter = DeadLetter::new(stage, error.error_type(), &error.to_string(), input).to_record();
+    if let Some(mut memory) = child_memory(&input.payload) {
+        memory.record(
+            stage,
+            TraceKind::Failed { error_type: error.error_type().to_string(), message: error.to_string() },
+        );
+        return vec![crate::actors::join::result_record(memory, Vec::new()), dead_letter];
+    }
+    METRICS.answers.with_label_values(&["error"]).inc();
     let (question, trace) = question_and_trace(&input.payload);
     let record = ErrorRecord {
         question_id: input.key.clone(),
@@ -214,8 +260,14 @@ pub fn failure_records(stage: &str, input: &Record, error: &StageError) -> Vec<R
         trace,
     };
     let answer = VersionedAnswer::from(AnswerRecord::Error(record)).to_record();
-    let dead_letter = DeadLetter::new(stage, error.error_type(), &error.to_string(), input).to_record();
     vec![answer, dead_letter]
+}
+
+/// The memory of an event that belongs to a child node, if it is one.
+fn child_memory(payload: &[u8]) -> Option<Memory> {
+    let value = serde_json::from_slice::<serde_json::Value>(payload).ok()?;
+    let memory: Memory = serde_json::from_value(value.get("memory")?.clone()).ok()?;
+    memory.node.as_ref().is_some_and(|n| !n.is_root()).then_some(memory)
 }
 
 /// The iteration an event belongs to, for log lines (0 for events without memory).
@@ -277,6 +329,7 @@ pub async fn spawn_stage<S: Stage>(
     retry: &RetrySettings,
 ) -> Result<RunningStage, BusError> {
     let mut subscription = bus.subscribe(stage.inputs(), S::NAME).await?;
+    let tick_every = stage.tick_every();
     let counters = Arc::new(StageCounters::default());
     let arbiter = Arbiter::new();
     let (actor_bus, actor_retry, actor_counters, mailbox_capacity) =
@@ -288,6 +341,19 @@ pub async fn spawn_stage<S: Stage>(
         counters: actor_counters,
         mailbox_capacity,
     });
+    if let Some(every) = tick_every {
+        let addr = addr.clone();
+        arbiter.spawn(async move {
+            let mut interval = tokio::time::interval(every);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                if addr.send(Tick).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
     let max_in_flight = settings.max_in_flight.max(1);
     let slots = Arc::new(Semaphore::new(max_in_flight));
     let stop_feeding = Arc::new(Notify::new());

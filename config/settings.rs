@@ -24,6 +24,87 @@ pub struct Settings {
     pub retry: RetrySettings,
     pub stages: StagesSettings,
     pub eval: EvalSettings,
+    pub join: JoinSettings,
+    pub qpaug: QpaugSettings,
+    pub raisf: RaisfSettings,
+    pub rqrag: RqragSettings,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinSettings {
+    /// A parent whose children are not all back this long after it split goes on without them.
+    pub deadline_ms: u64,
+    /// How often the join looks for parents past their deadline.
+    pub tick_ms: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QpaugSettings {
+    /// K: passages in the answer prompt, the self-generated one included (K-1 retrieved).
+    pub top_k: usize,
+}
+
+/// An LLM endpoint for one module; empty fields take the `[llm]` value.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmOverride {
+    pub base_url: String,
+    pub model: String,
+    pub api_key_env: String,
+}
+
+impl LlmOverride {
+    pub fn apply(&self, llm: &LlmSettings) -> LlmSettings {
+        let mut llm = llm.clone();
+        let pick = |own: &str, base: &mut String| {
+            if !own.is_empty() {
+                *base = own.to_string();
+            }
+        };
+        pick(&self.base_url, &mut llm.base_url);
+        pick(&self.model, &mut llm.model);
+        pick(&self.api_key_env, &mut llm.api_key_env);
+        llm
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RaisfSettings {
+    /// D_th: sub-questions nest at most this deep; a node at this depth answers from what it has.
+    pub max_depth: u32,
+    /// Passages retrieved and checked for relevance per (sub-)question.
+    pub top_k: usize,
+    /// Sub-questions kept from one decomposition.
+    pub max_sub_questions: usize,
+    pub self_knowledge: LlmOverride,
+    pub relevance: LlmOverride,
+    pub decompose: LlmOverride,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    /// The answer with the lowest perplexity.
+    Perplexity,
+    /// The answer with the highest mean token probability.
+    Confidence,
+    /// The answer whose trajectories' confidences sum highest (answers compared normalised).
+    Ensemble,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RqragSettings {
+    /// Refinement steps along a trajectory before it must answer.
+    pub max_depth: u32,
+    /// Refinements tried at each step: the first `width` of rewrite, decompose, disambiguate.
+    pub width: usize,
+    /// Passages shown per step.
+    pub top_k: usize,
+    pub selection: Selection,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -177,6 +258,13 @@ pub struct StagesSettings {
     pub main: StageSettings,
     pub query_gen: StageSettings,
     pub reader: StageSettings,
+    pub join: StageSettings,
+    pub augment: StageSettings,
+    pub self_knowledge: StageSettings,
+    pub relevance: StageSettings,
+    pub compose: StageSettings,
+    pub refine: StageSettings,
+    pub select: StageSettings,
 }
 
 impl Settings {
@@ -220,6 +308,12 @@ impl Settings {
         let m = &self.migres;
         if m.max_iterations == 0 || m.top_k == 0 || m.retrieve_top_n == 0 || m.max_passage_uses == 0 {
             return Err("migres.max_iterations, top_k, retrieve_top_n and max_passage_uses must be positive".into());
+        }
+        if self.rqrag.width == 0 || self.rqrag.width > 3 {
+            return Err("rqrag.width must be 1, 2 or 3 (rewrite, decompose, disambiguate)".into());
+        }
+        if self.qpaug.top_k < 2 {
+            return Err("qpaug.top_k must be at least 2 (K-1 retrieved passages plus the generated one)".into());
         }
         if self.run.max_open_questions == 0 || self.run.max_open_questions >= self.bus.queue_capacity {
             return Err(format!(

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::actors::clients::{LlmClient, Nli};
+use crate::actors::join::Join;
 use crate::actors::leaf::Leaf;
 use crate::actors::main::Main;
 use crate::actors::query_gen::QueryGen;
@@ -14,7 +15,7 @@ use crate::actors::sentence_filter::{FilterMode, SentenceFilter};
 use crate::actors::stage::{RunningStage, spawn_stage};
 use crate::actors::verify::Verify;
 use crate::pipelines::parts::Parts;
-use crate::settings::{Settings, StageSettings};
+use crate::settings::{LlmSettings, Settings, StageSettings};
 use crate::topics::{Bus, BusError};
 
 /// The MIGRES stages, in the order of the loop.
@@ -29,7 +30,7 @@ pub async fn spawn_named(
 ) -> Result<RunningStage, BusError> {
     let (s, m, r) = (&settings.stages, &settings.migres, &settings.retry);
     match name {
-        "retrieve" => spawn_retrieve(bus, settings, parts).await,
+        "retrieve" => spawn_retrieve(true, bus, settings, parts).await,
         "sentence_filter" => spawn_sentence_filter(FilterMode::MIGRES, bus, settings, parts).await,
         "leaf" => spawn_stage(Leaf::new(llm_for(settings, &s.leaf, "leaf")), bus, &s.leaf, r).await,
         "verify" => {
@@ -48,14 +49,19 @@ pub async fn spawn_named(
     }
 }
 
-/// The retrieve stage, shared by every pipeline.
+/// The retrieve stage, shared by every pipeline; `takes_questions` unless another stage starts them.
 pub(crate) async fn spawn_retrieve(
+    takes_questions: bool,
     bus: Arc<dyn Bus>,
     settings: &Settings,
     parts: &Parts,
 ) -> Result<RunningStage, BusError> {
     let search = parts.search.clone().ok_or_else(|| not_loaded("retrieve", "search index"))?;
-    spawn_stage(Retrieve::new(search, settings.migres.clone()), bus, &settings.stages.retrieve, &settings.retry).await
+    let mut retrieve = Retrieve::new(search, settings.migres.clone());
+    if !takes_questions {
+        retrieve = retrieve.queries_only();
+    }
+    spawn_stage(retrieve, bus, &settings.stages.retrieve, &settings.retry).await
 }
 
 /// The sentence_filter stage with the filtering a pipeline wants.
@@ -72,13 +78,24 @@ pub(crate) async fn spawn_sentence_filter(
     spawn_stage(stage, bus, &stages.sentence_filter, &settings.retry).await
 }
 
-fn not_loaded(stage: &str, part: &str) -> BusError {
+pub(crate) fn not_loaded(stage: &str, part: &str) -> BusError {
     BusError::Transport(format!("stage {stage} needs the {part}, which was not loaded"))
 }
 
 /// A client for one stage, with that stage's own limit on LLM calls in flight.
 pub(crate) fn llm_for(settings: &Settings, stage: &StageSettings, name: &str) -> LlmClient {
-    let mut llm = settings.llm.clone();
+    llm_at(&settings.llm, stage, name)
+}
+
+/// The same on another endpoint (a module with its own model).
+pub(crate) fn llm_at(llm: &LlmSettings, stage: &StageSettings, name: &str) -> LlmClient {
+    let mut llm = llm.clone();
     llm.max_concurrency = stage.llm_concurrency;
     LlmClient::new(llm).for_stage(name)
+}
+
+/// The join stage, with the state it kept (shared by the pipelines that fan out).
+pub(crate) async fn spawn_join(bus: Arc<dyn Bus>, settings: &Settings) -> Result<RunningStage, BusError> {
+    let join = Join::restore(&*bus, std::time::Duration::from_millis(settings.join.tick_ms.max(10))).await?;
+    spawn_stage(join, bus, &settings.stages.join, &settings.retry).await
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::actors::stage::RunningStage;
 use crate::pipelines::parts::Parts;
-use crate::pipelines::{migres, vanilla};
+use crate::pipelines::{migres, qpaug, raisf, rqrag, vanilla};
 use crate::settings::{KafkaSettings, Settings};
 use crate::topics::in_process::InProcessBus;
 use crate::topics::kafka::KafkaBus;
@@ -31,16 +31,32 @@ pub enum PipelineKind {
     #[value(name = "vanilla-s")]
     #[serde(rename = "vanilla-s")]
     VanillaS,
+    /// Question and passage augmentation (paper 002).
+    Qpaug,
+    /// Retrieval-augmented iterative self-feedback, with recursive sub-questions (paper 003).
+    Raisf,
+    /// Query refinement over a tree of trajectories, answer chosen by log-probabilities (paper 004).
+    Rqrag,
 }
 
 impl PipelineKind {
-    pub const ALL: [PipelineKind; 3] = [PipelineKind::Migres, PipelineKind::Vanilla, PipelineKind::VanillaS];
+    pub const ALL: [PipelineKind; 6] = [
+        PipelineKind::Migres,
+        PipelineKind::Vanilla,
+        PipelineKind::VanillaS,
+        PipelineKind::Qpaug,
+        PipelineKind::Raisf,
+        PipelineKind::Rqrag,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             PipelineKind::Migres => "migres",
             PipelineKind::Vanilla => "vanilla",
             PipelineKind::VanillaS => "vanilla-s",
+            PipelineKind::Qpaug => "qpaug",
+            PipelineKind::Raisf => "raisf",
+            PipelineKind::Rqrag => "rqrag",
         }
     }
 
@@ -49,6 +65,9 @@ impl PipelineKind {
         match self {
             PipelineKind::Migres => &migres::STAGES,
             PipelineKind::Vanilla | PipelineKind::VanillaS => &vanilla::STAGES,
+            PipelineKind::Qpaug => &qpaug::STAGES,
+            PipelineKind::Raisf => &raisf::STAGES,
+            PipelineKind::Rqrag => &rqrag::STAGES,
         }
     }
 
@@ -64,6 +83,20 @@ impl PipelineKind {
             PipelineKind::Migres => migres::spawn_named(name, bus, settings, parts).await,
             PipelineKind::Vanilla => vanilla::spawn_named(name, false, bus, settings, parts).await,
             PipelineKind::VanillaS => vanilla::spawn_named(name, true, bus, settings, parts).await,
+            PipelineKind::Qpaug => qpaug::spawn_named(name, bus, settings, parts).await,
+            PipelineKind::Raisf => raisf::spawn_named(name, bus, settings, parts).await,
+            PipelineKind::Rqrag => rqrag::spawn_named(name, bus, settings, parts).await,
+        }
+    }
+
+    /// The most events one question can have in flight at once: 1 for a loop, the size of the tree
+    /// for the pipelines that fan out (RA-ISF sub-questions, RQ-RAG trajectories).
+    pub fn events_per_question(self, settings: &Settings) -> usize {
+        let tree = |branching: usize, depth: u32| (0..=depth).map(|d| branching.saturating_pow(d)).sum::<usize>();
+        match self {
+            PipelineKind::Raisf => tree(settings.raisf.max_sub_questions.max(1), settings.raisf.max_depth),
+            PipelineKind::Rqrag => tree(settings.rqrag.width.max(1), settings.rqrag.max_depth),
+            _ => 1,
         }
     }
 
@@ -112,7 +145,10 @@ pub struct Pipeline {
 impl Pipeline {
     /// Starts every stage of `kind` on the in-process bus.
     pub async fn start(kind: PipelineKind, settings: &Settings, parts: Parts) -> Result<Self, BusError> {
-        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(settings.bus.queue_capacity));
+        // The stages form cycles of bounded queues: they must hold every event the open questions can
+        // have in flight, or a full cycle could wait on itself. Fan-out multiplies that number.
+        let needed = settings.run.max_open_questions * kind.events_per_question(settings) + 1;
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(settings.bus.queue_capacity.max(needed)));
         let pipeline = Self::start_on(kind, bus.clone(), settings, parts).await?;
         // Nothing durable keeps dead letters in process: count them (each question also got an
         // error record) so the topic never fills. On Kafka they stay for `lacuna dlq replay`.

@@ -27,7 +27,7 @@ pub async fn spawn_named(
 ) -> Result<RunningStage, BusError> {
     let stages = &settings.stages;
     match name {
-        "retrieve" => spawn_retrieve(bus, settings, parts).await,
+        "retrieve" => spawn_retrieve(true, bus, settings, parts).await,
         "sentence_filter" => {
             let mode = if sentences { FilterMode::TOP_K_SENTENCES } else { FilterMode::TOP_K };
             spawn_sentence_filter(mode, bus, settings, parts).await

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Event, KnownFact, Memory, Passage, Topic, TraceStep, Usage};
+use super::{Candidate, Event, KnownFact, Memory, Passage, Topic, TraceStep, Usage};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -12,6 +12,19 @@ pub enum Outcome {
     Answered,
     /// T iterations passed (or no new query could be written): answered with what was known.
     AnsweredAtLimit,
+    /// Some sub-questions or trajectories did not return by the join deadline: answered from those
+    /// that did.
+    AnsweredAfterDeadline,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Answered => "answered",
+            Outcome::AnsweredAtLimit => "answered_at_limit",
+            Outcome::AnsweredAfterDeadline => "answered_after_deadline",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -28,6 +41,10 @@ pub struct Answered {
     pub passages: Vec<Passage>,
     pub queries: Vec<String>,
     pub usage: Usage,
+    /// Every answer the method arrived at before choosing (RQ-RAG's trajectories), for audit and
+    /// for eval's upper bound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
     pub trace: Vec<TraceStep>,
 }
 
@@ -45,6 +62,7 @@ impl Answered {
             passages: memory.cited_passages.into_values().collect(),
             queries: memory.queries,
             usage: memory.usage,
+            candidates: Vec::new(),
             trace: memory.trace,
         }
     }

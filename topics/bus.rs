@@ -55,6 +55,10 @@ pub trait Bus: Send + Sync + 'static {
     /// are served first: stages list their loop input before new work, so questions already in
     /// flight finish before new ones start.
     async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError>;
+
+    /// The current records of a table topic ([`Topic::is_table`]), oldest first, deletions applied:
+    /// what a stage reads back on start to rebuild its state.
+    async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError>;
 }
 
 #[async_trait]

@@ -1,7 +1,8 @@
 //! The embedded bus: one bounded channel per topic inside the process. Publishing into a full topic
 //! waits, which is the backpressure. Nothing survives the process, so acknowledgements are no-ops.
+//! Table topics are a map per topic, which outlives a stage restarted inside the process.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::poll_fn;
 use std::sync::Mutex;
 use std::task::Poll;
@@ -20,6 +21,9 @@ struct Channel {
 
 pub struct InProcessBus {
     channels: HashMap<Topic, Channel>,
+    /// Table topics: key -> (insertion number, payload), so reads keep the order of writes.
+    tables: Mutex<HashMap<Topic, BTreeMap<String, (u64, Vec<u8>)>>>,
+    writes: std::sync::atomic::AtomicU64,
 }
 
 impl InProcessBus {
@@ -31,7 +35,7 @@ impl InProcessBus {
                 (topic, Channel { sender, receiver: Mutex::new(Some(receiver)) })
             })
             .collect();
-        InProcessBus { channels }
+        InProcessBus { channels, tables: Mutex::default(), writes: Default::default() }
     }
 }
 
@@ -39,6 +43,17 @@ impl InProcessBus {
 impl Bus for InProcessBus {
     async fn publish(&self, record: Record) -> Result<(), BusError> {
         let topic = record.topic;
+        if topic.is_table() {
+            let mut tables = self.tables.lock().unwrap();
+            let table = tables.entry(topic).or_default();
+            if record.payload.is_empty() {
+                table.remove(&record.key);
+            } else {
+                let n = self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                table.insert(record.key, (n, record.payload));
+            }
+            return Ok(());
+        }
         self.channels[&topic].sender.send(record).await.map_err(|_| BusError::Closed)?;
         report_depth(topic, &self.channels[&topic].sender);
         Ok(())
@@ -51,6 +66,16 @@ impl Bus for InProcessBus {
             receivers.push((*topic, receiver.ok_or(BusError::AlreadySubscribed(*topic))?));
         }
         Ok(Box::new(InProcessSubscription { receivers }))
+    }
+
+    async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {
+        let tables = self.tables.lock().unwrap();
+        let mut entries: Vec<_> = tables.get(&topic).into_iter().flatten().collect();
+        entries.sort_by_key(|(_, (n, _))| *n);
+        Ok(entries
+            .into_iter()
+            .map(|(key, (_, payload))| Record { topic, key: key.clone(), payload: payload.clone() })
+            .collect())
     }
 }
 

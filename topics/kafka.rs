@@ -18,6 +18,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientContext, Message};
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
 use super::Topic;
@@ -65,7 +66,17 @@ impl KafkaBus {
         let topics: Vec<NewTopic> = names
             .iter()
             .map(|name| {
-                NewTopic::new(name, self.settings.partitions, TopicReplication::Fixed(self.settings.replication_factor))
+                let topic = NewTopic::new(
+                    name,
+                    self.settings.partitions,
+                    TopicReplication::Fixed(self.settings.replication_factor),
+                );
+                // A table keeps the latest record per key, whatever its age.
+                if self.topic_of(name).is_some_and(Topic::is_table) {
+                    topic.set("cleanup.policy", "compact")
+                } else {
+                    topic
+                }
             })
             .collect();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
@@ -85,7 +96,11 @@ impl KafkaBus {
         let headers = OwnedHeaders::new()
             .insert(Header { key: QUESTION_HEADER, value: Some(record.key.as_bytes()) })
             .insert(Header { key: ATTEMPT_HEADER, value: Some(attempt.as_bytes()) });
-        let future = FutureRecord::to(&name).key(record.key.as_bytes()).payload(&record.payload).headers(headers);
+        let mut future = FutureRecord::to(&name).key(record.key.as_bytes()).headers(headers);
+        // An empty payload on a table is a tombstone: Kafka's null value, which compaction removes.
+        if !(record.topic.is_table() && record.payload.is_empty()) {
+            future = future.payload(&record.payload);
+        }
         self.producer
             .send(future, Duration::from_millis(self.settings.message_timeout_ms))
             .await
@@ -136,6 +151,70 @@ impl Bus for KafkaBus {
         let poller = tokio::spawn(poll(consumer.clone(), tracker, topic_of, sender, paused));
         Ok(Box::new(KafkaSubscription { receiver, consumer, poller }))
     }
+
+    async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {
+        let (brokers, name) = (self.settings.brokers.clone(), self.topic_name(topic));
+        tokio::task::spawn_blocking(move || read_whole_topic(&brokers, &name, topic)).await.map_err(transport)?
+    }
+}
+
+/// Reads every partition of `name` from its beginning to its current end, outside any consumer group,
+/// keeping the latest record per key.
+fn read_whole_topic(brokers: &str, name: &str, topic: Topic) -> Result<Vec<Record>, BusError> {
+    let timeout = Duration::from_secs(10);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "lacuna-table-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .map_err(transport)?;
+    let metadata = consumer.fetch_metadata(Some(name), timeout).map_err(transport)?;
+    let mut ends = HashMap::new();
+    let mut assignment = TopicPartitionList::new();
+    for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+        let (low, high) = consumer.fetch_watermarks(name, partition.id(), timeout).map_err(transport)?;
+        if high > low {
+            ends.insert(partition.id(), high);
+            assignment.add_partition_offset(name, partition.id(), Offset::Beginning).map_err(transport)?;
+        }
+    }
+    let mut table: HashMap<String, (usize, Vec<u8>)> = HashMap::new();
+    let mut read = 0;
+    if !ends.is_empty() {
+        consumer.assign(&assignment).map_err(transport)?;
+    }
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    while !ends.is_empty() {
+        if std::time::Instant::now() > give_up {
+            return Err(BusError::Transport(format!("reading table {name} timed out")));
+        }
+        match consumer.poll(Duration::from_millis(500)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                ends.remove(&partition);
+            }
+            Some(Err(error)) => return Err(transport(error)),
+            Some(Ok(message)) => {
+                let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
+                match message.payload() {
+                    Some(payload) if !payload.is_empty() => {
+                        read += 1;
+                        table.insert(key, (read, payload.to_vec()));
+                    }
+                    _ => {
+                        table.remove(&key);
+                    }
+                }
+                if ends.get(&message.partition()).is_some_and(|end| message.offset() + 1 >= *end) {
+                    ends.remove(&message.partition());
+                }
+            }
+        }
+    }
+    let mut records: Vec<_> = table.into_iter().collect();
+    records.sort_by_key(|(_, (order, _))| *order);
+    Ok(records.into_iter().map(|(key, (_, payload))| Record { topic, key, payload }).collect())
 }
 
 /// Which offsets of each partition are in flight, and which of them are done.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::node::{NodeRef, TrajectoryStep};
 use super::trace::{TraceKind, TraceStep};
 
 /// A passage of the corpus, as retrieved.
@@ -56,6 +57,20 @@ pub struct Usage {
     pub cache_hits: u32,
 }
 
+impl Usage {
+    /// Adds a child's spending to its parent's.
+    pub fn add(&mut self, other: &Usage) {
+        self.llm_calls += other.llm_calls;
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.knowledge_tokens += other.knowledge_tokens;
+        self.evidence_tokens += other.evidence_tokens;
+        self.passages_shown += other.passages_shown;
+        self.cache_hits += other.cache_hits;
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Memory {
     pub question_id: String,
@@ -79,6 +94,16 @@ pub struct Memory {
     /// The question wants "yes" or "no" (carried from the question event).
     #[serde(default)]
     pub yes_no: bool,
+    /// Where this question sits when it is part of a fanned-out one (RA-ISF sub-questions, RQ-RAG
+    /// trajectories); `None` for a question of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeRef>,
+    /// The RQ-RAG trajectory so far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trajectory: Vec<TrajectoryStep>,
+    /// QPaug's self-generated passage ("Your knowledge"), shown beside the retrieved ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated_passage: Option<String>,
     pub trace: Vec<TraceStep>,
 }
 
@@ -96,8 +121,30 @@ impl Memory {
             last_missing: String::new(),
             exhausted: false,
             yes_no: false,
+            node: None,
+            trajectory: Vec::new(),
+            generated_passage: None,
             trace: Vec::new(),
         }
+    }
+
+    /// The id of the question the user asked (its own id unless this is a node of a bigger one).
+    pub fn root_id(&self) -> &str {
+        self.node.as_ref().map_or(&self.question_id, |n| &n.root_id)
+    }
+
+    /// This question's node: the root of its own tree unless it is part of a bigger one.
+    pub fn node_ref(&self) -> NodeRef {
+        self.node.clone().unwrap_or_else(|| NodeRef::root(self.question_id.clone()))
+    }
+
+    /// A child question of this one, at child `index`: a fresh memory keyed by the child's node key.
+    pub fn child(&self, index: u32, question: impl Into<String>) -> Memory {
+        let node = self.node_ref().child(index);
+        let mut child = Memory::new(node.key(), question);
+        child.yes_no = false;
+        child.node = Some(node);
+        child
     }
 
     pub fn uses(&self, passage_id: &str) -> u32 {

@@ -10,9 +10,11 @@ pub mod dead_letter;
 pub mod evidence;
 pub mod facts;
 pub mod in_process;
+pub mod joins;
 pub mod kafka;
 pub mod memory;
 pub mod missing;
+pub mod node;
 pub mod passages;
 pub mod queries;
 pub mod question;
@@ -23,8 +25,10 @@ pub use answer::{AnswerRecord, Answered, ErrorRecord, Outcome, VersionedAnswer};
 pub use bus::{Bus, BusError, Delivery, Record, Subscription};
 pub use evidence::{EvidenceEvent, EvidenceItem, EvidenceOrigin};
 pub use facts::{CandidateFact, FactsEvent};
+pub use joins::{JoinEvent, JoinedEvent};
 pub use memory::{FactSource, KnownFact, Memory, Passage, Usage};
 pub use missing::MissingEvent;
+pub use node::{AnswerLogprobs, Candidate, NodeEvent, NodeRef, NodeResult, TrajectoryStep};
 pub use passages::{PassagesEvent, RetrievedPassage};
 pub use queries::QueriesEvent;
 pub use question::QuestionEvent;
@@ -50,10 +54,18 @@ pub enum Topic {
     Queries,
     Answers,
     DeadLetters,
+    /// Sub-questions to solve (RA-ISF).
+    Nodes,
+    /// Fan-out registrations and children's results, for the join stage.
+    Joins,
+    /// A parent with its children's results, from the join stage.
+    Joined,
+    /// The join stage's durable state (compacted on Kafka, read back on restart).
+    JoinState,
 }
 
 impl Topic {
-    pub const ALL: [Topic; 9] = [
+    pub const ALL: [Topic; 13] = [
         Topic::Questions,
         Topic::Passages,
         Topic::Evidence,
@@ -63,6 +75,10 @@ impl Topic {
         Topic::Queries,
         Topic::Answers,
         Topic::DeadLetters,
+        Topic::Nodes,
+        Topic::Joins,
+        Topic::Joined,
+        Topic::JoinState,
     ];
 
     pub fn name(self) -> &'static str {
@@ -76,7 +92,17 @@ impl Topic {
             Topic::Queries => "queries",
             Topic::Answers => "answers",
             Topic::DeadLetters => "dead_letters",
+            Topic::Nodes => "nodes",
+            Topic::Joins => "joins",
+            Topic::Joined => "joined",
+            Topic::JoinState => "join_state",
         }
+    }
+
+    /// A table rather than a stream: the latest record per key is what counts, an empty payload
+    /// deletes it, and it is read whole rather than consumed (Kafka: a compacted topic).
+    pub fn is_table(self) -> bool {
+        self == Topic::JoinState
     }
 }
 

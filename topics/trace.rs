@@ -73,4 +73,38 @@ pub enum TraceKind {
         queries: Vec<String>,
         dropped: Vec<String>,
     },
+    /// QPaug: the question's step-by-step augmentation and the model's own passage.
+    Augmented {
+        augmentation: String,
+        generated_passage: String,
+    },
+    /// RA-ISF's self-knowledge module: can the model answer without retrieval?
+    SelfKnowledge {
+        known: bool,
+    },
+    /// RA-ISF's passage relevance module, per passage.
+    Relevance {
+        passage_id: String,
+        relevant: bool,
+    },
+    /// A node split into children (RA-ISF sub-questions, RQ-RAG refined queries).
+    FannedOut {
+        children: Vec<(String, String)>,
+    },
+    /// The join handed the children's results back (`missing` ones did not return by the deadline).
+    Joined {
+        returned: Vec<String>,
+        missing: Vec<String>,
+    },
+    /// A sub-question or trajectory gave up; its parent goes on without its answer.
+    Failed {
+        error_type: String,
+        message: String,
+    },
+    /// RQ-RAG: the answer chosen among the trajectories' answers, and each one's score.
+    Selected {
+        strategy: String,
+        answer: String,
+        scores: Vec<(String, f64)>,
+    },
 }

@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::llm_cache::{CachedResponse, ResponseCache};
 use crate::settings::LlmSettings;
+use crate::topics::AnswerLogprobs;
 
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum LlmError {
@@ -55,6 +56,8 @@ pub struct CallStats {
     pub attempts: u32,
     /// Answered from the response cache: nothing was sent (the tokens are those of the first call).
     pub cache_hit: bool,
+    /// The completion's token log-probabilities, when asked for and returned.
+    pub logprobs: Option<AnswerLogprobs>,
 }
 
 #[derive(Clone, Debug)]
@@ -109,18 +112,35 @@ impl LlmClient {
         user: &str,
         schema: &Schema,
     ) -> Result<Completion<T>, LlmError> {
+        self.structured_scored(system, user, schema, false).await
+    }
+
+    /// [`LlmClient::structured`], asking for token log-probabilities too when `logprobs`.
+    pub async fn structured_scored<T: DeserializeOwned>(
+        &self,
+        system: &str,
+        user: &str,
+        schema: &Schema,
+        logprobs: bool,
+    ) -> Result<Completion<T>, LlmError> {
         let response_format = json!({
             "type": "json_schema",
             "json_schema": { "name": schema.name, "strict": true, "schema": schema.schema },
         });
-        let Completion { value: text, stats } = self.complete(system, user, Some(response_format)).await?;
+        let Completion { value: text, stats } = self.complete(system, user, Some(response_format), logprobs).await?;
         let value = parse_lenient(&text)?;
         Ok(Completion { value, stats })
     }
 
     /// A free-text call.
     pub async fn text(&self, system: &str, user: &str) -> Result<Completion<String>, LlmError> {
-        self.complete(system, user, None).await
+        self.complete(system, user, None, false).await
+    }
+
+    /// A free-text call that also asks for the token log-probabilities of the answer (OpenAI's
+    /// `logprobs`): `stats.logprobs` is `None` when the server does not return them.
+    pub async fn text_with_logprobs(&self, system: &str, user: &str) -> Result<Completion<String>, LlmError> {
+        self.complete(system, user, None, true).await
     }
 
     async fn complete(
@@ -128,6 +148,7 @@ impl LlmClient {
         system: &str,
         user: &str,
         response_format: Option<Value>,
+        logprobs: bool,
     ) -> Result<Completion<String>, LlmError> {
         let mut messages = Vec::new();
         if !system.is_empty() {
@@ -143,6 +164,9 @@ impl LlmClient {
         if let Some(format) = response_format {
             body["response_format"] = format;
         }
+        if logprobs {
+            body["logprobs"] = json!(true);
+        }
         let (m, stage) = (&crate::metrics::METRICS, &[&*self.stage]);
         let cache = self.cache.as_ref().map(|cache| (cache, ResponseCache::key(&self.settings.base_url, &body)));
         if let Some((cache, key)) = &cache
@@ -153,6 +177,7 @@ impl LlmClient {
                 prompt_tokens: hit.prompt_tokens,
                 completion_tokens: hit.completion_tokens,
                 cached_tokens: hit.cached_tokens,
+                logprobs: hit.logprobs.clone(),
                 cache_hit: true,
                 ..CallStats::default()
             };
@@ -170,6 +195,7 @@ impl LlmClient {
                         prompt_tokens: stats.prompt_tokens,
                         completion_tokens: stats.completion_tokens,
                         cached_tokens: stats.cached_tokens,
+                        logprobs: stats.logprobs.clone(),
                     };
                     // A cache that cannot be written costs a repeat call later, not this answer.
                     if let Err(error) = cache.put(key, &entry) {
@@ -238,6 +264,7 @@ impl LlmClient {
             prompt_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
             completion_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
             cached_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+            logprobs: token_logprobs(&payload["choices"][0]["logprobs"]),
             ..CallStats::default()
         };
         Ok((text, stats))
@@ -252,6 +279,13 @@ impl LlmClient {
             LlmError::Unreachable { url: url.to_string(), message: error.to_string() }
         }
     }
+}
+
+/// The sum and count of `logprobs.content[].logprob`, the OpenAI chat format llama.cpp also uses.
+fn token_logprobs(logprobs: &Value) -> Option<AnswerLogprobs> {
+    let tokens = logprobs["content"].as_array()?;
+    let values: Vec<f64> = tokens.iter().filter_map(|t| t["logprob"].as_f64()).collect();
+    (!values.is_empty()).then(|| AnswerLogprobs { sum: values.iter().sum(), tokens: values.len() as u32 })
 }
 
 /// Parses a JSON answer, tolerating what servers without schema support produce: code fences and

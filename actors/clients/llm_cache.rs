@@ -24,6 +24,8 @@ pub struct CachedResponse {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub cached_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<crate::topics::AnswerLogprobs>,
 }
 
 impl ResponseCache {
@@ -88,8 +90,13 @@ mod tests {
         let cache = ResponseCache::new(&dir);
         let key = ResponseCache::key("u", &json!({"x": 1}));
         assert_eq!(cache.get(&key), None);
-        let response =
-            CachedResponse { text: "Paris".into(), prompt_tokens: 9, completion_tokens: 2, cached_tokens: 0 };
+        let response = CachedResponse {
+            text: "Paris".into(),
+            prompt_tokens: 9,
+            completion_tokens: 2,
+            cached_tokens: 0,
+            logprobs: None,
+        };
         cache.put(&key, &response).unwrap();
         assert_eq!(cache.get(&key), Some(response));
         std::fs::remove_dir_all(dir).unwrap();

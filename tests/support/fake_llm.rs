@@ -16,6 +16,11 @@ pub enum Reply {
     Text(String),
     /// An HTTP error status with a short body.
     Status(u16),
+    /// This text, each of its words a token with this log-probability when the request asks for
+    /// `logprobs` (other replies get -0.5 per token).
+    Scored(String, f64),
+    /// The reply, after a pause.
+    Delayed(std::time::Duration, Box<Reply>),
 }
 
 /// Which MIGRES prompt a user message is, recognised by its fixed instructions.
@@ -31,6 +36,16 @@ pub enum Prompt {
     Reader,
     /// The Acc† judge of `lacuna eval`.
     Judge,
+    /// QPaug's question augmentation and passage generation.
+    Augment,
+    GeneratePassage,
+    /// RA-ISF's modules.
+    SelfKnowledge,
+    Relevance,
+    Decompose,
+    /// RQ-RAG's query refinement and trajectory answer.
+    Refine,
+    TrajectoryAnswer,
     Other,
 }
 
@@ -51,6 +66,20 @@ pub fn prompt_kind(prompt: &str) -> Prompt {
         Prompt::Reader
     } else if prompt.starts_with("In the following task, you are given a Question") {
         Prompt::Judge
+    } else if prompt.starts_with("Question: ") && prompt.contains("Let's think step-by-step") {
+        Prompt::Augment
+    } else if prompt.starts_with("Your job is to act as a subject matter expert") {
+        Prompt::GeneratePassage
+    } else if prompt.starts_with("Can you use your own knowledge base") {
+        Prompt::SelfKnowledge
+    } else if prompt.starts_with("I will provide you with a piece of knowledge") {
+        Prompt::Relevance
+    } else if prompt.starts_with("Please break down this question") {
+        Prompt::Decompose
+    } else if prompt.starts_with("You are refining search queries") {
+        Prompt::Refine
+    } else if prompt.starts_with("Answer the Question using the Documents. If they are not enough") {
+        Prompt::TrajectoryAnswer
     } else {
         Prompt::Other
     }
@@ -68,6 +97,9 @@ pub fn tail(prompt: &str) -> &str {
         "Now answer this one.",
         "Now write the new queries for this one.",
         "Now do the same for these Passages.",
+        "Now judge this one.",
+        "Now break down this one.",
+        "Now refine for this one.",
     ];
     markers.iter().find_map(|m| prompt.rsplit_once(m).map(|(_, t)| t)).unwrap_or(prompt)
 }
@@ -123,11 +155,19 @@ impl FakeLlm {
                             .unwrap_or("")
                             .to_string();
                         p.lock().unwrap().push(user.clone());
+                        let scored = request["logprobs"] == true;
                         r.lock().unwrap().push(request);
-                        let (status, body) = match script(&user) {
-                            Reply::Json(value) => (200, completion(&value.to_string())),
-                            Reply::Text(text) => (200, completion(&text)),
+                        let mut reply = script(&user);
+                        while let Reply::Delayed(pause, inner) = reply {
+                            tokio::time::sleep(pause).await;
+                            reply = *inner;
+                        }
+                        let (status, body) = match reply {
+                            Reply::Json(value) => (200, completion(&value.to_string(), scored.then_some(-0.5))),
+                            Reply::Text(text) => (200, completion(&text, scored.then_some(-0.5))),
+                            Reply::Scored(text, logprob) => (200, completion(&text, scored.then_some(logprob))),
                             Reply::Status(status) => (status, json!({"error": {"message": "scripted failure"}}).to_string()),
+                            Reply::Delayed(..) => unreachable!("unwrapped above"),
                         };
                         let response = format!(
                             "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -151,12 +191,19 @@ impl FakeLlm {
     }
 }
 
-fn completion(content: &str) -> String {
+fn completion(content: &str, logprob: Option<f64>) -> String {
+    let logprobs = logprob.map(|logprob| {
+        let tokens: Vec<Value> = content
+            .split_whitespace()
+            .map(|t| json!({"token": t, "logprob": logprob, "bytes": null, "top_logprobs": []}))
+            .collect();
+        json!({"content": tokens})
+    });
     json!({
         "id": "fake",
         "object": "chat.completion",
         "model": "fake",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110, "prompt_tokens_details": {"cached_tokens": 40}},
     })
     .to_string()

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fake_llm;
+pub mod methods;
 pub mod onnx_graph;
 pub mod scripted;
 

@@ -54,6 +54,6 @@ pub fn hugo_script(prompt: &str) -> Reply {
         Prompt::QueryGen => Reply::Json(json!({"queries": [SECOND_HOP_QUERY]})),
         Prompt::Knowledge => Reply::Text("I don't know.".into()),
         Prompt::FinalAnswer => Reply::Json(json!({"answer": "unknown", "confidence": 1, "explanation": "not found"})),
-        Prompt::Reader | Prompt::Judge | Prompt::Other => Reply::Status(400),
+        _ => Reply::Status(400),
     }
 }
