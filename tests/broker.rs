@@ -449,3 +449,89 @@ async fn the_vanilla_baseline_runs_over_kafka_on_its_own_topics() {
     let delivery = next(&mut answers).await;
     assert_eq!(delivery.record.key, "kafka-vanilla");
 }
+
+/// The join's state is in the compacted `join_state` topic: a join stopped after taking a parent's
+/// Expect and one child's result (offsets committed, so Kafka will not redeliver them), then
+/// restarted, still joins the second child's result with the first, once, and cleans up after.
+#[actix::test]
+async fn a_restarted_join_rebuilds_its_state_from_the_join_state_topic() {
+    use lacuna::actors::join::{expect_record, result_record};
+    use lacuna::pipelines::raisf;
+    use lacuna::topics::{Candidate, JoinedEvent, Memory};
+    let _serial = serial();
+    let settings = settings("join", "http://127.0.0.1:9/v1");
+    let bus = bus(&settings).await;
+    let parent = Memory::new("root-1", "Where does the club of the player play?");
+    let children = [parent.child(1, "Which club?"), parent.child(2, "Where does it play?")];
+    let answer = |child: &Memory, text: &str| {
+        let candidate = Candidate {
+            answer: text.into(),
+            confidence: 4.0,
+            explanation: String::new(),
+            node: child.node_ref(),
+            queries: vec![],
+            logprobs: None,
+            trajectory_logprobs: None,
+            citations: vec![],
+        };
+        result_record(child.clone(), vec![candidate])
+    };
+    bus.publish(expect_record(&parent, &children, Duration::from_secs(600))).await.unwrap();
+    bus.publish(answer(&children[0], "FC Cartagena")).await.unwrap();
+    let mut joined = bus.subscribe(&[Topic::Joined], "inspect").await.unwrap();
+
+    let join = raisf::spawn_named("join", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while bus.read_table(Topic::JoinState).await.unwrap().len() < 2 {
+        assert!(Instant::now() < deadline, "the join never stored its state");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    join.drain().await;
+
+    bus.publish(answer(&children[1], "Murcia")).await.unwrap();
+    let join = raisf::spawn_named("join", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let delivery = next(&mut joined).await;
+    let event = JoinedEvent::from_payload(&delivery.record.payload).unwrap();
+    assert_eq!(event.memory.question_id, "root-1");
+    let answers: Vec<_> = event.results.iter().map(|r| r.candidates[0].answer.clone()).collect();
+    assert_eq!(answers, ["FC Cartagena", "Murcia"], "the result from before the restart is joined too");
+    assert!(event.missing.is_empty());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), joined.next()).await.is_err(),
+        "the parent is joined exactly once"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !bus.read_table(Topic::JoinState).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "a finished parent's state is deleted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    join.drain().await;
+}
+
+/// RA-ISF over Kafka: the sub-questions travel as events of their own on `nodes` and come back
+/// through `joins`, and the root question ends in one answer.
+#[actix::test]
+async fn raisf_fans_out_and_joins_over_kafka() {
+    use lacuna::pipelines::pipeline::{Pipeline, PipelineKind, Transport};
+    let _serial = serial();
+    let llm = FakeLlm::start(support::methods::methods_script).await;
+    let mut settings = settings("raisf", &llm.base_url);
+    settings.migres.retrieve_top_n = 8;
+    settings.raisf.top_k = 3;
+    let (question, answers, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
+    let mut pipeline =
+        Pipeline::start_with(PipelineKind::Raisf, Transport::Kafka, &settings, support::parts(&settings))
+            .await
+            .unwrap();
+    let record = pipeline.ask(lacuna::topics::QuestionEvent::new("kafka-raisf", question)).await.unwrap();
+    pipeline.stop();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    assert_eq!(answer.answer, answers[0]);
+    assert_eq!(answer.usage.llm_calls as usize, llm.calls());
+
+    let own = KafkaBus::new(PipelineKind::Raisf.kafka_settings(&settings.kafka)).unwrap();
+    let mut nodes = own.subscribe(&[Topic::Nodes], "inspect").await.unwrap();
+    let keys: BTreeSet<String> =
+        [next(&mut nodes).await, next(&mut nodes).await].into_iter().map(|d| d.record.key).collect();
+    assert_eq!(keys, BTreeSet::from(["kafka-raisf#1".to_string(), "kafka-raisf#2".to_string()]), "keyed by node");
+}
