@@ -37,19 +37,24 @@ pub fn markdown_table(reports: &[Report]) -> String {
             .iter()
             .map(|dataset| match reports.iter().find(|r| r.pipeline == *pipeline && r.dataset == *dataset) {
                 Some(r) => format!(
-                    "{:.1} / {:.1} / {:.1} ({:.1}, n={})",
+                    "{:.1} / {:.1} / {:.1} ({:.1}, n={}){}",
                     100.0 * r.em,
                     100.0 * r.lenient_em,
                     100.0 * accuracy(r),
                     r.llm_calls,
-                    r.questions
+                    r.questions,
+                    r.upper_bound_lenient_em.map(|u| format!(" ≤ {:.1}", 100.0 * u)).unwrap_or_default()
                 ),
                 None => "-".to_string(),
             })
             .collect();
         let _ = writeln!(out, "| {pipeline} | {} |", cells.join(" | "));
     }
-    let _ = writeln!(out, "\nEach cell: EM / lenient EM / {metric} in %, (LLM calls per question, questions scored).");
+    let _ = writeln!(
+        out,
+        "\nEach cell: EM / lenient EM / {metric} in %, (LLM calls per question, questions scored); \
+         ≤ u: lenient EM had the best candidate been chosen (RQ-RAG's upper bound, any trajectory right)."
+    );
     out
 }
 

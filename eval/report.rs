@@ -18,6 +18,10 @@ pub struct EvalRecord {
     pub prediction: Option<String>,
     pub error_type: Option<String>,
     pub scores: Scores,
+    /// The best scores of any candidate answer (RQ-RAG's trajectories): the method's upper bound,
+    /// "any trajectory right" (paper 004). None when the record has no candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper_bound: Option<Scores>,
     /// Acc†: the judge's verdict (or EM for exact and yes/no answers); None when not judged.
     pub judged_correct: Option<bool>,
     pub iterations: u32,
@@ -43,6 +47,7 @@ impl EvalRecord {
             prediction: None,
             error_type: None,
             scores: Scores::default(),
+            upper_bound: None,
             judged_correct: None,
             iterations: 0,
             llm_calls: 0,
@@ -56,10 +61,17 @@ impl EvalRecord {
         };
         match record {
             AnswerRecord::Answered(a) => {
-                out.scores = match question.gold_bool().filter(|_| question.is_yes_no()) {
-                    Some(gold) => score_yes_no(&a.answer, gold),
-                    None => score(&a.answer, &question.answers),
+                let score_one = |answer: &str| match question.gold_bool().filter(|_| question.is_yes_no()) {
+                    Some(gold) => score_yes_no(answer, gold),
+                    None => score(answer, &question.answers),
                 };
+                out.scores = score_one(&a.answer);
+                out.upper_bound = a.candidates.iter().map(|c| score_one(&c.answer)).reduce(|best, s| Scores {
+                    em: best.em.max(s.em),
+                    f1: best.f1.max(s.f1),
+                    lenient_em: best.lenient_em.max(s.lenient_em),
+                    cover_em: best.cover_em.max(s.cover_em),
+                });
                 let u = &a.usage;
                 out.iterations = a.iterations;
                 out.llm_calls = u.llm_calls;
@@ -95,6 +107,12 @@ pub struct Report {
     pub cover_em: f64,
     /// Acc†, when `--judge` was given.
     pub acc_judged: Option<f64>,
+    /// EM and lenient EM had the best candidate been chosen (RQ-RAG: any trajectory right), when
+    /// the pipeline reports candidates; errors count as wrong.
+    #[serde(default)]
+    pub upper_bound_em: Option<f64>,
+    #[serde(default)]
+    pub upper_bound_lenient_em: Option<f64>,
     pub llm_calls: f64,
     pub iterations: f64,
     pub passages_per_iteration: f64,
@@ -129,6 +147,14 @@ impl Report {
             f1: all(|r| r.scores.f1),
             lenient_em: all(|r| r.scores.lenient_em),
             cover_em: all(|r| r.scores.cover_em),
+            upper_bound_em: records
+                .iter()
+                .any(|r| r.upper_bound.is_some())
+                .then(|| all(|r| r.upper_bound.as_ref().map_or(0.0, |s| s.em))),
+            upper_bound_lenient_em: records
+                .iter()
+                .any(|r| r.upper_bound.is_some())
+                .then(|| all(|r| r.upper_bound.as_ref().map_or(0.0, |s| s.lenient_em))),
             acc_judged: (judged && any_judged).then(|| all(|r| f64::from(u8::from(r.judged_correct.unwrap_or(false))))),
             llm_calls: of_answered(|r| f64::from(r.llm_calls)),
             iterations: of_answered(|r| f64::from(r.iterations)),
@@ -167,6 +193,13 @@ impl Report {
             self.knowledge_tokens,
             opt(self.cited_gold_recall),
         ));
+        if let (Some(em), Some(lenient)) = (self.upper_bound_em, self.upper_bound_lenient_em) {
+            out.push_str(&format!(
+                "Upper bound (the best of the candidate answers, e.g. any RQ-RAG trajectory): EM {}, lenient EM {}.\n\n",
+                pct(em),
+                pct(lenient)
+            ));
+        }
         out.push_str(&format!(
             "Wall time {:.0} s, {:.2} questions/minute; {:.0} prompt + {:.0} completion tokens per question; {} LLM cache hits.\n",
             self.wall_seconds, self.questions_per_minute, self.prompt_tokens, self.completion_tokens, self.cache_hits
@@ -215,5 +248,27 @@ mod tests {
         assert_eq!(report.passages_per_iteration, 3.0);
         assert_eq!(report.questions_per_minute, 2.0);
         assert_eq!(report.acc_judged, None, "nothing was judged");
+    }
+
+    #[test]
+    fn the_upper_bound_counts_a_question_right_when_any_candidate_is() {
+        let candidate = |answer: &str| crate::topics::Candidate {
+            answer: answer.into(),
+            confidence: 0.5,
+            explanation: String::new(),
+            node: crate::topics::NodeRef::root("q"),
+            queries: vec![],
+            logprobs: None,
+            trajectory_logprobs: None,
+            citations: vec![],
+        };
+        let mut answered =
+            Answered::from_memory(Memory::new("q", "Who?"), "Spain".into(), 0.5, String::new(), Outcome::Answered);
+        answered.candidates = vec![candidate("Spain"), candidate("Murcia")];
+        let record = EvalRecord::new(&question("Murcia"), AnswerRecord::Answered(Box::new(answered)));
+        let report = Report::from_records(&[record], 1.0);
+        assert_eq!(report.em, 0.0, "the chosen answer is wrong");
+        assert_eq!(report.upper_bound_em, Some(1.0), "one trajectory was right");
+        assert!(report.markdown().contains("Upper bound"));
     }
 }

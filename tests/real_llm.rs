@@ -89,3 +89,71 @@ async fn baselines_with_the_local_llm_answer_from_cited_passages() {
         }
     }
 }
+
+fn small_real_settings() -> lacuna::settings::Settings {
+    let mut settings = support::settings(&llm_url());
+    settings.llm.timeout_ms = 300_000;
+    settings.llm.max_tokens = 256;
+    settings.migres.retrieve_top_n = 10;
+    settings
+}
+
+async fn ask_real(kind: PipelineKind, settings: &lacuna::settings::Settings) -> lacuna::topics::Answered {
+    let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
+    let mut pipeline = Pipeline::start(kind, settings, support::parts(settings)).await.unwrap();
+    let record = pipeline.ask(QuestionEvent::new(format!("real-{kind}"), question)).await.unwrap();
+    pipeline.stop();
+    println!("{kind}: {}", serde_json::to_string(&record).unwrap());
+    let AnswerRecord::Answered(answer) = record else { panic!("{kind}: expected an answer, got {record:?}") };
+    // Whatever the model decided: every cited passage exists and every call is accounted for.
+    let index = support::search();
+    for passage in &answer.passages {
+        assert!(index.passage(&passage.id).unwrap().is_some(), "{kind}: cited passage {} exists", passage.id);
+    }
+    let calls = answer.trace.iter().filter(|s| matches!(s.kind, TraceKind::LlmCall { .. })).count();
+    assert_eq!(calls, answer.usage.llm_calls as usize, "{kind}: every LLM call is in the trace");
+    *answer
+}
+
+/// The deepest node any trace step comes from (0 for the root).
+fn deepest_node(answer: &lacuna::topics::Answered) -> usize {
+    answer.trace.iter().filter_map(|s| s.stage.split_once('@')).map(|(_, path)| path.split('.').count()).max().unwrap_or(0)
+}
+
+#[actix::test]
+async fn qpaug_with_the_local_llm_augments_generates_and_answers() {
+    let settings = small_real_settings();
+    let answer = ask_real(PipelineKind::Qpaug, &settings).await;
+    assert!(!answer.answer.is_empty());
+    assert_eq!(answer.usage.llm_calls, 3, "augmentation, passage generation, answer");
+    assert!(answer.queries[0].len() > answer.question.len(), "the query is the question plus its augmentation");
+    assert!(!answer.passages.is_empty() && answer.passages.len() < settings.qpaug.top_k);
+    assert!(answer.trace.iter().any(|s| matches!(s.kind, TraceKind::Augmented { .. })));
+}
+
+#[actix::test]
+async fn raisf_with_the_local_llm_ends_within_its_depth() {
+    let mut settings = small_real_settings();
+    settings.raisf.max_depth = 1;
+    settings.raisf.top_k = 3;
+    settings.raisf.max_sub_questions = 2;
+    let answer = ask_real(PipelineKind::Raisf, &settings).await;
+    assert!(!answer.answer.is_empty());
+    assert!(deepest_node(&answer) <= 1, "no sub-question below D_th");
+    assert!(answer.trace.iter().any(|s| matches!(s.kind, TraceKind::SelfKnowledge { .. })));
+}
+
+#[actix::test]
+async fn rqrag_with_the_local_llm_scores_trajectories_by_their_logprobs() {
+    let mut settings = small_real_settings();
+    settings.rqrag.max_depth = 1;
+    settings.rqrag.width = 2;
+    let answer = ask_real(PipelineKind::Rqrag, &settings).await;
+    assert!(!answer.candidates.is_empty() && answer.candidates.len() <= 2);
+    for candidate in &answer.candidates {
+        let logprobs = candidate.logprobs.as_ref().expect("the local server returns logprobs");
+        assert!(logprobs.tokens > 0 && logprobs.sum <= 0.0);
+    }
+    assert!(answer.candidates.iter().any(|c| c.answer == answer.answer), "the answer is one trajectory's");
+    assert!(deepest_node(&answer) <= 1);
+}

@@ -27,12 +27,18 @@ PIPELINES = {
     "migres": ["retrieve", "sentence_filter", "leaf", "verify", "main", "query_gen"],
     "vanilla": ["retrieve", "sentence_filter", "reader"],
     "vanilla-s": ["retrieve", "sentence_filter", "reader"],
+    "qpaug": ["augment", "retrieve", "sentence_filter", "reader"],
+    "raisf": ["self_knowledge", "retrieve", "sentence_filter", "relevance", "join", "compose"],
+    "rqrag": ["retrieve", "sentence_filter", "refine", "join", "select"],
 }
+# Stages that run as exactly one replica and are never autoscaled.
+SINGLETONS = {"join"}
 # What each ci values file must produce: pipeline, scaler kind, partitions.
 EXPECTED = {
     "default-values.yaml": ("migres", "HorizontalPodAutoscaler", 8),
     "keda-values.yaml": ("migres", "ScaledObject", 4),
     "vanilla-values.yaml": ("vanilla-s", None, 8),
+    "raisf-values.yaml": ("raisf", "HorizontalPodAutoscaler", 8),
 }
 
 failures = []
@@ -125,7 +131,9 @@ def check_values_file(name):
         check(container.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz", f"{label}: {stage} has no /healthz probe")
         check("resources" in container and "requests" in container["resources"], f"{label}: {stage} has no resource requests")
         check(pod["metadata"].get("annotations", {}).get("checksum/config"), f"{label}: {stage} has no config checksum")
-        if scaler is None:
+        if stage.replace("-", "_") in SINGLETONS:
+            check(deployment["spec"].get("replicas") == 1, f"{label}: {stage} must run as one replica")
+        elif scaler is None:
             replicas = deployment["spec"].get("replicas")
             check(replicas is not None and replicas <= partitions, f"{label}: {stage} has {replicas} replicas for {partitions} partitions")
 
@@ -135,7 +143,7 @@ def check_values_file(name):
     if scaler is not None:
         scalers = by_kind.get(scaler, [])
         targets = {s["spec"]["scaleTargetRef"]["name"] for s in scalers}
-        names = {d["metadata"]["name"] for d in deployments.values()}
+        names = {d["metadata"]["name"] for c, d in deployments.items() if c.replace("-", "_") not in SINGLETONS}
         check(targets == names, f"{label}: {scaler}s target {sorted(targets)}, expected {sorted(names)}")
         for s in scalers:
             top = s["spec"].get("maxReplicas", s["spec"].get("maxReplicaCount"))
@@ -148,7 +156,10 @@ def check_values_file(name):
 
     if name == "keda-values.yaml":
         topics = by_kind.get("KafkaTopic", [])
-        check(len(topics) == 9, f"{label}: {len(topics)} KafkaTopics, expected 9")
+        check(len(topics) == 13, f"{label}: {len(topics)} KafkaTopics, expected 13")
+        state = [t for t in topics if t["spec"]["topicName"].endswith("join_state")]
+        check(len(state) == 1 and state[0]["spec"].get("config", {}).get("cleanup.policy") == "compact",
+              f"{label}: join_state is not a compacted topic")
         check(all(t["spec"]["partitions"] == partitions for t in topics), f"{label}: KafkaTopic partitions")
         check(len(by_kind.get("PodMonitor", [])) == 1, f"{label}: no PodMonitor")
         env = deployments["leaf"]["spec"]["template"]["spec"]["containers"][0].get("env", [])

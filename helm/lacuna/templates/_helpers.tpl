@@ -34,6 +34,11 @@ app.kubernetes.io/component: {{ index . 1 | replace "_" "-" }}
 {{- end -}}
 {{- end -}}
 
+{{/* The stages that must run as one replica: the join reads its whole state on start (actors/join.rs). */}}
+{{- define "lacuna.singletons" -}}
+{{- list "join" | toJson -}}
+{{- end -}}
+
 {{/* The most replicas a stage can use: one per partition. Call with (list $ wanted). */}}
 {{- define "lacuna.cappedReplicas" -}}
 {{- $root := index . 0 -}}
@@ -56,9 +61,12 @@ app.kubernetes.io/component: {{ index . 1 | replace "_" "-" }}
 {{/* The stages of each pipeline (pipelines/*.rs): a stage enabled outside its pipeline is an error. */}}
 {{- define "lacuna.pipelineStages" -}}
 {{- $stages := dict "migres" (list "retrieve" "sentence_filter" "leaf" "verify" "main" "query_gen") "vanilla" (list "retrieve" "sentence_filter" "reader") "vanilla-s" (list "retrieve" "sentence_filter" "reader") -}}
+{{- $_ := set $stages "qpaug" (list "augment" "retrieve" "sentence_filter" "reader") -}}
+{{- $_ := set $stages "raisf" (list "self_knowledge" "retrieve" "sentence_filter" "relevance" "join" "compose") -}}
+{{- $_ := set $stages "rqrag" (list "retrieve" "sentence_filter" "refine" "join" "select") -}}
 {{- $known := get $stages .Values.pipeline -}}
 {{- if not $known -}}
-{{- fail (printf "pipeline must be one of migres, vanilla, vanilla-s, not %q" .Values.pipeline) -}}
+{{- fail (printf "pipeline must be one of %s, not %q" (keys $stages | sortAlpha | join ", ") .Values.pipeline) -}}
 {{- end -}}
 {{- range $name, $stage := .Values.stages -}}
 {{- if and $stage.enabled (not (has $name $known)) -}}
