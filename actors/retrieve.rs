@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 
-use crate::actors::clients::TantivySearch;
+use crate::actors::clients::Search;
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::settings::MigresSettings;
 use crate::topics::{
@@ -14,14 +14,14 @@ use crate::topics::{
 };
 
 pub struct Retrieve {
-    search: TantivySearch,
+    search: Search,
     settings: MigresSettings,
     /// False when another stage starts questions (QPaug's augment, RA-ISF's self_knowledge).
     takes_questions: bool,
 }
 
 impl Retrieve {
-    pub fn new(search: TantivySearch, settings: MigresSettings) -> Self {
+    pub fn new(search: Search, settings: MigresSettings) -> Self {
         Retrieve { search, settings, takes_questions: true }
     }
 
@@ -35,12 +35,7 @@ impl Retrieve {
         // A passage found by several queries is passed on once, with the first query that found it.
         let mut seen = HashSet::new();
         for query in &queries {
-            let search = self.search.clone();
-            let (q, limit) = (query.clone(), self.settings.retrieve_top_n);
-            // tantivy search is synchronous; keep it off the actor's thread.
-            let found = tokio::task::spawn_blocking(move || search.search(&q, limit))
-                .await
-                .map_err(|e| crate::actors::clients::SearchError::Index(e.to_string()))??;
+            let found = self.search.search(query, self.settings.retrieve_top_n).await?;
             let mut listed = Vec::new();
             let mut skipped_used_up = 0;
             for (passage, bm25) in found {

@@ -44,7 +44,9 @@ impl StageError {
         match self {
             StageError::Decode(_) => "bad_event",
             StageError::Llm(e) | StageError::Nli(NliError::Llm(e)) => e.error_type(),
-            StageError::Search(SearchError::MissingIndex(_)) => "missing_index",
+            StageError::Search(SearchError::MissingIndex(_) | SearchError::MissingRemoteIndex { .. }) => {
+                "missing_index"
+            }
             StageError::Search(_) => "search",
             StageError::Model(_) | StageError::Nli(NliError::Model(_)) => "model",
             StageError::Bus(_) => "bus",
@@ -55,7 +57,8 @@ impl StageError {
     pub fn is_transient(&self) -> bool {
         match self {
             StageError::Llm(e) | StageError::Nli(NliError::Llm(e)) => e.is_transient(),
-            StageError::Search(SearchError::Index(_)) | StageError::Bus(_) => true,
+            StageError::Search(error) => error.is_transient(),
+            StageError::Bus(_) => true,
             _ => false,
         }
     }

@@ -174,8 +174,35 @@ pub struct OnnxSettings {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSettings {
-    pub backend: String,
+    pub backend: SearchBackend,
     pub index_dir: PathBuf,
+    pub meilisearch: MeiliSettings,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchBackend {
+    /// A tantivy BM25 index on local disk (`search.index_dir`).
+    Tantivy,
+    /// An index on a Meilisearch server (`search.meilisearch`).
+    Meilisearch,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeiliSettings {
+    pub url: String,
+    /// The index uid.
+    pub index: String,
+    /// Name of the environment variable holding the API key (never the key itself).
+    pub api_key_env: String,
+    pub timeout_ms: u64,
+    pub max_retries: u32,
+    pub retry_backoff_ms: u64,
+    /// Documents per upload when indexing.
+    pub batch_size: usize,
+    /// How long to wait for one indexing task.
+    pub task_timeout_ms: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]

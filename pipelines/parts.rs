@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::actors::clients::{ModelError, OnnxNli, Reranker, SearchError, TantivySearch};
+use crate::actors::clients::{ModelError, OnnxNli, Reranker, Search, SearchError};
 use crate::settings::{NliBackend, Settings};
 
 #[derive(Debug, thiserror::Error)]
@@ -14,15 +14,13 @@ pub enum PartsError {
     Reranker(ModelError),
     #[error("NLI model: {0}")]
     Nli(ModelError),
-    #[error("unsupported search backend {0:?} (this build has \"tantivy\")")]
-    Backend(String),
 }
 
 /// What the stages of one process need; a process running one stage loads only that stage's parts.
 #[derive(Clone, Default)]
 pub struct Parts {
     /// For retrieve.
-    pub search: Option<TantivySearch>,
+    pub search: Option<Search>,
     /// For sentence_filter.
     pub reranker: Option<Reranker>,
     /// For verify when `nli.backend = "onnx"`; otherwise verify asks the LLM.
@@ -39,10 +37,7 @@ impl Parts {
     pub fn load_for(settings: &Settings, stages: &[&str]) -> Result<Parts, PartsError> {
         let mut parts = Parts::default();
         if stages.contains(&"retrieve") {
-            if settings.search.backend != "tantivy" {
-                return Err(PartsError::Backend(settings.search.backend.clone()));
-            }
-            parts.search = Some(TantivySearch::open(&settings.search.index_dir)?);
+            parts.search = Some(Search::open(&settings.search)?);
         }
         if stages.contains(&"sentence_filter") {
             parts.reranker = Some(Reranker::load(&settings.rerank, &settings.onnx).map_err(PartsError::Reranker)?);

@@ -117,7 +117,13 @@ async fn ask_real(kind: PipelineKind, settings: &lacuna::settings::Settings) -> 
 
 /// The deepest node any trace step comes from (0 for the root).
 fn deepest_node(answer: &lacuna::topics::Answered) -> usize {
-    answer.trace.iter().filter_map(|s| s.stage.split_once('@')).map(|(_, path)| path.split('.').count()).max().unwrap_or(0)
+    answer
+        .trace
+        .iter()
+        .filter_map(|s| s.stage.split_once('@'))
+        .map(|(_, path)| path.split('.').count())
+        .max()
+        .unwrap_or(0)
 }
 
 #[actix::test]

@@ -1,5 +1,7 @@
 //! Passage retrieval. The embedded default is a tantivy BM25 index on local disk, built by
-//! `lacuna index --corpus FILE.jsonl` from `{"id", "title", "text"}` lines.
+//! `lacuna index --corpus FILE.jsonl` from `{"id", "title", "text"}` lines; `search.backend =
+//! "meilisearch"` reads a Meilisearch index instead (`meili.rs`). Stages hold a [`Search`] and cannot
+//! tell which.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -20,6 +22,53 @@ pub enum SearchError {
     Index(String),
     #[error("corpus {path} line {line}: {message}")]
     Corpus { path: PathBuf, line: usize, message: String },
+    #[error(
+        "no Meilisearch index {index:?} at {url}: build one with `lacuna index --backend meilisearch --corpus FILE.jsonl`"
+    )]
+    MissingRemoteIndex { index: String, url: String },
+    /// A Meilisearch error; `transient` ones (unreachable, timeouts, 429, 5xx) are worth retrying.
+    #[error("{message}")]
+    Remote { message: String, transient: bool },
+}
+
+impl SearchError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SearchError::Index(_) | SearchError::Remote { transient: true, .. })
+    }
+}
+
+/// The retrieval client a pipeline was configured with.
+#[derive(Clone)]
+pub enum Search {
+    Tantivy(TantivySearch),
+    Meili(super::meili::MeiliSearch),
+}
+
+impl Search {
+    /// Opens the configured backend: the local index must exist; a Meilisearch index is checked on
+    /// first use (a missing one is then a clear, non-retryable error).
+    pub fn open(settings: &crate::settings::SearchSettings) -> Result<Search, SearchError> {
+        Ok(match settings.backend {
+            crate::settings::SearchBackend::Tantivy => Search::Tantivy(TantivySearch::open(&settings.index_dir)?),
+            crate::settings::SearchBackend::Meilisearch => {
+                Search::Meili(super::meili::MeiliSearch::new(settings.meilisearch.clone()))
+            }
+        })
+    }
+
+    /// The top `limit` passages for a free-text query, best first, with the backend's score.
+    pub async fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
+        match self {
+            Search::Tantivy(index) => {
+                let (index, query) = (index.clone(), query.to_string());
+                // tantivy search is synchronous; keep it off the actor's thread.
+                tokio::task::spawn_blocking(move || index.search(&query, limit))
+                    .await
+                    .map_err(|e| SearchError::Index(e.to_string()))?
+            }
+            Search::Meili(meili) => meili.search(query, limit).await,
+        }
+    }
 }
 
 impl From<tantivy::TantivyError> for SearchError {

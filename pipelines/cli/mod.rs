@@ -5,6 +5,7 @@ mod calibrate;
 mod dlq;
 mod eval;
 mod index;
+mod recall;
 mod run;
 mod stage;
 mod submit;
@@ -30,7 +31,7 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build the BM25 index from a corpus JSONL file of {"id", "title", "text"} lines.
+    /// Build the search index (tantivy BM25, or Meilisearch) from a corpus JSONL file of {"id", "title", "text"} lines.
     Index(index::IndexArgs),
     /// Answer one question and show the facts and passages it rests on.
     Ask(ask::AskArgs),
@@ -50,14 +51,16 @@ enum Command {
     Topics(topics::TopicsArgs),
     /// Find the re-ranker threshold that keeps a passage for 80% of a dataset's questions.
     Calibrate(calibrate::CalibrateArgs),
+    /// Recall@5/20/50 of gold passages and indexing time, per dataset and search backend.
+    Recall(recall::RecallArgs),
 }
 
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let mut settings = Settings::load(cli.config.as_deref()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+    let settings = Settings::load(cli.config.as_deref()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     init_logs(&settings.log);
     match cli.command {
-        Command::Index(args) => index::index(&mut settings, args),
+        Command::Index(args) => index::index(&settings, args).await,
         Command::Ask(args) => ask::ask(&settings, args).await,
         Command::Run(args) => run::run(&settings, args).await,
         Command::Stage(args) => stage::stage(&settings, args).await,
@@ -67,6 +70,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Eval(args) => eval::eval(&settings, args).await,
         Command::Topics(args) => topics::topics(&settings, args).await,
         Command::Calibrate(args) => calibrate::calibrate_command(&settings, args).await,
+        Command::Recall(args) => recall::recall(&settings, args).await,
     }
 }
 

@@ -7,7 +7,7 @@ use crate::helpers::{memory, single};
 use crate::support;
 
 fn stage() -> Retrieve {
-    Retrieve::new(support::search(), Settings::defaults().migres)
+    Retrieve::new(lacuna::actors::clients::Search::Tantivy(support::search()), Settings::defaults().migres)
 }
 
 #[tokio::test]

@@ -93,7 +93,9 @@ pub fn reranker() -> Reranker {
 /// The real index and re-ranker for a whole pipeline (verification by the LLM).
 pub fn parts(settings: &Settings) -> lacuna::pipelines::parts::Parts {
     lacuna::pipelines::parts::Parts {
-        search: Some(TantivySearch::open(&settings.search.index_dir).unwrap()),
+        search: Some(lacuna::actors::clients::Search::Tantivy(
+            TantivySearch::open(&settings.search.index_dir).unwrap(),
+        )),
         reranker: Some(reranker()),
         onnx_nli: None,
     }

@@ -1,0 +1,127 @@
+//! The Meilisearch backend. Against a real server when `MEILI_URL` is set (and `MEILI_MASTER_KEY` when
+//! it has one): indexing is idempotent, search returns passages with ranking scores, a missing index is
+//! named, and a pipeline runs on it unchanged. Without `MEILI_URL` those tests say they were skipped.
+//! An unreachable server needs no server: its questions end in error records and dead letters.
+
+mod support;
+
+use std::io::Write;
+
+use lacuna::actors::clients::{MeiliSearch, Search, SearchError};
+use lacuna::pipelines::parts::Parts;
+use lacuna::pipelines::pipeline::{Pipeline, PipelineKind};
+use lacuna::settings::{MeiliSettings, Settings};
+use lacuna::topics::{AnswerRecord, QuestionEvent};
+use serde_json::json;
+use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+
+/// The server's settings, or `None` (and a line on the test output saying so) when MEILI_URL is unset.
+fn server(test: &str) -> Option<MeiliSettings> {
+    let Some(url) = std::env::var("MEILI_URL").ok().filter(|u| !u.is_empty()) else {
+        // Straight to stderr: the test harness does not capture this, so the skip is visible.
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: MEILI_URL is not set (see the README to run it)");
+        return None;
+    };
+    let mut settings = Settings::defaults().search.meilisearch;
+    settings.url = url;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    settings.index = format!("lacuna-test-{nanos}");
+    Some(settings)
+}
+
+fn hotpot_corpus() -> std::path::PathBuf {
+    support::data_dir().join("hotpotqa/corpus.jsonl")
+}
+
+async fn documents_in(settings: &MeiliSettings) -> u64 {
+    let client = reqwest::Client::new();
+    let mut request = client.get(format!("{}/indexes/{}/stats", settings.url, settings.index));
+    if let Ok(key) = std::env::var(&settings.api_key_env) {
+        request = request.bearer_auth(key);
+    }
+    let stats: serde_json::Value = request.send().await.unwrap().json().await.unwrap();
+    stats["numberOfDocuments"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn indexing_twice_leaves_one_copy_and_search_returns_scored_passages() {
+    let Some(settings) = server("indexing_twice_leaves_one_copy_and_search_returns_scored_passages") else { return };
+    let meili = MeiliSearch::new(settings.clone());
+    let first = meili.build(&hotpot_corpus()).await.unwrap();
+    let second = meili.build(&hotpot_corpus()).await.unwrap();
+    assert_eq!(first, second);
+    assert_eq!(documents_in(&settings).await, first.documents as u64, "re-indexing is idempotent");
+
+    let (question, _, gold) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
+    let hits = meili.search(&question, 20).await.unwrap();
+    assert_eq!(hits.len(), 20, "the configured limit");
+    assert!(hits.iter().all(|(_, score)| *score > 0.0 && *score <= 1.0), "_rankingScore is in (0, 1]");
+    assert!(hits.windows(2).all(|w| w[0].1 >= w[1].1), "best first");
+    assert!(hits.iter().any(|(p, _)| gold.contains(&p.id)), "a gold passage is among the hits");
+    let stored = meili.passage(&hits[0].0.id).await.unwrap().unwrap();
+    assert_eq!(stored, hits[0].0);
+}
+
+#[tokio::test]
+async fn a_missing_meilisearch_index_is_named() {
+    let Some(settings) = server("a_missing_meilisearch_index_is_named") else { return };
+    let error = MeiliSearch::new(settings.clone()).search("anything", 5).await.unwrap_err();
+    assert!(matches!(&error, SearchError::MissingRemoteIndex { index, .. } if *index == settings.index), "{error}");
+    assert!(!error.is_transient());
+}
+
+#[actix::test]
+async fn the_vanilla_pipeline_runs_on_meilisearch_unchanged() {
+    let Some(meili) = server("the_vanilla_pipeline_runs_on_meilisearch_unchanged") else { return };
+    MeiliSearch::new(meili.clone()).build(&hotpot_corpus()).await.unwrap();
+    let llm = FakeLlm::start(|prompt: &str| match prompt_kind(prompt) {
+        Prompt::Reader => Reply::Json(json!({"answer": "Murcia", "confidence": 4, "explanation": "read"})),
+        _ => Reply::Status(400),
+    })
+    .await;
+    let mut settings = support::settings(&llm.base_url);
+    settings.search.meilisearch = meili.clone();
+    settings.search.backend = lacuna::settings::SearchBackend::Meilisearch;
+    let parts = Parts { search: Some(Search::open(&settings.search).unwrap()), reranker: Some(support::reranker()), onnx_nli: None };
+    let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
+    let mut pipeline = Pipeline::start(PipelineKind::Vanilla, &settings, parts).await.unwrap();
+    let record = pipeline.ask(QuestionEvent::new("meili-1", question)).await.unwrap();
+    pipeline.stop();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    let index = MeiliSearch::new(meili);
+    for passage in &answer.passages {
+        assert!(index.passage(&passage.id).await.unwrap().is_some(), "cited passage {} is in Meilisearch", passage.id);
+    }
+}
+
+/// No server needed: nothing listens on port 9, so every search fails as retryable, the stage retries,
+/// and the question ends in one error record (and a dead letter), not in silence.
+#[actix::test]
+async fn an_unreachable_meilisearch_ends_the_question_in_an_error_record() {
+    let mut settings = support::settings("http://127.0.0.1:9/v1");
+    settings.search.backend = lacuna::settings::SearchBackend::Meilisearch;
+    settings.search.meilisearch.url = "http://127.0.0.1:9".into();
+    settings.search.meilisearch.max_retries = 1;
+    settings.search.meilisearch.retry_backoff_ms = 10;
+    settings.retry.max_attempts = 2;
+    let search = Search::open(&settings.search).unwrap();
+    let error = search.search("anything", 5).await.unwrap_err();
+    assert!(error.is_transient() && error.to_string().contains("unreachable"), "{error}");
+
+    let parts = Parts { search: Some(search), reranker: Some(support::reranker()), onnx_nli: None };
+    let mut pipeline = Pipeline::start(PipelineKind::Vanilla, &settings, parts).await.unwrap();
+    let record = pipeline.ask(QuestionEvent::new("meili-down", "Where is it?")).await.unwrap();
+    let dead_letters = pipeline.dead_letters.clone();
+    pipeline.stop();
+    let AnswerRecord::Error(error) = record else { panic!("expected an error record, got {record:?}") };
+    assert_eq!((error.stage.as_str(), error.error_type.as_str()), ("retrieve", "search"));
+    assert!(error.message.contains("unreachable"), "{}", error.message);
+    // The dead letter is counted by a task of its own; give it a moment.
+    for _ in 0..50 {
+        if dead_letters.load(std::sync::atomic::Ordering::Relaxed) == 1 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("no dead letter for the failed event");
+}
