@@ -113,7 +113,9 @@ impl Join {
                 done_keys.extend(dropped.results.keys().map(|child| format!("{key}\u{1f}{child}")));
             }
         }
-        memory.record(Self::NAME, TraceKind::Joined { returned, missing: missing.clone() });
+        let answers =
+            ordered.iter().flat_map(|r| r.candidates.iter().map(|c| (c.node.key(), c.answer.clone()))).collect();
+        memory.record(Self::NAME, TraceKind::Joined { returned, missing: missing.clone(), answers });
         out.push(JoinedEvent { schema_version: SCHEMA_VERSION, memory, results: ordered, missing }.to_record());
         out.extend(done_keys.into_iter().map(state_tombstone));
         drop(pending);

@@ -45,8 +45,25 @@ pub async fn spawn_named(
             spawn_stage(QueryGen::new(llm_for(settings, &s.query_gen, "query_gen"), m.clone()), bus, &s.query_gen, r)
                 .await
         }
-        other => Err(BusError::Transport(format!("no stage {other:?}; stages are {}", STAGES.join(", ")))),
+        other => Err(no_stage(other, &STAGES)),
     }
+}
+
+/// The error for a stage name a pipeline does not have.
+pub(crate) fn no_stage(name: &str, stages: &[&str]) -> BusError {
+    BusError::Transport(format!("no stage {name:?}; stages are {}", stages.join(", ")))
+}
+
+/// sentence_filter showing the `top_k` best re-ranked passages whole (QPaug, RA-ISF, RQ-RAG).
+pub(crate) async fn spawn_top_k_filter(
+    top_k: usize,
+    bus: Arc<dyn Bus>,
+    settings: &Settings,
+    parts: &Parts,
+) -> Result<RunningStage, BusError> {
+    let mut own = settings.clone();
+    own.migres.top_k = top_k;
+    spawn_sentence_filter(FilterMode::TOP_K, bus, &own, parts).await
 }
 
 /// The retrieve stage, shared by every pipeline; `takes_questions` unless another stage starts them.

@@ -9,9 +9,8 @@ use std::sync::Arc;
 
 use crate::actors::augment::Augment;
 use crate::actors::reader::Reader;
-use crate::actors::sentence_filter::FilterMode;
 use crate::actors::stage::{RunningStage, spawn_stage};
-use crate::pipelines::migres::{llm_for, spawn_retrieve, spawn_sentence_filter};
+use crate::pipelines::migres::{llm_for, no_stage, spawn_retrieve, spawn_top_k_filter};
 use crate::pipelines::parts::Parts;
 use crate::settings::Settings;
 use crate::topics::{Bus, BusError};
@@ -30,15 +29,10 @@ pub async fn spawn_named(
             spawn_stage(Augment::new(llm_for(settings, &stages.augment, "augment")), bus, &stages.augment, retry).await
         }
         "retrieve" => spawn_retrieve(false, bus, settings, parts).await,
-        "sentence_filter" => {
-            // K-1 retrieved passages: the generated one is the K-th.
-            let mut own = settings.clone();
-            own.migres.top_k = settings.qpaug.top_k - 1;
-            spawn_sentence_filter(FilterMode::TOP_K, bus, &own, parts).await
-        }
+        "sentence_filter" => spawn_top_k_filter(settings.qpaug.top_k - 1, bus, settings, parts).await,
         "reader" => {
             spawn_stage(Reader::new(llm_for(settings, &stages.reader, "reader")), bus, &stages.reader, retry).await
         }
-        other => Err(BusError::Transport(format!("no stage {other:?}; stages are {}", STAGES.join(", ")))),
+        other => Err(no_stage(other, &STAGES)),
     }
 }

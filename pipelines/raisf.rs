@@ -14,9 +14,8 @@ use std::time::Duration;
 use crate::actors::compose::Compose;
 use crate::actors::relevance::Relevance;
 use crate::actors::self_knowledge::SelfKnowledge;
-use crate::actors::sentence_filter::FilterMode;
 use crate::actors::stage::{RunningStage, spawn_stage};
-use crate::pipelines::migres::{llm_at, llm_for, spawn_join, spawn_retrieve, spawn_sentence_filter};
+use crate::pipelines::migres::{llm_at, llm_for, no_stage, spawn_join, spawn_retrieve, spawn_top_k_filter};
 use crate::pipelines::parts::Parts;
 use crate::settings::Settings;
 use crate::topics::{Bus, BusError};
@@ -38,11 +37,7 @@ pub async fn spawn_named(
             spawn_stage(stage, bus, &stages.self_knowledge, retry).await
         }
         "retrieve" => spawn_retrieve(false, bus, settings, parts).await,
-        "sentence_filter" => {
-            let mut own = settings.clone();
-            own.migres.top_k = raisf.top_k;
-            spawn_sentence_filter(FilterMode::TOP_K, bus, &own, parts).await
-        }
+        "sentence_filter" => spawn_top_k_filter(raisf.top_k, bus, settings, parts).await,
         "relevance" => {
             let relevance = llm_at(&raisf.relevance.apply(&settings.llm), &stages.relevance, name);
             let decompose = llm_at(&raisf.decompose.apply(&settings.llm), &stages.relevance, name);
@@ -54,6 +49,6 @@ pub async fn spawn_named(
         "compose" => {
             spawn_stage(Compose::new(llm_for(settings, &stages.compose, name)), bus, &stages.compose, retry).await
         }
-        other => Err(BusError::Transport(format!("no stage {other:?}; stages are {}", STAGES.join(", ")))),
+        other => Err(no_stage(other, &STAGES)),
     }
 }

@@ -14,9 +14,8 @@ use std::time::Duration;
 
 use crate::actors::refine::Refine;
 use crate::actors::select::Select;
-use crate::actors::sentence_filter::FilterMode;
 use crate::actors::stage::{RunningStage, spawn_stage};
-use crate::pipelines::migres::{llm_for, spawn_join, spawn_retrieve, spawn_sentence_filter};
+use crate::pipelines::migres::{llm_for, no_stage, spawn_join, spawn_retrieve, spawn_top_k_filter};
 use crate::pipelines::parts::Parts;
 use crate::settings::Settings;
 use crate::topics::{Bus, BusError};
@@ -32,11 +31,7 @@ pub async fn spawn_named(
     let (stages, retry, rqrag) = (&settings.stages, &settings.retry, &settings.rqrag);
     match name {
         "retrieve" => spawn_retrieve(true, bus, settings, parts).await,
-        "sentence_filter" => {
-            let mut own = settings.clone();
-            own.migres.top_k = rqrag.top_k;
-            spawn_sentence_filter(FilterMode::TOP_K, bus, &own, parts).await
-        }
+        "sentence_filter" => spawn_top_k_filter(rqrag.top_k, bus, settings, parts).await,
         "refine" => {
             let deadline = Duration::from_millis(settings.join.deadline_ms);
             let stage = Refine::new(llm_for(settings, &stages.refine, name), rqrag.clone(), deadline);
@@ -44,6 +39,6 @@ pub async fn spawn_named(
         }
         "join" => spawn_join(bus, settings).await,
         "select" => spawn_stage(Select::new(rqrag.selection), bus, &stages.select, retry).await,
-        other => Err(BusError::Transport(format!("no stage {other:?}; stages are {}", STAGES.join(", ")))),
+        other => Err(no_stage(other, &STAGES)),
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::actors::reader::Reader;
 use crate::actors::sentence_filter::FilterMode;
 use crate::actors::stage::{RunningStage, spawn_stage};
-use crate::pipelines::migres::{llm_for, spawn_retrieve, spawn_sentence_filter};
+use crate::pipelines::migres::{llm_for, no_stage, spawn_retrieve, spawn_sentence_filter};
 use crate::pipelines::parts::Parts;
 use crate::settings::Settings;
 use crate::topics::{Bus, BusError};
@@ -36,6 +36,6 @@ pub async fn spawn_named(
             let reader = Reader::new(llm_for(settings, &stages.reader, "reader"));
             spawn_stage(reader, bus, &stages.reader, &settings.retry).await
         }
-        other => Err(BusError::Transport(format!("no stage {other:?}; stages are {}", STAGES.join(", ")))),
+        other => Err(no_stage(other, &STAGES)),
     }
 }

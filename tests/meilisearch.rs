@@ -82,7 +82,11 @@ async fn the_vanilla_pipeline_runs_on_meilisearch_unchanged() {
     let mut settings = support::settings(&llm.base_url);
     settings.search.meilisearch = meili.clone();
     settings.search.backend = lacuna::settings::SearchBackend::Meilisearch;
-    let parts = Parts { search: Some(Search::open(&settings.search).unwrap()), reranker: Some(support::reranker()), onnx_nli: None };
+    let parts = Parts {
+        search: Some(Search::open(&settings.search).unwrap()),
+        reranker: Some(support::reranker()),
+        onnx_nli: None,
+    };
     let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
     let mut pipeline = Pipeline::start(PipelineKind::Vanilla, &settings, parts).await.unwrap();
     let record = pipeline.ask(QuestionEvent::new("meili-1", question)).await.unwrap();

@@ -46,17 +46,6 @@ fn assert_citations_exist(answer: &Answered) {
     }
 }
 
-/// The deepest node any trace step comes from (0 for the root), read from the `stage@1.2` names.
-fn deepest_node(answer: &Answered) -> usize {
-    answer
-        .trace
-        .iter()
-        .filter_map(|s| s.stage.split_once('@'))
-        .map(|(_, path)| path.split('.').count())
-        .max()
-        .unwrap_or(0)
-}
-
 /// The augmented query finds the first hop; the model's own passage supplies the second (the one long
 /// query does not rank the FC Cartagena passage high: paper 002's case for passage augmentation).
 #[actix::test]
@@ -112,7 +101,7 @@ async fn raisf_decomposes_when_nothing_is_relevant_and_answers_from_the_sub_answ
     });
     assert_eq!(fanned, Some(vec![SUB1.to_string(), SUB2.to_string()]));
     assert!(answer.trace.iter().any(
-        |s| matches!(&s.kind, TraceKind::Joined { returned, missing } if returned.len() == 2 && missing.is_empty())
+        |s| matches!(&s.kind, TraceKind::Joined { returned, missing, answers } if returned.len() == 2 && missing.is_empty() && answers.len() == 2)
     ));
     // The sub-answers rest on the two gold passages, which the root's record carries.
     assert_citations_exist(&answer);
@@ -122,7 +111,7 @@ async fn raisf_decomposes_when_nothing_is_relevant_and_answers_from_the_sub_answ
     gold.sort();
     assert_eq!(cited, gold);
     assert_eq!(answer.usage.llm_calls as usize, llm.calls(), "the children's calls are the root's too");
-    assert_eq!(deepest_node(&answer), 1);
+    assert_eq!(support::deepest_node(&answer), 1);
 }
 
 #[actix::test]
@@ -149,7 +138,7 @@ async fn raisf_recursion_stops_at_the_depth_threshold() {
         ask(PipelineKind::Raisf, &settings, "deep", "Who founded the club Hugo Rodríguez Romero plays for?").await,
     );
 
-    assert_eq!(deepest_node(&answer), 2, "sub-questions reach depth D_th and no further");
+    assert_eq!(support::deepest_node(&answer), 2, "sub-questions reach depth D_th and no further");
     assert_eq!(llm.calls_of(Prompt::Decompose), 1 + 2, "the root and its two children decompose");
     assert_eq!(llm.calls_of(Prompt::SelfKnowledge), 1 + 2 + 4);
     assert_eq!(answer.outcome, Outcome::Answered);
@@ -264,7 +253,7 @@ async fn rqrag_expands_the_tree_to_its_depth_and_width_and_no_further() {
     assert_eq!(llm.calls_of(Prompt::Refine), 2 + 4, "the root and its two children refine");
     assert_eq!(llm.calls_of(Prompt::TrajectoryAnswer), 4, "width^depth trajectories answer");
     assert_eq!(answer.candidates.len(), 4);
-    assert_eq!(deepest_node(&answer), 2);
+    assert_eq!(support::deepest_node(&answer), 2);
 }
 
 fn rand_suffix() -> u128 {

@@ -115,17 +115,6 @@ async fn ask_real(kind: PipelineKind, settings: &lacuna::settings::Settings) -> 
     *answer
 }
 
-/// The deepest node any trace step comes from (0 for the root).
-fn deepest_node(answer: &lacuna::topics::Answered) -> usize {
-    answer
-        .trace
-        .iter()
-        .filter_map(|s| s.stage.split_once('@'))
-        .map(|(_, path)| path.split('.').count())
-        .max()
-        .unwrap_or(0)
-}
-
 #[actix::test]
 async fn qpaug_with_the_local_llm_augments_generates_and_answers() {
     let settings = small_real_settings();
@@ -145,7 +134,7 @@ async fn raisf_with_the_local_llm_ends_within_its_depth() {
     settings.raisf.max_sub_questions = 2;
     let answer = ask_real(PipelineKind::Raisf, &settings).await;
     assert!(!answer.answer.is_empty());
-    assert!(deepest_node(&answer) <= 1, "no sub-question below D_th");
+    assert!(support::deepest_node(&answer) <= 1, "no sub-question below D_th");
     assert!(answer.trace.iter().any(|s| matches!(s.kind, TraceKind::SelfKnowledge { .. })));
 }
 
@@ -161,5 +150,5 @@ async fn rqrag_with_the_local_llm_scores_trajectories_by_their_logprobs() {
         assert!(logprobs.tokens > 0 && logprobs.sum <= 0.0);
     }
     assert!(answer.candidates.iter().any(|c| c.answer == answer.answer), "the answer is one trajectory's");
-    assert!(deepest_node(&answer) <= 1);
+    assert!(support::deepest_node(&answer) <= 1);
 }

@@ -95,6 +95,9 @@ pub enum TraceKind {
     Joined {
         returned: Vec<String>,
         missing: Vec<String>,
+        /// Each returned child's answers (node key, answer), so the trace shows what came back.
+        #[serde(default)]
+        answers: Vec<(String, String)>,
     },
     /// A sub-question or trajectory gave up; its parent goes on without its answer.
     Failed {

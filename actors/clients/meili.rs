@@ -6,15 +6,13 @@
 //! Documents are `{"id", "title", "text"}` with `id` the primary key; `title` and `text` are the
 //! searchable attributes. Hits come back with Meilisearch's `_rankingScore` (0 to 1) as their score.
 
-use std::io::BufRead;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::search::SearchError;
+use super::search::{SearchError, corpus_error, for_each_passage};
 use crate::settings::MeiliSettings;
 use crate::topics::Passage;
 
@@ -116,14 +114,6 @@ fn error_for(status: reqwest::StatusCode, body: &Value, index: &str, url: &str) 
         message: format!("Meilisearch answered {status} ({code}): {message}"),
         transient: status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS,
     }
-}
-
-#[derive(Deserialize)]
-struct CorpusLine {
-    id: String,
-    #[serde(default)]
-    title: String,
-    text: String,
 }
 
 impl MeiliSearch {
@@ -249,26 +239,18 @@ impl MeiliSearch {
 
 /// The corpus as Meilisearch documents, every id checked before anything is sent.
 pub fn read_corpus(corpus: &Path) -> Result<Vec<Value>, SearchError> {
-    let corpus_error = |line: usize, message: String| SearchError::Corpus { path: corpus.to_path_buf(), line, message };
-    let file = std::fs::File::open(corpus).map_err(|e| corpus_error(0, e.to_string()))?;
     let mut documents = Vec::new();
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| corpus_error(n + 1, e.to_string()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let passage: CorpusLine = serde_json::from_str(&line).map_err(|e| corpus_error(n + 1, e.to_string()))?;
+    for_each_passage(corpus, |line, passage| {
         if !valid_document_id(&passage.id) {
-            return Err(corpus_error(
-                n + 1,
-                format!(
-                    "id {:?} is not a valid Meilisearch document id (letters, digits, - and _, at most 511 bytes)",
-                    passage.id
-                ),
-            ));
+            let message = format!(
+                "id {:?} is not a valid Meilisearch document id (letters, digits, - and _, at most 511 bytes)",
+                passage.id
+            );
+            return Err(corpus_error(corpus, line, message));
         }
         documents.push(json!({"id": passage.id, "title": passage.title, "text": passage.text}));
-    }
+        Ok(())
+    })?;
     Ok(documents)
 }
 

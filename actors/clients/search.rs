@@ -113,14 +113,34 @@ struct CorpusLine {
     text: String,
 }
 
+pub(crate) fn corpus_error(corpus: &Path, line: usize, message: String) -> SearchError {
+    SearchError::Corpus { path: corpus.to_path_buf(), line, message }
+}
+
+/// Calls `each` with the line number and passage of every non-blank line of a corpus JSONL file
+/// (`{"id", "title", "text"}`), stopping at the first error.
+pub(crate) fn for_each_passage(
+    corpus: &Path,
+    mut each: impl FnMut(usize, Passage) -> Result<(), SearchError>,
+) -> Result<(), SearchError> {
+    let file = std::fs::File::open(corpus).map_err(|e| corpus_error(corpus, 0, e.to_string()))?;
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| corpus_error(corpus, n + 1, e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let CorpusLine { id, title, text } =
+            serde_json::from_str(&line).map_err(|e| corpus_error(corpus, n + 1, e.to_string()))?;
+        each(n + 1, Passage { id, title, text })?;
+    }
+    Ok(())
+}
+
 impl TantivySearch {
     /// Builds a fresh index in `dir` from a corpus JSONL file; returns the number of passages.
     pub fn build(dir: &Path, corpus: &Path) -> Result<usize, SearchError> {
-        let file = std::fs::File::open(corpus).map_err(|e| SearchError::Corpus {
-            path: corpus.to_path_buf(),
-            line: 0,
-            message: e.to_string(),
-        })?;
+        // Open the corpus first: a wrong path must not cost the old index.
+        std::fs::File::open(corpus).map_err(|e| corpus_error(corpus, 0, e.to_string()))?;
         // Rebuilding replaces the old index so re-running `lacuna index` never duplicates passages.
         if dir.exists() {
             std::fs::remove_dir_all(dir).map_err(|e| SearchError::Index(e.to_string()))?;
@@ -130,21 +150,15 @@ impl TantivySearch {
         let index = Index::create_in_dir(dir, schema)?;
         let mut writer = index.writer::<TantivyDocument>(100_000_000)?;
         let mut count = 0;
-        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-            let corpus_error =
-                |message: String| SearchError::Corpus { path: corpus.to_path_buf(), line: n + 1, message };
-            let line = line.map_err(|e| corpus_error(e.to_string()))?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let passage: CorpusLine = serde_json::from_str(&line).map_err(|e| corpus_error(e.to_string()))?;
+        for_each_passage(corpus, |_, passage| {
             writer.add_document(doc!(
                 fields.id => passage.id,
                 fields.title => passage.title,
                 fields.text => passage.text,
             ))?;
             count += 1;
-        }
+            Ok(())
+        })?;
         writer.commit()?;
         Ok(count)
     }

@@ -41,8 +41,15 @@ pub async fn ask(settings: &Settings, args: AskArgs) -> anyhow::Result<()> {
 }
 
 fn print_answer(a: &Answered) {
-    for line in iteration_lines(a) {
-        println!("{line}");
+    let fanned_out = a.trace.iter().any(|s| matches!(s.kind, TraceKind::FannedOut { .. }));
+    if fanned_out {
+        for line in tree_lines(a) {
+            println!("{line}");
+        }
+    } else {
+        for line in iteration_lines(a) {
+            println!("{line}");
+        }
     }
     println!();
     println!("Answer: {}  (confidence {}/5, {:?})", a.answer, a.confidence, a.outcome);
@@ -61,11 +68,37 @@ fn print_answer(a: &Answered) {
             println!("  {} ({}): {}", p.id, p.title, p.text);
         }
     }
+    if !a.candidates.is_empty() {
+        println!("Candidates (one per trajectory):");
+        for c in &a.candidates {
+            let scored = c.logprobs.as_ref().map_or("no logprobs".to_string(), |l| format!("log p = {:.2}", l.sum));
+            println!("  {} [{}]: {} ({scored}) via {}", c.node.path_text(), c.node.key(), c.answer, c.explanation);
+        }
+    }
     let u = &a.usage;
     println!(
         "LLM calls: {}, tokens: {} prompt ({} cached) + {} completion",
         u.llm_calls, u.prompt_tokens, u.cached_tokens, u.completion_tokens
     );
+}
+
+/// For pipelines that fan out: each split with its children, and what each child answered.
+pub fn tree_lines(a: &Answered) -> Vec<String> {
+    let mut lines = Vec::new();
+    for step in &a.trace {
+        match &step.kind {
+            TraceKind::FannedOut { children } => {
+                lines.push(format!("{} split into:", step.stage));
+                lines.extend(children.iter().map(|(key, text)| format!("  {key}: {text}")));
+            }
+            TraceKind::Joined { answers, missing, .. } => {
+                lines.extend(answers.iter().map(|(key, answer)| format!("  {key} answered: {answer}")));
+                lines.extend(missing.iter().map(|key| format!("  {key} did not return by the deadline")));
+            }
+            _ => {}
+        }
+    }
+    lines
 }
 
 /// One line per iteration: its queries, what was shown, what was kept, what main decided.

@@ -100,3 +100,15 @@ pub fn parts(settings: &Settings) -> lacuna::pipelines::parts::Parts {
         onnx_nli: None,
     }
 }
+
+/// The deepest node of a fanned-out question any trace step comes from (0 for the root), read from
+/// the `stage@1.2` names the join gives its children's steps.
+pub fn deepest_node(answer: &lacuna::topics::Answered) -> usize {
+    answer
+        .trace
+        .iter()
+        .filter_map(|s| s.stage.split_once('@'))
+        .map(|(_, path)| path.split('.').count())
+        .max()
+        .unwrap_or(0)
+}
