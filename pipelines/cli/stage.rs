@@ -9,7 +9,7 @@ use crate::settings::Settings;
 
 #[derive(Args)]
 pub struct StageArgs {
-    /// retrieve, sentence_filter, leaf, verify, main or query_gen (MIGRES); reader (baselines).
+    /// One of the pipeline's stages (see `PipelineKind::stages`, e.g. retrieve ... query_gen for MIGRES, join for RA-ISF).
     name: String,
     /// The pipeline this stage belongs to: each pipeline has its own topics.
     #[arg(long, default_value = "migres")]
