@@ -16,8 +16,8 @@ use crate::topics::{
 };
 
 pub struct SelfKnowledge {
-    /// The self-knowledge module's own endpoint (`raisf.self_knowledge`).
-    module: LlmClient,
+    /// The self-knowledge module's own endpoint (`raisf.self_knowledge`); `None` skips the module.
+    module: Option<LlmClient>,
     /// Answers when the model knows.
     answerer: LlmClient,
 }
@@ -40,7 +40,7 @@ fn known_schema() -> Schema {
 }
 
 impl SelfKnowledge {
-    pub fn new(module: LlmClient, answerer: LlmClient) -> Self {
+    pub fn new(module: Option<LlmClient>, answerer: LlmClient) -> Self {
         SelfKnowledge { module, answerer }
     }
 }
@@ -66,14 +66,16 @@ impl Stage for SelfKnowledge {
             Topic::Questions => root_memory(decode::<QuestionEvent>(record)?),
             _ => decode::<NodeEvent>(record)?.memory,
         };
-        let prompt = prompts::fill(prompts::SELF_KNOWLEDGE, &[("question", &memory.question)]);
-        let reply = self.module.structured::<Known>(prompts::SYSTEM, &prompt, &known_schema()).await?;
-        note_call(&mut memory, Self::NAME, "self_knowledge", &reply.stats);
-        let known = reply.value.known;
-        memory.record(Self::NAME, TraceKind::SelfKnowledge { known });
-        if known {
-            let answer = read(&self.answerer, &mut memory, Self::NAME, "answer", "None").await?;
-            return Ok(vec![answer_node(memory, Self::NAME, answer, Outcome::Answered)]);
+        if let Some(module) = &self.module {
+            let prompt = prompts::fill(prompts::SELF_KNOWLEDGE, &[("question", &memory.question)]);
+            let reply = module.structured::<Known>(prompts::SYSTEM, &prompt, &known_schema()).await?;
+            note_call(&mut memory, Self::NAME, "self_knowledge", &reply.stats);
+            let known = reply.value.known;
+            memory.record(Self::NAME, TraceKind::SelfKnowledge { known });
+            if known {
+                let answer = read(&self.answerer, &mut memory, Self::NAME, "answer", "None").await?;
+                return Ok(vec![answer_node(memory, Self::NAME, answer, Outcome::Answered)]);
+            }
         }
         let queries = vec![memory.question.clone()];
         memory.queries.extend(queries.clone());

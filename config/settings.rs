@@ -73,6 +73,8 @@ impl LlmOverride {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RaisfSettings {
+    /// Ask the self-knowledge module first (false: always retrieve, the paper's "w/o SKM" ablation).
+    pub self_knowledge_check: bool,
     /// D_th: sub-questions nest at most this deep; a node at this depth answers from what it has.
     pub max_depth: u32,
     /// Passages retrieved and checked for relevance per (sub-)question.

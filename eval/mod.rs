@@ -38,6 +38,8 @@ pub struct EvalOptions {
     pub concurrency: usize,
     /// Ask the judge for Acc†.
     pub judge: bool,
+    /// The run's name in reports (default: the pipeline's).
+    pub label: Option<String>,
 }
 
 /// Runs `dataset` through the pipeline and writes `answers.jsonl` (as answers arrive),
@@ -110,7 +112,7 @@ pub async fn evaluate(
     }
     let mut report = Report::from_records(&records, wall_seconds);
     report.dataset = dataset.name.clone();
-    report.pipeline = options.pipeline.name().to_string();
+    report.pipeline = options.label.clone().unwrap_or_else(|| options.pipeline.name().to_string());
     report.model = model;
     report.date = today();
 

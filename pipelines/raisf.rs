@@ -32,7 +32,9 @@ pub async fn spawn_named(
     let deadline = Duration::from_millis(settings.join.deadline_ms);
     match name {
         "self_knowledge" => {
-            let module = llm_at(&raisf.self_knowledge.apply(&settings.llm), &stages.self_knowledge, name);
+            let module = raisf
+                .self_knowledge_check
+                .then(|| llm_at(&raisf.self_knowledge.apply(&settings.llm), &stages.self_knowledge, name));
             let stage = SelfKnowledge::new(module, llm_for(settings, &stages.self_knowledge, name));
             spawn_stage(stage, bus, &stages.self_knowledge, retry).await
         }

@@ -259,3 +259,27 @@ async fn rqrag_expands_the_tree_to_its_depth_and_width_and_no_further() {
 fn rand_suffix() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
 }
+
+#[actix::test]
+async fn raisf_answers_what_the_model_knows_without_retrieval_unless_the_check_is_off() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::SelfKnowledge => Reply::Json(json!({"known": true})),
+        _ => methods_script(prompt),
+    })
+    .await;
+    let mut settings = support::settings(&llm.base_url);
+    small(&mut settings);
+    let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    let known = answered(ask(PipelineKind::Raisf, &settings, "known", &question).await);
+    assert_eq!(known.usage.llm_calls, 2, "the self-knowledge check and the answer");
+    assert!(!known.trace.iter().any(|s| matches!(s.kind, TraceKind::Retrieved { .. })), "nothing retrieved");
+    assert!(known.passages.is_empty());
+
+    // The "w/o SKM" ablation: the module is never asked, and the question goes to retrieval.
+    settings.raisf.self_knowledge_check = false;
+    let before = llm.calls_of(Prompt::SelfKnowledge);
+    let retrieved = answered(ask(PipelineKind::Raisf, &settings, HUGO_QUESTION_ID, &question).await);
+    assert_eq!(llm.calls_of(Prompt::SelfKnowledge), before, "no self-knowledge call");
+    assert!(retrieved.trace.iter().any(|s| matches!(s.kind, TraceKind::Retrieved { .. })));
+    assert_eq!(retrieved.answer, "Murcia");
+}

@@ -18,6 +18,10 @@ pub struct EvalArgs {
     dataset: Option<PathBuf>,
     #[arg(long, default_value = "migres")]
     pipeline: PipelineKind,
+    /// The run's name in its report and in comparisons (default: the pipeline), e.g. for a variant
+    /// run with other settings.
+    #[arg(long)]
+    label: Option<String>,
     /// Only the first N questions.
     #[arg(long)]
     limit: Option<usize>,
@@ -53,6 +57,7 @@ pub async fn eval(settings: &Settings, args: EvalArgs) -> anyhow::Result<()> {
         transport: args.transport,
         concurrency: args.concurrency.unwrap_or(settings.run.max_open_questions),
         judge: args.judge,
+        label: args.label.clone(),
     };
     eprintln!("{}: {} questions through {}", dataset.name, dataset.questions.len(), args.pipeline);
     let report = evaluate(&settings, &dataset, &options, &args.out).await?;
