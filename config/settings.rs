@@ -205,6 +205,21 @@ pub struct MeiliSettings {
     pub batch_size: usize,
     /// How long to wait for one indexing task.
     pub task_timeout_ms: u64,
+    pub matching_strategy: MatchingStrategy,
+}
+
+/// Which query words Meilisearch may drop when not every word matches a document. Meilisearch does
+/// not rank by any-word overlap the way BM25 does, so for a whole natural-language question this
+/// decides most of its recall (README, "Recall: what you trade").
+#[derive(Clone, Copy, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchingStrategy {
+    /// Drop the words from the end of the query first (Meilisearch's own default).
+    Last,
+    /// Keep every word.
+    All,
+    /// Drop the most frequent words first, so the rare, telling ones stay.
+    Frequency,
 }
 
 #[derive(Clone, Debug, Deserialize)]

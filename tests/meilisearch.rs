@@ -53,8 +53,11 @@ async fn indexing_twice_leaves_one_copy_and_search_returns_scored_passages() {
     assert_eq!(documents_in(&settings).await, first.documents as u64, "re-indexing is idempotent");
 
     let (question, _, gold) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
+    // Meilisearch returns only documents that match the words its matching strategy keeps, so
+    // fewer hits than the limit is normal; more never is.
     let hits = meili.search(&question, 20).await.unwrap();
-    assert_eq!(hits.len(), 20, "the configured limit");
+    assert!(!hits.is_empty() && hits.len() <= 20, "{} hits for a limit of 20", hits.len());
+    assert_eq!(meili.search(&question, 1).await.unwrap().len(), 1, "the configured limit");
     assert!(hits.iter().all(|(_, score)| *score > 0.0 && *score <= 1.0), "_rankingScore is in (0, 1]");
     assert!(hits.windows(2).all(|w| w[0].1 >= w[1].1), "best first");
     assert!(hits.iter().any(|(p, _)| gold.contains(&p.id)), "a gold passage is among the hits");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::search::{SearchError, corpus_error, for_each_passage};
-use crate::settings::MeiliSettings;
+use crate::settings::{MatchingStrategy, MeiliSettings};
 use crate::topics::Passage;
 
 #[derive(Clone)]
@@ -31,10 +31,11 @@ pub struct IndexReport {
 }
 
 /// The body of a search request.
-pub fn search_request(query: &str, limit: usize) -> Value {
+pub fn search_request(query: &str, limit: usize, strategy: MatchingStrategy) -> Value {
     json!({
         "q": query,
         "limit": limit.max(1),
+        "matchingStrategy": strategy,
         "showRankingScore": true,
         "attributesToRetrieve": ["id", "title", "text"],
     })
@@ -173,7 +174,7 @@ impl MeiliSearch {
     /// The top `limit` passages for a free-text query, best first, scored by `_rankingScore`.
     pub async fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
         let path = format!("indexes/{}/search", self.settings.index);
-        let body = self.call(reqwest::Method::POST, &path, Some(&search_request(query, limit))).await?;
+        let body = self.call(reqwest::Method::POST, &path, Some(&search_request(query, limit, self.settings.matching_strategy))).await?;
         parse_hits(&body)
     }
 
@@ -260,12 +261,14 @@ mod tests {
 
     #[test]
     fn a_search_asks_for_ranking_scores_and_the_passage_fields() {
-        let body = search_request("Who directed Levity?", 50);
+        let body = search_request("Who directed Levity?", 50, MatchingStrategy::Frequency);
         assert_eq!(body["q"], "Who directed Levity?");
         assert_eq!(body["limit"], 50);
         assert_eq!(body["showRankingScore"], true);
         assert_eq!(body["attributesToRetrieve"], json!(["id", "title", "text"]));
-        assert_eq!(search_request("q", 0)["limit"], 1, "a zero limit still asks for one hit");
+        assert_eq!(body["matchingStrategy"], "frequency");
+        assert_eq!(search_request("q", 0, MatchingStrategy::Last)["limit"], 1, "a zero limit still asks for one hit");
+        assert_eq!(search_request("q", 5, MatchingStrategy::Last)["matchingStrategy"], "last");
     }
 
     #[test]
