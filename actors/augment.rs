@@ -7,10 +7,9 @@
 use async_trait::async_trait;
 
 use crate::actors::clients::LlmClient;
-use crate::actors::self_knowledge::root_memory;
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
-use crate::topics::{Event, QueriesEvent, QuestionEvent, Record, SCHEMA_VERSION, Topic, TraceKind};
+use crate::topics::{Event, QueriesEvent, QuestionEvent, Record, SCHEMA_VERSION, TraceKind};
 
 pub struct Augment {
     llm: LlmClient,
@@ -29,12 +28,8 @@ pub const NONE: &str = "[NONE]";
 impl Stage for Augment {
     const NAME: &'static str = "augment";
 
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Questions]
-    }
-
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
-        let mut memory = root_memory(decode::<QuestionEvent>(record)?);
+        let mut memory = decode::<QuestionEvent>(record)?.memory();
         let prompt = prompts::fill(prompts::AUGMENT, &[("question", &memory.question)]);
         let reply = self.llm.text(prompts::SYSTEM, &prompt).await?;
         note_call(&mut memory, Self::NAME, "question_augmentation", &reply.stats);

@@ -4,11 +4,12 @@
 
 use async_trait::async_trait;
 
+use crate::actors::answer::deadline_error;
 use crate::actors::clients::LlmClient;
-use crate::actors::join::{answer_node, deadline_error, is_root};
-use crate::actors::reader::read;
+use crate::actors::evidence::{documents, read};
+use crate::actors::fanout::{answer_node, is_root};
 use crate::actors::stage::{Stage, StageError, decode};
-use crate::topics::{JoinedEvent, Outcome, Record, Topic};
+use crate::topics::{JoinedEvent, Outcome, Record};
 
 pub struct Compose {
     llm: LlmClient,
@@ -24,10 +25,6 @@ impl Compose {
 impl Stage for Compose {
     const NAME: &'static str = "compose";
 
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Joined]
-    }
-
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let JoinedEvent { mut memory, results, missing, .. } = decode(record)?;
         if results.is_empty() && is_root(&memory) {
@@ -41,7 +38,7 @@ impl Stage for Compose {
                 (r.question.clone(), answer.to_string())
             })
             .collect();
-        let docs = crate::actors::reader::documents(pairs.iter().map(|(q, a)| (q.as_str(), a.as_str())));
+        let docs = documents(pairs.iter().map(|(q, a)| (q.as_str(), a.as_str())));
         let answer = read(&self.llm, &mut memory, Self::NAME, "answer_from_sub_answers", &docs).await?;
         let outcome = if missing.is_empty() { Outcome::Answered } else { Outcome::AnsweredAfterDeadline };
         Ok(vec![answer_node(memory, Self::NAME, answer, outcome)])

@@ -10,17 +10,16 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::actors::main::{FinalAnswer, given_answer};
+use crate::actors::fanout::now_ms;
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::metrics::METRICS;
 use crate::topics::joins::state_tombstone;
 use crate::topics::{
-    AnswerRecord, Bus, BusError, Candidate, ErrorRecord, Event, JoinEvent, JoinedEvent, Memory, NodeRef, NodeResult,
-    Outcome, Record, SCHEMA_VERSION, Topic, TraceKind, VersionedAnswer,
+    Bus, BusError, Event, JoinEvent, JoinedEvent, Memory, NodeResult, Record, SCHEMA_VERSION, Topic, TraceKind,
 };
 
 pub struct Join {
@@ -43,22 +42,10 @@ impl Pending {
 }
 
 impl Join {
-    /// A join with the state `bus` kept in `join_state`.
-    pub async fn restore(bus: &dyn Bus, tick: Duration) -> Result<Join, BusError> {
-        let join = Join { pending: RefCell::default(), tick };
-        let records = bus.read_table(Topic::JoinState).await?;
-        let restored = records.len();
-        for record in records {
-            match JoinEvent::from_payload(&record.payload) {
-                Ok(event) => join.apply(event),
-                Err(error) => tracing::warn!(key = %record.key, %error, "unreadable join_state entry skipped"),
-            }
-        }
-        if restored > 0 {
-            tracing::info!(entries = restored, parents = join.pending.borrow().len(), "join state restored");
-        }
-        join.report();
-        Ok(join)
+    /// A join that looks for parents past their deadline every `tick`. It reads the state it kept
+    /// back from `join_state` when it opens (see [`Stage::open`]).
+    pub fn new(tick: Duration) -> Join {
+        Join { pending: RefCell::default(), tick }
     }
 
     fn apply(&self, event: JoinEvent) {
@@ -139,16 +126,25 @@ fn merge_child(memory: &mut Memory, result: &NodeResult) {
     }
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 #[async_trait(?Send)]
 impl Stage for Join {
     const NAME: &'static str = "join";
 
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Joins]
+    /// Reads back the state kept in `join_state`: a restarted join carries on where it stopped.
+    async fn open(&self, bus: &dyn Bus) -> Result<(), BusError> {
+        let records = bus.read_table(Topic::JoinState).await?;
+        let restored = records.len();
+        for record in records {
+            match JoinEvent::from_payload(&record.payload) {
+                Ok(event) => self.apply(event),
+                Err(error) => tracing::warn!(key = %record.key, %error, "unreadable join_state entry skipped"),
+            }
+        }
+        if restored > 0 {
+            tracing::info!(entries = restored, parents = self.pending.borrow().len(), "join state restored");
+        }
+        self.report();
+        Ok(())
     }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
@@ -187,66 +183,4 @@ impl Stage for Join {
         due.sort();
         due.into_iter().flat_map(|(_, key)| self.finish(&key)).collect()
     }
-}
-
-/// The Expect to publish before a parent's children: the join then waits for all of them, or until
-/// `deadline` from now.
-pub fn expect_record(parent: &Memory, children: &[Memory], deadline: Duration) -> Record {
-    let keys = children.iter().map(|c| c.question_id.clone()).collect();
-    JoinEvent::expect(parent.clone(), keys, now_ms() + deadline.as_millis() as u64).to_record()
-}
-
-/// A finished child node, on its way to its parent through the join.
-pub fn result_record(memory: Memory, candidates: Vec<Candidate>) -> Record {
-    let node = memory.node_ref();
-    let parent = node.parent().map(|p| p.key()).unwrap_or_default();
-    let result = NodeResult {
-        node,
-        question: memory.question,
-        candidates,
-        usage: memory.usage,
-        cited_passages: memory.cited_passages,
-        trace: memory.trace,
-    };
-    JoinEvent::result(parent, result).to_record()
-}
-
-/// The error record of a root question none of whose children returned by the deadline.
-pub fn deadline_error(memory: Memory, stage: &str, missing: &[String]) -> Record {
-    METRICS.answers.with_label_values(&["error"]).inc();
-    let record = ErrorRecord {
-        question_id: memory.question_id,
-        question: memory.question,
-        stage: stage.to_string(),
-        error_type: "deadline_exceeded".to_string(),
-        message: format!(
-            "no sub-question or trajectory returned by the join deadline (waiting for {})",
-            missing.join(", ")
-        ),
-        trace: memory.trace,
-    };
-    VersionedAnswer::from(AnswerRecord::Error(record)).to_record()
-}
-
-/// True for the node the user asked about.
-pub fn is_root(memory: &Memory) -> bool {
-    memory.node.as_ref().is_none_or(NodeRef::is_root)
-}
-
-/// Ends a node with an answer: a root's goes to the answers topic, a child's back to its parent.
-pub(crate) fn answer_node(memory: Memory, stage: &str, answer: FinalAnswer, outcome: Outcome) -> Record {
-    if is_root(&memory) {
-        return given_answer(memory, stage, answer, outcome);
-    }
-    let candidate = Candidate {
-        answer: answer.answer.trim().to_string(),
-        confidence: answer.confidence,
-        explanation: answer.explanation,
-        node: memory.node_ref(),
-        queries: Vec::new(),
-        logprobs: None,
-        trajectory_logprobs: None,
-        citations: memory.cited_passages.keys().cloned().collect(),
-    };
-    result_record(memory, vec![candidate])
 }

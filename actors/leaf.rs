@@ -8,9 +8,7 @@ use serde_json::json;
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
-use crate::topics::{
-    CandidateFact, Event, EvidenceEvent, EvidenceItem, FactsEvent, Record, SCHEMA_VERSION, Topic, TraceKind,
-};
+use crate::topics::{CandidateFact, Event, EvidenceEvent, EvidenceItem, FactsEvent, Record, SCHEMA_VERSION, TraceKind};
 
 /// At most this many facts per call: small models otherwise list every sentence.
 const MAX_FACTS: usize = 6;
@@ -114,10 +112,6 @@ impl Leaf {
 #[async_trait(?Send)]
 impl Stage for Leaf {
     const NAME: &'static str = "leaf";
-
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Evidence]
-    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: EvidenceEvent = decode(record)?;

@@ -1,15 +1,25 @@
-//! The stages of the MIGRES loop, one file each, and the clients they use:
+//! The stages, one file each, the machinery they share, and the clients they use.
 //!
-//! questions -> retrieve -> sentence_filter -> leaf -> verify -> main -> answers
-//!                 ^                                                |
-//!                 +---------- query_gen <- missing <---------------+
+//! - MIGRES: retrieve -> sentence_filter -> leaf -> verify -> main (`main_module.rs`) -> answers,
+//!   and main -> query_gen -> retrieve for the next iteration.
+//! - The baselines and QPaug: `reader` (and `augment`); RA-ISF: `self_knowledge`, `relevance`,
+//!   `compose`; RQ-RAG: `refine`, `select`; both fan out and come back through `join`.
+//! - Shared: `stage` (the generic runner: bus, retries, acks, error records), `answer` (final answers,
+//!   answer and error records, answer normalisation), `fanout` (expect and result records, node
+//!   paths), `evidence` (documents shown to the LLM, citations), `selection` (choosing among
+//!   candidate answers), `prompts`.
+//!
+//! Which stage reads and writes which topic is declared per pipeline in `pipelines/`.
 
+pub mod answer;
 pub mod augment;
 pub mod clients;
 pub mod compose;
+pub mod evidence;
+pub mod fanout;
 pub mod join;
 pub mod leaf;
-pub mod main;
+pub mod main_module;
 pub mod prompts;
 pub mod query_gen;
 pub mod reader;
@@ -17,6 +27,7 @@ pub mod refine;
 pub mod relevance;
 pub mod retrieve;
 pub mod select;
+pub mod selection;
 pub mod self_knowledge;
 pub mod sentence_filter;
 pub mod stage;

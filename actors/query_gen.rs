@@ -13,9 +13,7 @@ use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
 use crate::settings::MigresSettings;
 use crate::topics::memory::normalize_query;
-use crate::topics::{
-    Event, Memory, MissingEvent, QueriesEvent, Record, SCHEMA_VERSION, Topic, TraceKind, VerifiedEvent,
-};
+use crate::topics::{Event, Memory, MissingEvent, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
 
 pub struct QueryGen {
     llm: LlmClient,
@@ -94,10 +92,6 @@ impl QueryGen {
 #[async_trait(?Send)]
 impl Stage for QueryGen {
     const NAME: &'static str = "query_gen";
-
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Missing]
-    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: MissingEvent = decode(record)?;

@@ -3,18 +3,15 @@
 //! no entailment check. The passages shown are the answer's citations.
 //!
 //! QPaug's answer is this stage too: its self-generated passage is shown last, as "Your knowledge".
-//! The other pipelines' answer calls go through [`read`].
+//! The other pipelines' answer calls go through the same [`read`].
 
 use async_trait::async_trait;
 
+use crate::actors::answer::given_answer;
 use crate::actors::clients::LlmClient;
-use crate::actors::main::{FinalAnswer, final_schema, given_answer};
+use crate::actors::evidence::{YOUR_KNOWLEDGE, cite_shown, documents, read};
 use crate::actors::stage::{Stage, StageError, decode};
-use crate::actors::{note_call, prompts};
-use crate::topics::{EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, Outcome, Passage, Record, Topic};
-
-/// The label of QPaug's self-generated passage (paper 002).
-pub const YOUR_KNOWLEDGE: &str = "Your knowledge";
+use crate::topics::{EvidenceEvent, Outcome, Record};
 
 pub struct Reader {
     llm: LlmClient,
@@ -26,43 +23,9 @@ impl Reader {
     }
 }
 
-/// Numbered `[i] title: text` lines, or "None".
-pub(crate) fn documents<'a>(items: impl Iterator<Item = (&'a str, &'a str)>) -> String {
-    let lines: Vec<String> =
-        items.enumerate().map(|(i, (title, text))| format!("[{}] {title}: {text}", i + 1)).collect();
-    if lines.is_empty() { "None".to_string() } else { lines.join("\n") }
-}
-
-/// One answer call over `documents` (the reader prompt), counted in the memory's usage and trace.
-pub(crate) async fn read(
-    llm: &LlmClient,
-    memory: &mut Memory,
-    stage: &str,
-    purpose: &str,
-    documents: &str,
-) -> Result<FinalAnswer, StageError> {
-    let prompt =
-        prompts::fill(prompts::READER, &[("documents", documents), ("question", &memory.question_to_answer())]);
-    let reply = llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
-    note_call(memory, stage, purpose, &reply.stats);
-    Ok(reply.value)
-}
-
-/// The answer rests on what was shown: those passages (as shown) become its citations.
-pub(crate) fn cite_shown<'a>(memory: &mut Memory, evidence: impl IntoIterator<Item = &'a EvidenceItem>) {
-    for item in evidence.into_iter().filter(|e| e.origin == EvidenceOrigin::Passage) {
-        let passage = Passage { id: item.id.clone(), title: item.title.clone(), text: item.text.clone() };
-        memory.cited_passages.insert(item.id.clone(), passage);
-    }
-}
-
 #[async_trait(?Send)]
 impl Stage for Reader {
     const NAME: &'static str = "reader";
-
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Evidence]
-    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let EvidenceEvent { mut memory, evidence, .. } = decode(record)?;

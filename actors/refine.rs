@@ -9,15 +9,14 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::actors::clients::{LlmClient, Schema};
-use crate::actors::join::{expect_record, is_root, result_record};
-use crate::actors::reader::documents;
-use crate::actors::select::choose_answer;
+use crate::actors::evidence::{cite_shown, documents};
+use crate::actors::fanout::{expect_record, is_root, result_record};
+use crate::actors::selection::choose_answer;
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
 use crate::settings::RqragSettings;
 use crate::topics::{
-    Candidate, Event, EvidenceEvent, Memory, Outcome, QueriesEvent, Record, SCHEMA_VERSION, Topic, TraceKind,
-    TrajectoryStep,
+    Candidate, Event, EvidenceEvent, Memory, Outcome, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, TrajectoryStep,
 };
 
 /// The refinements, in the order `rqrag.width` takes them, with what each asks of the model.
@@ -145,13 +144,9 @@ impl Refine {
 impl Stage for Refine {
     const NAME: &'static str = "refine";
 
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Evidence]
-    }
-
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let EvidenceEvent { mut memory, queries, evidence, .. } = decode(record)?;
-        crate::actors::reader::cite_shown(&mut memory, &evidence);
+        cite_shown(&mut memory, &evidence);
         match memory.trajectory.last_mut() {
             Some(step) => step.evidence = evidence,
             // The root's first step searches with the question itself.

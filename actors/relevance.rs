@@ -9,13 +9,13 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::actors::clients::{LlmClient, Schema};
-use crate::actors::join::{answer_node, expect_record};
-use crate::actors::reader::{cite_shown, documents, read};
+use crate::actors::evidence::{cite_shown, documents, read};
+use crate::actors::fanout::{answer_node, expect_record};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
 use crate::settings::RaisfSettings;
 use crate::topics::{
-    Event, EvidenceEvent, EvidenceItem, Memory, NodeEvent, Outcome, Record, SCHEMA_VERSION, Topic, TraceKind,
+    Event, EvidenceEvent, EvidenceItem, Memory, NodeEvent, Outcome, Record, SCHEMA_VERSION, TraceKind,
     memory::normalize_query,
 };
 
@@ -111,10 +111,6 @@ impl Relevance {
 #[async_trait(?Send)]
 impl Stage for Relevance {
     const NAME: &'static str = "relevance";
-
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Evidence]
-    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let EvidenceEvent { mut memory, evidence, .. } = decode(record)?;

@@ -13,21 +13,15 @@ use crate::topics::{
     TraceKind,
 };
 
+/// Takes `queries`, and `questions` in the pipelines where no other stage starts them.
 pub struct Retrieve {
     search: Search,
     settings: MigresSettings,
-    /// False when another stage starts questions (QPaug's augment, RA-ISF's self_knowledge).
-    takes_questions: bool,
 }
 
 impl Retrieve {
     pub fn new(search: Search, settings: MigresSettings) -> Self {
-        Retrieve { search, settings, takes_questions: true }
-    }
-
-    /// Consumes `queries` only.
-    pub fn queries_only(self) -> Self {
-        Retrieve { takes_questions: false, ..self }
+        Retrieve { search, settings }
     }
 
     async fn retrieve(&self, mut memory: Memory, queries: Vec<String>) -> Result<PassagesEvent, StageError> {
@@ -58,17 +52,11 @@ impl Retrieve {
 impl Stage for Retrieve {
     const NAME: &'static str = "retrieve";
 
-    fn inputs(&self) -> &'static [Topic] {
-        // Questions already in the loop go before new ones.
-        if self.takes_questions { &[Topic::Queries, Topic::Questions] } else { &[Topic::Queries] }
-    }
-
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let (memory, queries) = match record.topic {
             Topic::Questions => {
                 let question: QuestionEvent = decode(record)?;
-                let mut memory = Memory::new(question.id, question.question.clone());
-                memory.yes_no = question.yes_no;
+                let mut memory = question.memory();
                 memory.queries.push(question.question.clone());
                 (memory, vec![question.question])
             }

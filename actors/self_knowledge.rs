@@ -7,13 +7,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::actors::clients::{LlmClient, Schema};
-use crate::actors::join::answer_node;
-use crate::actors::reader::read;
+use crate::actors::evidence::read;
+use crate::actors::fanout::answer_node;
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
-use crate::topics::{
-    Event, Memory, NodeEvent, Outcome, QueriesEvent, QuestionEvent, Record, SCHEMA_VERSION, Topic, TraceKind,
-};
+use crate::topics::{Event, NodeEvent, Outcome, QueriesEvent, QuestionEvent, Record, SCHEMA_VERSION, Topic, TraceKind};
 
 pub struct SelfKnowledge {
     /// The self-knowledge module's own endpoint (`raisf.self_knowledge`); `None` skips the module.
@@ -45,25 +43,13 @@ impl SelfKnowledge {
     }
 }
 
-/// A root question's memory, started here as retrieve starts it in the other pipelines.
-pub(crate) fn root_memory(question: QuestionEvent) -> Memory {
-    let mut memory = Memory::new(question.id, question.question);
-    memory.yes_no = question.yes_no;
-    memory
-}
-
 #[async_trait(?Send)]
 impl Stage for SelfKnowledge {
     const NAME: &'static str = "self_knowledge";
 
-    fn inputs(&self) -> &'static [Topic] {
-        // Sub-questions of questions already open go before new questions.
-        &[Topic::Nodes, Topic::Questions]
-    }
-
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let mut memory = match record.topic {
-            Topic::Questions => root_memory(decode::<QuestionEvent>(record)?),
+            Topic::Questions => decode::<QuestionEvent>(record)?.memory(),
             _ => decode::<NodeEvent>(record)?.memory,
         };
         if let Some(module) = &self.module {

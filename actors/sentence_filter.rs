@@ -6,12 +6,13 @@
 
 use async_trait::async_trait;
 
+use crate::actors::clients::rerank::titled;
 use crate::actors::clients::{LlmClient, Reranker};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
 use crate::settings::MigresSettings;
 use crate::topics::{
-    Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, PassagesEvent, Record, SCHEMA_VERSION, Topic, TraceKind,
+    Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, PassagesEvent, Record, SCHEMA_VERSION, TraceKind,
 };
 
 pub struct SentenceFilter {
@@ -212,20 +213,10 @@ impl SentenceFilter {
 impl Stage for SentenceFilter {
     const NAME: &'static str = "sentence_filter";
 
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Passages]
-    }
-
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: PassagesEvent = decode(record)?;
         Ok(vec![self.filter(event).await?.to_record()])
     }
-}
-
-/// How a passage or sentence is shown to the cross-encoder: with its title, which often names the
-/// entity the text only calls "he" or "the film".
-pub fn titled(title: &str, text: &str) -> String {
-    if title.is_empty() { text.to_string() } else { format!("{title}. {text}") }
 }
 
 /// Splits a passage into sentences: a break after `.`, `!` or `?` and white space, where the next

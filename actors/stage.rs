@@ -13,14 +13,13 @@ use async_trait::async_trait;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use tracing::Instrument;
 
+use crate::actors::answer::error_record;
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
+use crate::actors::fanout::{child_memory, result_record};
 use crate::metrics::METRICS;
 use crate::settings::{RetrySettings, StageSettings};
 use crate::topics::dead_letter::DeadLetter;
-use crate::topics::{
-    AnswerRecord, Bus, BusError, DecodeError, Delivery, ErrorRecord, Event, Memory, Record, Topic, TraceKind,
-    TraceStep, VersionedAnswer,
-};
+use crate::topics::{Bus, BusError, DecodeError, Delivery, ErrorRecord, Event, Record, Topic, TraceKind, TraceStep};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
@@ -65,13 +64,18 @@ impl StageError {
 }
 
 /// One stage's logic: turn one input record into output records. Stages keep no per-question state:
-/// everything they need travels in the event.
+/// everything they need travels in the event. Which topics a stage reads and writes is not its own
+/// business but its pipeline's declaration's (`pipelines/`), which hands them over as a [`Wiring`].
 #[async_trait(?Send)]
 pub trait Stage: Send + 'static {
+    /// The stage's name: its config section, consumer group, metric label and Deployment.
     const NAME: &'static str;
 
-    /// The topics this stage consumes, in priority order.
-    fn inputs(&self) -> &'static [Topic];
+    /// Reads what the stage needs before it takes its first event (the join's state); most need
+    /// nothing.
+    async fn open(&self, _bus: &dyn Bus) -> Result<(), BusError> {
+        Ok(())
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError>;
 
@@ -83,6 +87,26 @@ pub trait Stage: Send + 'static {
     /// Work due on a timer rather than on an event (the join's deadlines); its records are published.
     async fn tick(&self) -> Vec<Record> {
         Vec::new()
+    }
+}
+
+/// The topics a stage reads, in priority order (earlier ones are served first), and those its
+/// outputs may go to.
+#[derive(Clone, Copy, Debug)]
+pub struct Wiring {
+    pub inputs: &'static [Topic],
+    pub outputs: &'static [Topic],
+}
+
+impl Wiring {
+    /// A stage that publishes where its declaration does not say breaks the pipeline's graph (and
+    /// every tool that follows it): tests, built with debug assertions, stop at once; a release
+    /// build says so in its log and delivers the record all the same.
+    fn check(&self, stage: &str, records: &[Record]) {
+        for record in records.iter().filter(|r| !self.outputs.contains(&r.topic)) {
+            tracing::error!(stage, topic = record.topic.name(), "published to a topic its declaration does not list");
+            debug_assert!(false, "{stage} published to {}, not among its declared outputs", record.topic.name());
+        }
     }
 }
 
@@ -110,15 +134,17 @@ pub struct StageActor<S: Stage> {
     bus: Arc<dyn Bus>,
     retry: RetrySettings,
     counters: Arc<StageCounters>,
-    mailbox_capacity: usize,
+    wiring: Wiring,
+    max_in_flight: usize,
 }
 
 impl<S: Stage> Actor for StageActor<S> {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        // actix's default mailbox is 16; make the bound explicit and configurable.
-        ctx.set_mailbox_capacity(self.mailbox_capacity);
+        // The feeder holds a slot per event it sends, so the mailbox never holds more than
+        // max_in_flight of them: that is the one bound (actix's default, 16, would be a second).
+        ctx.set_mailbox_capacity(self.max_in_flight);
     }
 }
 
@@ -135,10 +161,10 @@ impl<S: Stage> Handler<Process> for StageActor<S> {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, message: Process, _ctx: &mut Self::Context) -> Self::Result {
-        let (stage, bus, retry, counters) =
-            (self.stage.clone(), self.bus.clone(), self.retry.clone(), self.counters.clone());
+        let (stage, bus, retry, counters, wiring) =
+            (self.stage.clone(), self.bus.clone(), self.retry.clone(), self.counters.clone(), self.wiring);
         Box::pin(async move {
-            handle_delivery(&*stage, &*bus, &retry, &counters, message.delivery).await;
+            handle_delivery(&*stage, &*bus, &retry, &counters, wiring, message.delivery).await;
             drop(message.slot);
         })
     }
@@ -154,10 +180,12 @@ impl<S: Stage> Handler<Tick> for StageActor<S> {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Tick, _ctx: &mut Self::Context) -> Self::Result {
-        let (stage, bus) = (self.stage.clone(), self.bus.clone());
+        let (stage, bus, wiring) = (self.stage.clone(), self.bus.clone(), self.wiring);
         AtomicResponse::new(Box::pin(
             async move {
-                for record in stage.tick().await {
+                let records = stage.tick().await;
+                wiring.check(S::NAME, &records);
+                for record in records {
                     if let Err(error) = bus.publish(record).await {
                         // What the tick decided is still in the stage's state: the next tick retries.
                         tracing::error!(stage = S::NAME, %error, "cannot publish what a tick produced");
@@ -174,6 +202,7 @@ async fn handle_delivery<S: Stage>(
     bus: &dyn Bus,
     retry: &RetrySettings,
     counters: &StageCounters,
+    wiring: Wiring,
     delivery: Delivery,
 ) {
     bump(&counters.received);
@@ -190,7 +219,7 @@ async fn handle_delivery<S: Stage>(
         iteration = iteration_of(&delivery.record.payload),
         attempt = delivery.attempt,
     );
-    handle_with_retries(stage, bus, retry, counters, delivery).instrument(span).await;
+    handle_with_retries(stage, bus, retry, counters, wiring, delivery).instrument(span).await;
     timer.observe_duration();
     in_flight.dec();
 }
@@ -200,6 +229,7 @@ async fn handle_with_retries<S: Stage>(
     bus: &dyn Bus,
     retry: &RetrySettings,
     counters: &StageCounters,
+    wiring: Wiring,
     delivery: Delivery,
 ) {
     let m = &METRICS;
@@ -219,7 +249,10 @@ async fn handle_with_retries<S: Stage>(
         }
     };
     let outputs = match outcome {
-        Ok(outputs) => outputs,
+        Ok(outputs) => {
+            wiring.check(S::NAME, &outputs);
+            outputs
+        }
         Err(error) => {
             bump(&counters.failed);
             m.events_failed.with_label_values(&[S::NAME, error.error_type()]).inc();
@@ -250,9 +283,8 @@ pub fn failure_records(stage: &str, input: &Record, error: &StageError) -> Vec<R
             stage,
             TraceKind::Failed { error_type: error.error_type().to_string(), message: error.to_string() },
         );
-        return vec![crate::actors::join::result_record(memory, Vec::new()), dead_letter];
+        return vec![result_record(memory, Vec::new()), dead_letter];
     }
-    METRICS.answers.with_label_values(&["error"]).inc();
     let (question, trace) = question_and_trace(&input.payload);
     let record = ErrorRecord {
         question_id: input.key.clone(),
@@ -262,15 +294,7 @@ pub fn failure_records(stage: &str, input: &Record, error: &StageError) -> Vec<R
         message: error.to_string(),
         trace,
     };
-    let answer = VersionedAnswer::from(AnswerRecord::Error(record)).to_record();
-    vec![answer, dead_letter]
-}
-
-/// The memory of an event that belongs to a child node, if it is one.
-fn child_memory(payload: &[u8]) -> Option<Memory> {
-    let value = serde_json::from_slice::<serde_json::Value>(payload).ok()?;
-    let memory: Memory = serde_json::from_value(value.get("memory")?.clone()).ok()?;
-    memory.node.as_ref().is_some_and(|n| !n.is_root()).then_some(memory)
+    vec![error_record(record), dead_letter]
 }
 
 /// The iteration an event belongs to, for log lines (0 for events without memory).
@@ -322,27 +346,30 @@ impl RunningStage {
     }
 }
 
-/// Subscribes `stage` to its inputs and starts it. At most `max_in_flight` events are taken from the
-/// bus before earlier ones finish: the slot is acquired *before* the next record is read, so a busy
-/// stage stops consuming and its input topic fills up, slowing its producers.
+/// Opens `stage`, subscribes it to its wiring's inputs and starts it. At most `max_in_flight` events
+/// are taken from the bus before earlier ones finish: the slot is acquired *before* the next record
+/// is read, so a busy stage stops consuming and its input topic fills up, slowing its producers.
 pub async fn spawn_stage<S: Stage>(
     stage: S,
     bus: Arc<dyn Bus>,
+    wiring: Wiring,
     settings: &StageSettings,
     retry: &RetrySettings,
 ) -> Result<RunningStage, BusError> {
-    let mut subscription = bus.subscribe(stage.inputs(), S::NAME).await?;
+    stage.open(&*bus).await?;
+    let mut subscription = bus.subscribe(wiring.inputs, S::NAME).await?;
     let tick_every = stage.tick_every();
     let counters = Arc::new(StageCounters::default());
     let arbiter = Arbiter::new();
-    let (actor_bus, actor_retry, actor_counters, mailbox_capacity) =
-        (bus.clone(), retry.clone(), counters.clone(), settings.mailbox_capacity.max(1));
+    let max_in_flight = settings.max_in_flight.max(1);
+    let (actor_bus, actor_retry, actor_counters) = (bus.clone(), retry.clone(), counters.clone());
     let addr = StageActor::start_in_arbiter(&arbiter.handle(), move |_| StageActor {
         stage: Rc::new(stage),
         bus: actor_bus,
         retry: actor_retry,
         counters: actor_counters,
-        mailbox_capacity,
+        wiring,
+        max_in_flight,
     });
     if let Some(every) = tick_every {
         let addr = addr.clone();
@@ -357,7 +384,6 @@ pub async fn spawn_stage<S: Stage>(
             }
         });
     }
-    let max_in_flight = settings.max_in_flight.max(1);
     let slots = Arc::new(Semaphore::new(max_in_flight));
     let stop_feeding = Arc::new(Notify::new());
     let (drained_tx, drained) = oneshot::channel();

@@ -10,7 +10,7 @@ use crate::actors::note_call;
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::topics::{
     CandidateFact, Event, EvidenceItem, EvidenceOrigin, FactSource, FactsEvent, KnownFact, Passage, Record,
-    SCHEMA_VERSION, Topic, TraceKind, VerifiedEvent,
+    SCHEMA_VERSION, TraceKind, VerifiedEvent,
 };
 
 pub struct Verify {
@@ -126,10 +126,6 @@ fn premise(item: &EvidenceItem) -> String {
 #[async_trait(?Send)]
 impl Stage for Verify {
     const NAME: &'static str = "verify";
-
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Facts]
-    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: FactsEvent = decode(record)?;

@@ -1,6 +1,7 @@
 //! Typed configuration: config/default.toml (compiled in), then an optional file, then
 //! `LACUNA__SECTION__KEY` environment variables. Unknown keys are errors, not silently ignored.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -22,7 +23,9 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     pub log: LogSettings,
     pub retry: RetrySettings,
-    pub stages: StagesSettings,
+    /// `[stages.NAME]` for every stage of every pipeline; the names are the declared stages'
+    /// (`pipelines/`), checked by `lacuna`'s start-up and by tests/topology.rs.
+    pub stages: BTreeMap<String, StageSettings>,
     pub eval: EvalSettings,
     pub join: JoinSettings,
     pub qpaug: QpaugSettings,
@@ -138,8 +141,18 @@ pub struct LlmSettings {
     pub max_concurrency: usize,
     /// Answer repeated calls from a content-addressed response cache (see `clients/llm_cache.rs`).
     pub cache: bool,
+    /// With `cache`: `read_write` (misses go to the endpoint and are stored) or `replay` (a miss
+    /// is an error: proves a run makes exactly the calls a recorded one made).
+    pub cache_mode: CacheMode,
     /// Empty: <cache>/llm-responses.
     pub cache_dir: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheMode {
+    ReadWrite,
+    Replay,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -287,31 +300,32 @@ pub struct RetrySettings {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StageSettings {
+    /// Events processed at once: the stage's one bound on taken, unfinished work.
     pub max_in_flight: usize,
-    pub mailbox_capacity: usize,
+    /// LLM calls in flight at once.
     pub llm_concurrency: usize,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StagesSettings {
-    pub retrieve: StageSettings,
-    pub sentence_filter: StageSettings,
-    pub leaf: StageSettings,
-    pub verify: StageSettings,
-    pub main: StageSettings,
-    pub query_gen: StageSettings,
-    pub reader: StageSettings,
-    pub join: StageSettings,
-    pub augment: StageSettings,
-    pub self_knowledge: StageSettings,
-    pub relevance: StageSettings,
-    pub compose: StageSettings,
-    pub refine: StageSettings,
-    pub select: StageSettings,
-}
-
 impl Settings {
+    /// The `[stages.NAME]` section of a stage.
+    pub fn stage(&self, name: &str) -> Option<&StageSettings> {
+        self.stages.get(name)
+    }
+
+    /// Checks `[stages.*]` against the stage names the pipelines declare: a section for a stage no
+    /// pipeline has is a typo, and a declared stage without one cannot start.
+    pub fn check_stage_names<'a>(&self, declared: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+        let declared: std::collections::BTreeSet<&str> = declared.into_iter().collect();
+        if let Some(unknown) = self.stages.keys().find(|k| !declared.contains(k.as_str())) {
+            let known = declared.iter().copied().collect::<Vec<_>>().join(", ");
+            return Err(format!("[stages.{unknown}]: no pipeline has a stage {unknown:?} (stages: {known})"));
+        }
+        if let Some(missing) = declared.iter().find(|d| !self.stages.contains_key(**d)) {
+            return Err(format!("no [stages.{missing}] section"));
+        }
+        Ok(())
+    }
+
     /// Defaults, then `file` if given, then the environment.
     pub fn load(file: Option<&Path>) -> Result<Settings, config::ConfigError> {
         let mut builder =

@@ -7,8 +7,8 @@
 use serde::Serialize;
 
 use super::dataset::EvalQuestion;
+use crate::actors::clients::rerank::titled;
 use crate::actors::clients::{Reranker, TantivySearch};
-use crate::actors::sentence_filter::titled;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Calibration {

@@ -24,7 +24,7 @@ use std::time::Instant;
 use futures::StreamExt;
 
 use crate::pipelines::parts::{Parts, check_llm};
-use crate::pipelines::pipeline::{Pipeline, PipelineKind, Transport};
+use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::settings::Settings;
 use crate::topics::{AnswerRecord, QuestionEvent, VersionedAnswer};
 use dataset::Dataset;
@@ -43,12 +43,14 @@ pub struct EvalOptions {
 }
 
 /// Runs `dataset` through the pipeline and writes `answers.jsonl` (as answers arrive),
-/// `records.jsonl`, `report.json` and `report.md` into `out`.
+/// `records.jsonl`, `report.json` and `report.md` into `out`. `on_answer` hears of each question as
+/// it finishes (the command line's progress bar).
 pub async fn evaluate(
     settings: &Settings,
     dataset: &Dataset,
     options: &EvalOptions,
     out: &Path,
+    on_answer: &mut dyn FnMut(&AnswerRecord),
 ) -> anyhow::Result<Report> {
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
     let mut settings = settings.clone();
@@ -73,7 +75,6 @@ pub async fn evaluate(
 
     let answers_path = out.join("answers.jsonl");
     let mut answers = std::io::BufWriter::new(std::fs::File::create(&answers_path)?);
-    let progress = crate::pipelines::cli::progress_bar(events.len() as u64);
     let started = Instant::now();
     let mut pipeline = Pipeline::start_with(options.pipeline, options.transport, &settings, parts).await?;
     let mut finished: HashMap<String, AnswerRecord> = HashMap::new();
@@ -88,13 +89,12 @@ pub async fn evaluate(
             if let Err(e) = written {
                 io_error.get_or_insert(e);
             }
-            progress.inc(1);
+            on_answer(&record);
             finished.insert(record.question_id().to_string(), record);
         })
         .await?;
     pipeline.stop();
     let wall_seconds = started.elapsed().as_secs_f64();
-    progress.finish_and_clear();
     if let Some(e) = io_error {
         anyhow::bail!("writing {}: {e}", answers_path.display());
     }

@@ -15,24 +15,14 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::actors::answer::normalize_answer as normalize;
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Scores {
     pub em: f64,
     pub f1: f64,
     pub lenient_em: f64,
     pub cover_em: f64,
-}
-
-/// SQuAD normalisation: lower case, punctuation removed, articles removed, white space collapsed.
-pub fn normalize(text: &str) -> String {
-    let lower = text.to_lowercase();
-    let no_punct: String =
-        lower.chars().map(|c| if c.is_ascii_punctuation() || is_quote(c) { ' ' } else { c }).collect();
-    no_punct.split_whitespace().filter(|w| !matches!(*w, "a" | "an" | "the")).collect::<Vec<_>>().join(" ")
-}
-
-fn is_quote(c: char) -> bool {
-    matches!(c, '\u{2018}' | '\u{2019}' | '\u{201c}' | '\u{201d}')
 }
 
 /// Scores a free-form answer against its labels.

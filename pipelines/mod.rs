@@ -1,14 +1,20 @@
-//! Pipelines: which stages run, connected by which topics. `migres` is the MIGRES loop, `vanilla` the
-//! paper's retrieve-then-read baselines, `qpaug`, `raisf` and `rqrag` the sibling methods (papers
-//! 002-004), `pipeline` runs any of them; `cli` is the `lacuna` command line on top.
+//! Pipelines: which stages run, connected by which topics. Each pipeline declares its stages once
+//! (`migres`, `vanilla`, `qpaug`, `raisf`, `rqrag`; see `declaration`); `graph` reads the topology
+//! off those declarations, `kind` names the pipelines, `runner` runs one in this process.
 
-pub mod cli;
+pub mod declaration;
+pub mod graph;
 pub mod input;
+pub mod kind;
 pub mod migres;
 pub mod observe;
 pub mod parts;
-pub mod pipeline;
 pub mod qpaug;
 pub mod raisf;
 pub mod rqrag;
+pub mod runner;
 pub mod vanilla;
+
+pub use declaration::{StageDecl, StartError};
+pub use kind::PipelineKind;
+pub use runner::{Pipeline, Transport};

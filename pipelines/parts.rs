@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use crate::actors::clients::{ModelError, OnnxNli, Reranker, Search, SearchError};
+use crate::pipelines::declaration::{Part, StageDecl};
+use crate::pipelines::kind::PipelineKind;
 use crate::settings::{NliBackend, Settings};
 
 #[derive(Debug, thiserror::Error)]
@@ -19,30 +21,34 @@ pub enum PartsError {
 /// What the stages of one process need; a process running one stage loads only that stage's parts.
 #[derive(Clone, Default)]
 pub struct Parts {
-    /// For retrieve.
+    /// For the stages that need [`Part::Search`].
     pub search: Option<Search>,
-    /// For sentence_filter.
+    /// For the stages that need [`Part::Reranker`].
     pub reranker: Option<Reranker>,
-    /// For verify when `nli.backend = "onnx"`; otherwise verify asks the LLM.
+    /// For the stages that need [`Part::Nli`], when `nli.backend = "onnx"`; otherwise the LLM judges.
     pub onnx_nli: Option<OnnxNli>,
 }
 
 impl Parts {
     /// Everything the stages of `pipeline` need.
-    pub fn load(settings: &Settings, pipeline: crate::pipelines::pipeline::PipelineKind) -> Result<Parts, PartsError> {
+    pub fn load(settings: &Settings, pipeline: PipelineKind) -> Result<Parts, PartsError> {
         Self::load_for(settings, pipeline.stages())
     }
 
-    /// What `stages` need.
-    pub fn load_for(settings: &Settings, stages: &[&str]) -> Result<Parts, PartsError> {
+    /// What `stages` declare they need.
+    pub fn load_for<'a>(
+        settings: &Settings,
+        stages: impl IntoIterator<Item = &'a StageDecl>,
+    ) -> Result<Parts, PartsError> {
+        let needed: Vec<Part> = stages.into_iter().flat_map(|s| s.needs.iter().copied()).collect();
         let mut parts = Parts::default();
-        if stages.contains(&"retrieve") {
+        if needed.contains(&Part::Search) {
             parts.search = Some(Search::open(&settings.search)?);
         }
-        if stages.contains(&"sentence_filter") {
+        if needed.contains(&Part::Reranker) {
             parts.reranker = Some(Reranker::load(&settings.rerank, &settings.onnx).map_err(PartsError::Reranker)?);
         }
-        if stages.contains(&"verify") && settings.nli.backend == NliBackend::Onnx {
+        if needed.contains(&Part::Nli) && settings.nli.backend == NliBackend::Onnx {
             parts.onnx_nli = Some(OnnxNli::load(&settings.nli, &settings.onnx).map_err(PartsError::Nli)?);
         }
         Ok(parts)

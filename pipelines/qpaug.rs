@@ -5,34 +5,19 @@
 //! augment writes the step-by-step decomposition that is searched with the question, and the model's
 //! own passage, which the reader shows after the K-1 retrieved ones as "Your knowledge".
 
-use std::sync::Arc;
-
 use crate::actors::augment::Augment;
-use crate::actors::reader::Reader;
-use crate::actors::stage::{RunningStage, spawn_stage};
-use crate::pipelines::migres::{llm_for, no_stage, spawn_retrieve, spawn_top_k_filter};
-use crate::pipelines::parts::Parts;
-use crate::settings::Settings;
-use crate::topics::{Bus, BusError};
+use crate::actors::sentence_filter::FilterMode;
+use crate::actors::stage::Stage;
+use crate::pipelines::declaration::{StageDecl, Startable, retrieve, sentence_filter};
+use crate::pipelines::vanilla::READER;
+use crate::topics::Topic;
 
-pub const STAGES: [&str; 4] = ["augment", "retrieve", "sentence_filter", "reader"];
-
-pub async fn spawn_named(
-    name: &str,
-    bus: Arc<dyn Bus>,
-    settings: &Settings,
-    parts: &Parts,
-) -> Result<RunningStage, BusError> {
-    let (stages, retry) = (&settings.stages, &settings.retry);
-    match name {
-        "augment" => {
-            spawn_stage(Augment::new(llm_for(settings, &stages.augment, "augment")), bus, &stages.augment, retry).await
-        }
-        "retrieve" => spawn_retrieve(false, bus, settings, parts).await,
-        "sentence_filter" => spawn_top_k_filter(settings.qpaug.top_k - 1, bus, settings, parts).await,
-        "reader" => {
-            spawn_stage(Reader::new(llm_for(settings, &stages.reader, "reader")), bus, &stages.reader, retry).await
-        }
-        other => Err(no_stage(other, &STAGES)),
-    }
-}
+pub const STAGES: &[StageDecl] = &[
+    StageDecl::llm(Augment::NAME, &[Topic::Questions], &[Topic::Queries], |s| {
+        Ok(Startable::new(Augment::new(s.llm())))
+    }),
+    // augment starts every question, so retrieve takes queries only.
+    retrieve(&[Topic::Queries]),
+    sentence_filter(|s| s.sentence_filter(FilterMode::TOP_K, s.settings.qpaug.top_k - 1)),
+    READER,
+];

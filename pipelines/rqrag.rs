@@ -9,36 +9,30 @@
 //! `select` chooses by perplexity, confidence or ensemble; every trajectory's answer stays in the
 //! answer record.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::actors::refine::Refine;
 use crate::actors::select::Select;
-use crate::actors::stage::{RunningStage, spawn_stage};
-use crate::pipelines::migres::{llm_for, no_stage, spawn_join, spawn_retrieve, spawn_top_k_filter};
-use crate::pipelines::parts::Parts;
-use crate::settings::Settings;
-use crate::topics::{Bus, BusError};
+use crate::actors::sentence_filter::FilterMode;
+use crate::actors::stage::Stage;
+use crate::pipelines::declaration::{JOIN, Replicas, StageDecl, Startable, retrieve, sentence_filter};
+use crate::topics::Topic;
 
-pub const STAGES: [&str; 5] = ["retrieve", "sentence_filter", "refine", "join", "select"];
-
-pub async fn spawn_named(
-    name: &str,
-    bus: Arc<dyn Bus>,
-    settings: &Settings,
-    parts: &Parts,
-) -> Result<RunningStage, BusError> {
-    let (stages, retry, rqrag) = (&settings.stages, &settings.retry, &settings.rqrag);
-    match name {
-        "retrieve" => spawn_retrieve(true, bus, settings, parts).await,
-        "sentence_filter" => spawn_top_k_filter(rqrag.top_k, bus, settings, parts).await,
-        "refine" => {
-            let deadline = Duration::from_millis(settings.join.deadline_ms);
-            let stage = Refine::new(llm_for(settings, &stages.refine, name), rqrag.clone(), deadline);
-            spawn_stage(stage, bus, &stages.refine, retry).await
-        }
-        "join" => spawn_join(bus, settings).await,
-        "select" => spawn_stage(Select::new(rqrag.selection), bus, &stages.select, retry).await,
-        other => Err(no_stage(other, &STAGES)),
-    }
-}
+pub const STAGES: &[StageDecl] = &[
+    retrieve(&[Topic::Queries, Topic::Questions]),
+    sentence_filter(|s| s.sentence_filter(FilterMode::TOP_K, s.settings.rqrag.top_k)),
+    StageDecl::llm(Refine::NAME, &[Topic::Evidence], &[Topic::Answers, Topic::Joins, Topic::Queries], |s| {
+        let deadline = Duration::from_millis(s.settings.join.deadline_ms);
+        Ok(Startable::new(Refine::new(s.llm(), s.settings.rqrag.clone(), deadline)))
+    }),
+    JOIN,
+    // Chooses from log-probabilities the trajectories brought: no LLM call of its own.
+    StageDecl {
+        name: Select::NAME,
+        inputs: &[Topic::Joined],
+        outputs: &[Topic::Answers, Topic::Joins],
+        needs: &[],
+        replicas: Replicas::Scaled,
+        build: |s| Ok(Startable::new(Select::new(s.settings.rqrag.selection))),
+    },
+];

@@ -10,7 +10,8 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lacuna::pipelines::migres::spawn_named;
+use lacuna::actors::stage::RunningStage;
+use lacuna::pipelines::PipelineKind;
 use lacuna::pipelines::parts::Parts;
 use lacuna::settings::Settings;
 use lacuna::topics::dead_letter::DeadLetter;
@@ -52,8 +53,13 @@ fn settings(test: &str, llm_url: &str) -> Settings {
 
 async fn bus(settings: &Settings) -> Arc<KafkaBus> {
     let bus = KafkaBus::new(settings.kafka.clone()).unwrap();
-    bus.ensure_topics().await.unwrap();
+    bus.ensure_topics(&lacuna::topics::Topic::ALL).await.unwrap();
     Arc::new(bus)
+}
+
+/// One stage of `kind` on `bus`, as its declaration builds it (needing no heavy parts).
+async fn start_stage(kind: PipelineKind, name: &str, bus: &Arc<KafkaBus>, settings: &Settings) -> RunningStage {
+    kind.stage(name).unwrap().start(bus.clone(), settings, &Parts::default()).await.unwrap()
 }
 
 async fn next(subscription: &mut Box<dyn Subscription>) -> lacuna::topics::Delivery {
@@ -109,7 +115,7 @@ async fn poison_message_goes_to_dead_letter_topic_and_the_others_flow() {
     let llm = FakeLlm::start(query_llm()).await;
     let settings = settings("poison", &llm.base_url);
     let bus = bus(&settings).await;
-    let stage = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let stage = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;
     let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
     let mut dead = bus.subscribe(&[Topic::DeadLetters], "t-dead").await.unwrap();
     let mut answers = bus.subscribe(&[Topic::Answers], "t-answers").await.unwrap();
@@ -143,8 +149,8 @@ async fn two_replicas_of_a_stage_share_its_partitions_and_both_do_work() {
     let llm = FakeLlm::start(query_llm()).await;
     let settings = settings("replicas", &llm.base_url);
     let bus = bus(&settings).await;
-    let one = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
-    let two = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let one = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;
+    let two = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;
     let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
     // Let the group settle with both members before the work arrives.
     tokio::time::sleep(Duration::from_secs(8)).await;
@@ -190,8 +196,8 @@ impl Cluster {
             ("LACUNA__KAFKA__INSTANCE_ID".into(), "replica-0".into()),
         ];
         let mut cluster = Cluster { env, stages: Vec::new() };
-        for name in lacuna::pipelines::migres::STAGES {
-            cluster.spawn(name);
+        for stage in PipelineKind::Migres.stages() {
+            cluster.spawn(stage.name);
         }
         cluster
     }
@@ -328,8 +334,8 @@ async fn the_migres_loop_runs_over_kafka_unchanged() {
     let settings = settings("loop", &llm.base_url);
     let bus = bus(&settings).await;
     let (question, answers, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
-    let mut pipeline = lacuna::pipelines::pipeline::Pipeline::start_on(
-        lacuna::pipelines::pipeline::PipelineKind::Migres,
+    let mut pipeline = lacuna::pipelines::Pipeline::start_on(
+        lacuna::pipelines::PipelineKind::Migres,
         bus,
         &settings,
         support::parts(&settings),
@@ -354,7 +360,7 @@ async fn dead_letters_are_replayed_once_the_cause_is_fixed() {
     .await;
     let settings = settings("replay", &llm.base_url);
     let bus = bus(&settings).await;
-    let stage = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let stage = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;
     let mut dead = bus.subscribe(&[Topic::DeadLetters], "t-dead").await.unwrap();
     let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
     bus.publish(missing("needs-replay")).await.unwrap();
@@ -387,12 +393,12 @@ async fn a_full_stage_pauses_and_keeps_its_partitions_while_the_llm_is_slow() {
     let mut settings = settings("slow", &llm.base_url);
     settings.llm.timeout_ms = 30_000;
     settings.kafka.max_poll_interval_ms = 6000;
-    settings.stages.query_gen.max_in_flight = 1;
+    settings.stages.get_mut("query_gen").unwrap().max_in_flight = 1;
     settings.kafka.prefetch = 1;
     let bus = bus(&settings).await;
     let paused = lacuna::metrics::METRICS.paused_partitions.with_label_values(&["query_gen"]);
     paused.set(0);
-    let stage = spawn_named("query_gen", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let stage = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;
     let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
     for n in 0..3 {
         bus.publish(missing(&format!("slow-{n}"))).await.unwrap();
@@ -421,7 +427,7 @@ async fn a_full_stage_pauses_and_keeps_its_partitions_while_the_llm_is_slow() {
 /// A baseline pipeline runs over Kafka on topics of its own (`<prefix>vanilla.*`), beside MIGRES's.
 #[actix::test]
 async fn the_vanilla_baseline_runs_over_kafka_on_its_own_topics() {
-    use lacuna::pipelines::pipeline::{Pipeline, PipelineKind, Transport};
+    use lacuna::pipelines::{Pipeline, Transport};
     let _serial = serial();
     let llm = FakeLlm::start(|prompt: &str| match prompt_kind(prompt) {
         Prompt::Reader => Reply::Json(json!({"answer": "Murcia", "confidence": 4, "explanation": "read"})),
@@ -455,8 +461,7 @@ async fn the_vanilla_baseline_runs_over_kafka_on_its_own_topics() {
 /// restarted, still joins the second child's result with the first, once, and cleans up after.
 #[actix::test]
 async fn a_restarted_join_rebuilds_its_state_from_the_join_state_topic() {
-    use lacuna::actors::join::{expect_record, result_record};
-    use lacuna::pipelines::raisf;
+    use lacuna::actors::fanout::{expect_record, result_record};
     use lacuna::topics::{Candidate, JoinedEvent, Memory};
     let _serial = serial();
     let settings = settings("join", "http://127.0.0.1:9/v1");
@@ -480,7 +485,7 @@ async fn a_restarted_join_rebuilds_its_state_from_the_join_state_topic() {
     bus.publish(answer(&children[0], "FC Cartagena")).await.unwrap();
     let mut joined = bus.subscribe(&[Topic::Joined], "inspect").await.unwrap();
 
-    let join = raisf::spawn_named("join", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let join = start_stage(PipelineKind::Raisf, "join", &bus, &settings).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while bus.read_table(Topic::JoinState).await.unwrap().len() < 2 {
         assert!(Instant::now() < deadline, "the join never stored its state");
@@ -489,7 +494,7 @@ async fn a_restarted_join_rebuilds_its_state_from_the_join_state_topic() {
     join.drain().await;
 
     bus.publish(answer(&children[1], "Murcia")).await.unwrap();
-    let join = raisf::spawn_named("join", bus.clone(), &settings, &Parts::default()).await.unwrap();
+    let join = start_stage(PipelineKind::Raisf, "join", &bus, &settings).await;
     let delivery = next(&mut joined).await;
     let event = JoinedEvent::from_payload(&delivery.record.payload).unwrap();
     assert_eq!(event.memory.question_id, "root-1");
@@ -512,7 +517,7 @@ async fn a_restarted_join_rebuilds_its_state_from_the_join_state_topic() {
 /// through `joins`, and the root question ends in one answer.
 #[actix::test]
 async fn raisf_fans_out_and_joins_over_kafka() {
-    use lacuna::pipelines::pipeline::{Pipeline, PipelineKind, Transport};
+    use lacuna::pipelines::{Pipeline, Transport};
     let _serial = serial();
     let llm = FakeLlm::start(support::methods::methods_script).await;
     let mut settings = settings("raisf", &llm.base_url);

@@ -9,7 +9,7 @@ use std::io::Write;
 
 use lacuna::actors::clients::{MeiliSearch, Search, SearchError};
 use lacuna::pipelines::parts::Parts;
-use lacuna::pipelines::pipeline::{Pipeline, PipelineKind};
+use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::settings::{MeiliSettings, Settings};
 use lacuna::topics::{AnswerRecord, QuestionEvent};
 use serde_json::json;

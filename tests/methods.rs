@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use lacuna::pipelines::pipeline::{Pipeline, PipelineKind};
+use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::settings::Settings;
 use lacuna::topics::{AnswerRecord, Answered, Outcome, QuestionEvent, TraceKind};
 use serde_json::json;

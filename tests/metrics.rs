@@ -49,7 +49,9 @@ async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
     let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
     let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
     let stage = QueryGen::new(support::llm(&llm.base_url).for_stage("query_gen"), settings.migres.clone());
-    let running = spawn_stage(stage, bus.clone(), &settings.stages.query_gen, &settings.retry).await.unwrap();
+    let running = spawn_stage(stage, bus.clone(), query_gen_wiring(), &settings.stages["query_gen"], &settings.retry)
+        .await
+        .unwrap();
     ready.store(true, Ordering::Relaxed);
     assert_eq!(get(address, "/readyz").await.0, 200);
 
@@ -84,4 +86,9 @@ async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
         assert!(text.lines().any(|l| l == line), "missing {line} in:\n{text}");
     }
     running.stop();
+}
+
+/// Where MIGRES's declaration wires query_gen.
+fn query_gen_wiring() -> lacuna::actors::stage::Wiring {
+    lacuna::pipelines::PipelineKind::Migres.stage("query_gen").unwrap().wiring()
 }

@@ -6,7 +6,7 @@ mod support;
 
 use std::collections::HashMap;
 
-use lacuna::pipelines::pipeline::{Pipeline, PipelineKind};
+use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::topics::{AnswerRecord, FactSource, Outcome, QuestionEvent, TraceKind};
 use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};

@@ -5,7 +5,7 @@
 
 mod support;
 
-use lacuna::pipelines::pipeline::{Pipeline, PipelineKind};
+use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::topics::{AnswerRecord, FactSource, QuestionEvent, TraceKind};
 
 fn llm_url() -> String {

@@ -58,11 +58,11 @@ impl KafkaBus {
         Topic::ALL.into_iter().find(|t| self.topic_name(*t) == name)
     }
 
-    /// Creates every topic that does not exist yet, with the configured partitions.
-    pub async fn ensure_topics(&self) -> Result<(), BusError> {
+    /// Creates those of `topics` that do not exist yet, with the configured partitions.
+    pub async fn ensure_topics(&self, topics: &[Topic]) -> Result<(), BusError> {
         let admin: AdminClient<DefaultClientContext> =
             ClientConfig::new().set("bootstrap.servers", &self.settings.brokers).create().map_err(transport)?;
-        let names: Vec<String> = Topic::ALL.iter().map(|t| self.topic_name(*t)).collect();
+        let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
         let topics: Vec<NewTopic> = names
             .iter()
             .map(|name| {

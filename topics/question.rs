@@ -1,8 +1,9 @@
-//! `questions`: what users submit. The only event without memory: retrieve creates it.
+//! `questions`: what users submit. The only event without memory: the stage that takes it (retrieve,
+//! augment or self_knowledge) starts one.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Event, Topic};
+use super::{Event, Memory, Topic};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuestionEvent {
@@ -21,6 +22,13 @@ impl QuestionEvent {
 
     pub fn yes_no(self, yes_no: bool) -> Self {
         QuestionEvent { yes_no, ..self }
+    }
+
+    /// The memory a question starts with, in whichever stage starts it.
+    pub fn memory(&self) -> Memory {
+        let mut memory = Memory::new(self.id.clone(), self.question.clone());
+        memory.yes_no = self.yes_no;
+        memory
     }
 }
 

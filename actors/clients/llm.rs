@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use super::llm_cache::{CachedResponse, ResponseCache};
-use crate::settings::LlmSettings;
+use crate::settings::{CacheMode, LlmSettings};
 use crate::topics::AnswerLogprobs;
 
 #[derive(Debug, thiserror::Error, Clone)]
@@ -23,6 +23,8 @@ pub enum LlmError {
     Status { status: u16, body: String },
     #[error("LLM answer unusable: {0}")]
     BadResponse(String),
+    #[error("llm.cache_mode = \"replay\" and the response cache has no entry {0} for this call")]
+    NotCached(String),
 }
 
 impl LlmError {
@@ -33,6 +35,7 @@ impl LlmError {
             LlmError::Timeout(_) => "llm_timeout",
             LlmError::Status { .. } => "llm_http_status",
             LlmError::BadResponse(_) => "llm_bad_response",
+            LlmError::NotCached(_) => "llm_cache_miss",
         }
     }
 
@@ -41,7 +44,7 @@ impl LlmError {
         match self {
             LlmError::Unreachable { .. } | LlmError::Timeout(_) => true,
             LlmError::Status { status, .. } => *status == 429 || *status >= 500,
-            LlmError::BadResponse(_) => false,
+            LlmError::BadResponse(_) | LlmError::NotCached(_) => false,
         }
     }
 }
@@ -182,6 +185,13 @@ impl LlmClient {
                 ..CallStats::default()
             };
             return Ok(Completion { value: hit.text, stats });
+        }
+        if let Some((_, key)) = &cache
+            && self.settings.cache_mode == CacheMode::Replay
+        {
+            let error = LlmError::NotCached(key.clone());
+            m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc();
+            return Err(error);
         }
 
         let _permit = self.limit.acquire().await.expect("the semaphore is never closed");

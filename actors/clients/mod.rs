@@ -2,15 +2,13 @@
 
 pub mod llm;
 pub mod llm_cache;
-pub mod meili;
 pub mod nli;
 pub mod onnx;
 pub mod rerank;
 pub mod search;
 
 pub use llm::{CallStats, Completion, LlmClient, LlmError, Schema};
-pub use meili::MeiliSearch;
 pub use nli::{Nli, NliError, OnnxNli, Verdict};
 pub use onnx::{ModelError, PairClassifier};
 pub use rerank::Reranker;
-pub use search::{Search, SearchError, TantivySearch};
+pub use search::{MeiliSearch, Search, SearchError, TantivySearch};

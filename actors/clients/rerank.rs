@@ -55,3 +55,9 @@ pub(crate) async fn run_blocking(
         .await
         .map_err(|e| ModelError::Inference(format!("inference task failed: {e}")))?
 }
+
+/// How a passage or sentence is shown to the cross-encoder: with its title, which often names the
+/// entity the text only calls "he" or "the film".
+pub fn titled(title: &str, text: &str) -> String {
+    if title.is_empty() { text.to_string() } else { format!("{title}. {text}") }
+}

@@ -23,16 +23,12 @@ VALIDATE = os.environ["KUBERNETES_VALIDATE"]
 LACUNA = os.environ["LACUNA_BIN"]
 K8S_VERSION = os.environ.get("LACUNA_K8S_VERSION", "1.30.0")
 
-PIPELINES = {
-    "migres": ["retrieve", "sentence_filter", "leaf", "verify", "main", "query_gen"],
-    "vanilla": ["retrieve", "sentence_filter", "reader"],
-    "vanilla-s": ["retrieve", "sentence_filter", "reader"],
-    "qpaug": ["augment", "retrieve", "sentence_filter", "reader"],
-    "raisf": ["self_knowledge", "retrieve", "sentence_filter", "relevance", "join", "compose"],
-    "rqrag": ["retrieve", "sentence_filter", "refine", "join", "select"],
-}
+# The pipelines as the binary declares them (`lacuna graph --format json`): the chart must run exactly
+# these stages, the one-replica ones as one replica, and create exactly these topics.
+GRAPH = json.loads(subprocess.run([LACUNA, "graph", "--format", "json"], capture_output=True, text=True, check=True).stdout)
+PIPELINES = {name: [s["name"] for s in p["stages"]] for name, p in GRAPH.items()}
 # Stages that run as exactly one replica and are never autoscaled.
-SINGLETONS = {"join"}
+SINGLETONS = {s["name"] for p in GRAPH.values() for s in p["stages"] if s["one_replica"]}
 # What each ci values file must produce: pipeline, scaler kind, partitions.
 EXPECTED = {
     "default-values.yaml": ("migres", "HorizontalPodAutoscaler", 8),
@@ -156,10 +152,14 @@ def check_values_file(name):
 
     if name == "keda-values.yaml":
         topics = by_kind.get("KafkaTopic", [])
-        check(len(topics) == 13, f"{label}: {len(topics)} KafkaTopics, expected 13")
-        state = [t for t in topics if t["spec"]["topicName"].endswith("join_state")]
+        expected = sorted("lacuna." + t for t in GRAPH[pipeline]["topics"])
+        check(sorted(t["spec"]["topicName"] for t in topics) == expected, f"{label}: KafkaTopics, expected {expected}")
+        # A pipeline that fans out keeps the join's state in a compacted topic.
+        fanning = render(values_file, "--set", "pipeline=raisf")
+        state = [d for d in yaml.safe_load_all(fanning.stdout) if d and d["kind"] == "KafkaTopic"
+                 and d["spec"]["topicName"].endswith("join_state")]
         check(len(state) == 1 and state[0]["spec"].get("config", {}).get("cleanup.policy") == "compact",
-              f"{label}: join_state is not a compacted topic")
+              f"{label} with pipeline=raisf: join_state is not a compacted topic")
         check(all(t["spec"]["partitions"] == partitions for t in topics), f"{label}: KafkaTopic partitions")
         check(len(by_kind.get("PodMonitor", [])) == 1, f"{label}: no PodMonitor")
         env = deployments["leaf"]["spec"]["template"]["spec"]["containers"][0].get("env", [])
@@ -171,7 +171,16 @@ def check_values_file(name):
               f"{label}: no topic-creating Job")
 
 
+def check_pipelines_file():
+    """The chart's stage lists are generated from the declarations: the committed file must be current."""
+    current = run([LACUNA, "graph", "--format", "helm"]).stdout
+    with open(os.path.join(CHART, "pipelines.yaml")) as f:
+        committed = f.read()
+    check(committed == current, "helm/lacuna/pipelines.yaml is stale: run `lacuna graph --format helm > helm/lacuna/pipelines.yaml`")
+
+
 def main():
+    check_pipelines_file()
     lint = run([HELM, "lint", "--strict", CHART])
     check(lint.returncode == 0, f"helm lint failed:\n{lint.stdout}{lint.stderr}")
     for name in sorted(os.listdir(os.path.join(CHART, "ci"))):
@@ -186,10 +195,18 @@ def main():
         checksums.append({d["spec"]["template"]["metadata"]["annotations"]["checksum/config"] for d in docs})
     check(len(checksums[0]) == 1 and len(checksums[1]) == 1 and checksums[0] != checksums[1],
           f"config checksums do not follow the config: {checksums}")
-    # A stage outside its pipeline is refused with a message that says what to change.
-    wrong = render(os.path.join(CHART, "ci", "default-values.yaml"), "--set", "pipeline=vanilla")
-    check(wrong.returncode != 0 and "stage leaf is not part of pipeline vanilla" in wrong.stderr,
-          f"a MIGRES stage list with pipeline=vanilla rendered: {wrong.stderr.strip()}")
+    # Settings for a stage no pipeline has (a typo) are refused with a message that says so.
+    wrong = render(default, "--set", "stages.leef.replicas=2")
+    check(wrong.returncode != 0 and 'stages.leef: no pipeline has a stage "leef"' in wrong.stderr,
+          f"settings for an unknown stage rendered: {wrong.stderr.strip()}")
+    # Each pipeline renders exactly its declared stages, whatever other stages have settings.
+    for pipeline, stages in PIPELINES.items():
+        result = render(default, "--set", f"pipeline={pipeline}")
+        if check(result.returncode == 0, f"pipeline={pipeline} does not render: {result.stderr.strip()}"):
+            rendered = [d["metadata"]["labels"]["app.kubernetes.io/component"]
+                        for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Deployment"]
+            check(sorted(rendered) == sorted(s.replace("_", "-") for s in stages),
+                  f"pipeline={pipeline}: Deployments {sorted(rendered)}, declared {stages}")
     if failures:
         print("chart tests FAILED:", *failures, sep="\n  - ")
         return 1

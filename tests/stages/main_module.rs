@@ -1,4 +1,4 @@
-use lacuna::actors::main::Main;
+use lacuna::actors::main_module::Main;
 use lacuna::actors::stage::Stage;
 use lacuna::settings::Settings;
 use lacuna::topics::{

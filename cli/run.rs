@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::pipelines::input::{Input, InputReader};
 use crate::pipelines::parts::{Parts, check_llm};
-use crate::pipelines::pipeline::{Pipeline, PipelineKind, Transport};
+use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::settings::Settings;
 use crate::topics::{AnswerRecord, VersionedAnswer};
 

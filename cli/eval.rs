@@ -4,11 +4,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::cli::run::progress_bar;
 use crate::eval::compare::{markdown_table, svg_plot};
 use crate::eval::dataset::Dataset;
 use crate::eval::report::Report;
 use crate::eval::{EvalOptions, evaluate};
-use crate::pipelines::pipeline::{PipelineKind, Transport};
+use crate::pipelines::{PipelineKind, Transport};
 use crate::settings::Settings;
 
 #[derive(Args)]
@@ -60,7 +61,9 @@ pub async fn eval(settings: &Settings, args: EvalArgs) -> anyhow::Result<()> {
         label: args.label.clone(),
     };
     eprintln!("{}: {} questions through {}", dataset.name, dataset.questions.len(), args.pipeline);
-    let report = evaluate(&settings, &dataset, &options, &args.out).await?;
+    let progress = progress_bar(dataset.questions.len() as u64);
+    let report = evaluate(&settings, &dataset, &options, &args.out, &mut |_| progress.inc(1)).await?;
+    progress.finish_and_clear();
     print!("{}", report.markdown());
     eprintln!("records and report in {}", args.out.display());
     Ok(())

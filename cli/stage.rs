@@ -3,13 +3,14 @@
 
 use clap::Args;
 
+use crate::pipelines::PipelineKind;
+use crate::pipelines::declaration::Part;
 use crate::pipelines::parts::{Parts, check_llm};
-use crate::pipelines::pipeline::PipelineKind;
 use crate::settings::Settings;
 
 #[derive(Args)]
 pub struct StageArgs {
-    /// One of the pipeline's stages (see `PipelineKind::stages`, e.g. retrieve ... query_gen for MIGRES, join for RA-ISF).
+    /// One of the pipeline's stages (`lacuna graph --pipeline P` lists them, e.g. retrieve ... query_gen for MIGRES, join for RA-ISF).
     name: String,
     /// The pipeline this stage belongs to: each pipeline has its own topics.
     #[arg(long, default_value = "migres")]
@@ -17,18 +18,15 @@ pub struct StageArgs {
 }
 
 pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
-    let stages = args.pipeline.stages();
-    if !stages.contains(&args.name.as_str()) {
-        anyhow::bail!("{} has no stage {:?}; its stages are {}", args.pipeline, args.name, stages.join(", "));
-    }
+    let stage = args.pipeline.stage(&args.name)?;
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
-    let parts = Parts::load_for(settings, &[args.name.as_str()])?;
-    if args.name != "retrieve" {
+    let parts = Parts::load_for(settings, [stage])?;
+    if stage.needs(Part::Llm) {
         check_llm(settings).await.map_err(anyhow::Error::msg)?;
     }
     let kafka = args.pipeline.kafka_settings(&settings.kafka);
     let bus = args.pipeline.kafka_bus(&settings.kafka).await?;
-    let running = args.pipeline.spawn_stage(&args.name, bus, settings, &parts).await?;
+    let running = stage.start(bus, settings, &parts).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     eprintln!("stage {} running on {} (group {}{})", args.name, kafka.brokers, kafka.topic_prefix, args.name);
     wait_for_shutdown_signal().await;

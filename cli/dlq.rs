@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use crate::pipelines::pipeline::PipelineKind;
+use crate::pipelines::PipelineKind;
 use crate::settings::Settings;
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{Bus, Event, Record, Topic};

@@ -4,6 +4,7 @@ mod ask;
 mod calibrate;
 mod dlq;
 mod eval;
+mod graph;
 mod index;
 mod recall;
 mod run;
@@ -15,8 +16,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-pub use run::progress_bar;
-
+use crate::pipelines::PipelineKind;
 use crate::settings::{LogFormat, LogSettings, Settings};
 
 #[derive(Parser)]
@@ -49,6 +49,8 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Create a pipeline's Kafka topics (idempotent).
     Topics(topics::TopicsArgs),
+    /// Print a pipeline's stages and topics: text, Mermaid, DOT, JSON, or the Helm chart's list.
+    Graph(graph::GraphArgs),
     /// Find the re-ranker threshold that keeps a passage for 80% of a dataset's questions.
     Calibrate(calibrate::CalibrateArgs),
     /// Recall@5/20/50 of gold passages and indexing time, per dataset and search backend.
@@ -58,6 +60,7 @@ enum Command {
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let settings = Settings::load(cli.config.as_deref()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+    settings.check_stage_names(PipelineKind::all_stage_names()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     init_logs(&settings.log);
     match cli.command {
         Command::Index(args) => index::index(&settings, args).await,
@@ -69,6 +72,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Dlq(args) => dlq::dlq(&settings, args).await,
         Command::Eval(args) => eval::eval(&settings, args).await,
         Command::Topics(args) => topics::topics(&settings, args).await,
+        Command::Graph(args) => graph::graph(args),
         Command::Calibrate(args) => calibrate::calibrate_command(&settings, args).await,
         Command::Recall(args) => recall::recall(&settings, args).await,
     }

@@ -4,7 +4,7 @@ use clap::Args;
 
 use crate::pipelines::input::{Input, InputReader};
 use crate::pipelines::parts::{Parts, check_llm};
-use crate::pipelines::pipeline::{Pipeline, PipelineKind};
+use crate::pipelines::{Pipeline, PipelineKind};
 use crate::settings::Settings;
 use crate::topics::{AnswerRecord, Answered, FactSource, TraceKind};
 

@@ -1,4 +1,4 @@
-//! main: the MIGRES main module. Given only the verified facts it answers (with confidence and
+//! main_module: the MIGRES main module (stage `main`). Given only the verified facts it answers (with confidence and
 //! explanation) or says "unanswerable" and names the missing information, which sends the question
 //! round the loop again. At the iteration limit it answers with what is known.
 
@@ -6,14 +6,12 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::actors::answer::{FinalAnswer, answer_record, confidence_schema, final_schema, given_answer};
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
 use crate::settings::MigresSettings;
-use crate::topics::{
-    AnswerRecord, Answered, Event, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, Topic, TraceKind,
-    VerifiedEvent, VersionedAnswer,
-};
+use crate::topics::{Event, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
 
 pub struct Main {
     llm: LlmClient,
@@ -29,18 +27,6 @@ struct Decision {
     missing_information: String,
 }
 
-/// An answer that must be given: see [`given_answer`].
-#[derive(Deserialize)]
-pub(crate) struct FinalAnswer {
-    pub answer: String,
-    pub confidence: f32,
-    pub explanation: String,
-}
-
-fn confidence() -> serde_json::Value {
-    json!({ "type": "integer", "enum": [1, 2, 3, 4, 5] })
-}
-
 fn decision_schema() -> Schema {
     Schema {
         name: "main_decision",
@@ -49,27 +35,11 @@ fn decision_schema() -> Schema {
             "properties": {
                 "answerable": { "type": "boolean" },
                 "answer": { "type": "string" },
-                "confidence": confidence(),
+                "confidence": confidence_schema(),
                 "explanation": { "type": "string" },
                 "missing_information": { "type": "string" },
             },
             "required": ["answerable", "answer", "confidence", "explanation", "missing_information"],
-            "additionalProperties": false,
-        }),
-    }
-}
-
-pub(crate) fn final_schema() -> Schema {
-    Schema {
-        name: "final_answer",
-        schema: json!({
-            "type": "object",
-            "properties": {
-                "answer": { "type": "string" },
-                "confidence": confidence(),
-                "explanation": { "type": "string" },
-            },
-            "required": ["answer", "confidence", "explanation"],
             "additionalProperties": false,
         }),
     }
@@ -140,52 +110,9 @@ impl Main {
     }
 }
 
-/// Ends a question with an answer that had to be given (at the limit here, from the passages in the
-/// baselines' reader): the decision goes into the trace, the record to the answers topic.
-pub(crate) fn given_answer(mut memory: Memory, stage: &str, given: FinalAnswer, outcome: Outcome) -> Record {
-    let answer = given.answer.trim().to_string();
-    memory.record(
-        stage,
-        TraceKind::Decision {
-            answerable: true,
-            answer: answer.clone(),
-            confidence: given.confidence,
-            missing_information: String::new(),
-            forced: outcome == Outcome::AnsweredAtLimit,
-        },
-    );
-    answer_record(memory, answer, given.confidence, given.explanation, outcome)
-}
-
-/// The answer record of a question, counted in the answer metrics.
-pub(crate) fn answer_record(
-    memory: Memory,
-    answer: String,
-    confidence: f32,
-    explanation: String,
-    outcome: Outcome,
-) -> Record {
-    answer_record_with(Answered::from_memory(memory, answer, confidence, explanation, outcome))
-}
-
-/// Publishes a finished answer, counted in the answer metrics.
-pub(crate) fn answer_record_with(answered: Answered) -> Record {
-    let outcome = answered.outcome;
-    let m = &crate::metrics::METRICS;
-    m.answers.with_label_values(&[outcome.name()]).inc();
-    m.answer_iterations.with_label_values::<&str>(&[]).observe(answered.iterations as f64);
-    m.answer_llm_calls.with_label_values::<&str>(&[]).observe(answered.usage.llm_calls as f64);
-    m.answer_passages.with_label_values::<&str>(&[]).observe(answered.passages.len() as f64);
-    VersionedAnswer::from(AnswerRecord::Answered(Box::new(answered))).to_record()
-}
-
 #[async_trait(?Send)]
 impl Stage for Main {
     const NAME: &'static str = "main";
-
-    fn inputs(&self) -> &'static [Topic] {
-        &[Topic::Verified]
-    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: VerifiedEvent = decode(record)?;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::pipelines::PipelineKind;
 use crate::pipelines::input::{Input, InputReader};
-use crate::pipelines::pipeline::PipelineKind;
 use crate::settings::Settings;
 use crate::topics::{AnswerRecord, Bus, Event, Topic, VersionedAnswer};
 

@@ -3,7 +3,7 @@
 
 #[actix::main]
 async fn main() {
-    if let Err(error) = lacuna::pipelines::cli::main().await {
+    if let Err(error) = lacuna::cli::main().await {
         eprintln!("error: {error:#}");
         std::process::exit(1);
     }

@@ -1,75 +1,14 @@
-//! Passage retrieval. The embedded default is a tantivy BM25 index on local disk, built by
-//! `lacuna index --corpus FILE.jsonl` from `{"id", "title", "text"}` lines; `search.backend =
-//! "meilisearch"` reads a Meilisearch index instead (`meili.rs`). Stages hold a [`Search`] and cannot
-//! tell which.
+//! The embedded default: a tantivy BM25 index on local disk, with English stemming.
 
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::Deserialize;
-use tantivy::collector::TopDocs;
-use tantivy::query::{QueryParser, TermQuery};
-use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value};
-use tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term, doc};
+use ::tantivy::collector::TopDocs;
+use ::tantivy::query::{QueryParser, TermQuery};
+use ::tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value};
+use ::tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term, doc};
 
+use super::{SearchError, corpus_error, for_each_passage};
 use crate::topics::Passage;
-
-#[derive(Debug, thiserror::Error)]
-pub enum SearchError {
-    #[error("no search index at {0}: build one with `lacuna index --corpus FILE.jsonl`")]
-    MissingIndex(PathBuf),
-    #[error("search index error: {0}")]
-    Index(String),
-    #[error("corpus {path} line {line}: {message}")]
-    Corpus { path: PathBuf, line: usize, message: String },
-    #[error(
-        "no Meilisearch index {index:?} at {url}: build one with `lacuna index --backend meilisearch --corpus FILE.jsonl`"
-    )]
-    MissingRemoteIndex { index: String, url: String },
-    /// A Meilisearch error; `transient` ones (unreachable, timeouts, 429, 5xx) are worth retrying.
-    #[error("{message}")]
-    Remote { message: String, transient: bool },
-}
-
-impl SearchError {
-    pub fn is_transient(&self) -> bool {
-        matches!(self, SearchError::Index(_) | SearchError::Remote { transient: true, .. })
-    }
-}
-
-/// The retrieval client a pipeline was configured with.
-#[derive(Clone)]
-pub enum Search {
-    Tantivy(TantivySearch),
-    Meili(super::meili::MeiliSearch),
-}
-
-impl Search {
-    /// Opens the configured backend: the local index must exist; a Meilisearch index is checked on
-    /// first use (a missing one is then a clear, non-retryable error).
-    pub fn open(settings: &crate::settings::SearchSettings) -> Result<Search, SearchError> {
-        Ok(match settings.backend {
-            crate::settings::SearchBackend::Tantivy => Search::Tantivy(TantivySearch::open(&settings.index_dir)?),
-            crate::settings::SearchBackend::Meilisearch => {
-                Search::Meili(super::meili::MeiliSearch::new(settings.meilisearch.clone()))
-            }
-        })
-    }
-
-    /// The top `limit` passages for a free-text query, best first, with the backend's score.
-    pub async fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
-        match self {
-            Search::Tantivy(index) => {
-                let (index, query) = (index.clone(), query.to_string());
-                // tantivy search is synchronous; keep it off the actor's thread.
-                tokio::task::spawn_blocking(move || index.search(&query, limit))
-                    .await
-                    .map_err(|e| SearchError::Index(e.to_string()))?
-            }
-            Search::Meili(meili) => meili.search(query, limit).await,
-        }
-    }
-}
 
 impl From<tantivy::TantivyError> for SearchError {
     fn from(e: tantivy::TantivyError) -> Self {
@@ -103,37 +42,6 @@ pub struct TantivySearch {
     reader: IndexReader,
     parser: std::sync::Arc<QueryParser>,
     fields: Fields,
-}
-
-#[derive(Deserialize)]
-struct CorpusLine {
-    id: String,
-    #[serde(default)]
-    title: String,
-    text: String,
-}
-
-pub(crate) fn corpus_error(corpus: &Path, line: usize, message: String) -> SearchError {
-    SearchError::Corpus { path: corpus.to_path_buf(), line, message }
-}
-
-/// Calls `each` with the line number and passage of every non-blank line of a corpus JSONL file
-/// (`{"id", "title", "text"}`), stopping at the first error.
-pub(crate) fn for_each_passage(
-    corpus: &Path,
-    mut each: impl FnMut(usize, Passage) -> Result<(), SearchError>,
-) -> Result<(), SearchError> {
-    let file = std::fs::File::open(corpus).map_err(|e| corpus_error(corpus, 0, e.to_string()))?;
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| corpus_error(corpus, n + 1, e.to_string()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let CorpusLine { id, title, text } =
-            serde_json::from_str(&line).map_err(|e| corpus_error(corpus, n + 1, e.to_string()))?;
-        each(n + 1, Passage { id, title, text })?;
-    }
-    Ok(())
 }
 
 impl TantivySearch {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::search::{SearchError, corpus_error, for_each_passage};
+use super::{SearchError, corpus_error, for_each_passage};
 use crate::settings::{MatchingStrategy, MeiliSettings};
 use crate::topics::Passage;
 
@@ -174,7 +174,9 @@ impl MeiliSearch {
     /// The top `limit` passages for a free-text query, best first, scored by `_rankingScore`.
     pub async fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
         let path = format!("indexes/{}/search", self.settings.index);
-        let body = self.call(reqwest::Method::POST, &path, Some(&search_request(query, limit, self.settings.matching_strategy))).await?;
+        let body = self
+            .call(reqwest::Method::POST, &path, Some(&search_request(query, limit, self.settings.matching_strategy)))
+            .await?;
         parse_hits(&body)
     }
 

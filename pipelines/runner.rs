@@ -1,5 +1,4 @@
-//! A pipeline is a set of stages joined by topics; `PipelineKind` names the ones Lacuna has and
-//! `Pipeline` runs one of them in this process, on the in-process bus or on Kafka.
+//! `Pipeline` runs every stage of one pipeline in this process, on the in-process bus or on Kafka.
 //!
 //! Every stage is an actor; the topics are bounded queues. `run` admits at most
 //! `run.max_open_questions` questions at once and returns exactly one record per question.
@@ -8,121 +7,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
-
 use crate::actors::stage::RunningStage;
+use crate::pipelines::declaration::StartError;
+use crate::pipelines::kind::PipelineKind;
 use crate::pipelines::parts::Parts;
-use crate::pipelines::{migres, qpaug, raisf, rqrag, vanilla};
-use crate::settings::{KafkaSettings, Settings};
+use crate::settings::Settings;
 use crate::topics::in_process::InProcessBus;
-use crate::topics::kafka::KafkaBus;
 use crate::topics::{AnswerRecord, Bus, BusError, Event, QuestionEvent, Subscription, Topic, VersionedAnswer};
-
-/// Which method answers the questions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum PipelineKind {
-    /// The MIGRES loop (paper 000).
-    #[default]
-    Migres,
-    /// Top-k re-ranked passages, one answer call (paper Table 3 baseline).
-    Vanilla,
-    /// VANILLA with sentence-level filtering (paper Table 3 baseline).
-    #[value(name = "vanilla-s")]
-    #[serde(rename = "vanilla-s")]
-    VanillaS,
-    /// Question and passage augmentation (paper 002).
-    Qpaug,
-    /// Retrieval-augmented iterative self-feedback, with recursive sub-questions (paper 003).
-    Raisf,
-    /// Query refinement over a tree of trajectories, answer chosen by log-probabilities (paper 004).
-    Rqrag,
-}
-
-impl PipelineKind {
-    pub const ALL: [PipelineKind; 6] = [
-        PipelineKind::Migres,
-        PipelineKind::Vanilla,
-        PipelineKind::VanillaS,
-        PipelineKind::Qpaug,
-        PipelineKind::Raisf,
-        PipelineKind::Rqrag,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PipelineKind::Migres => "migres",
-            PipelineKind::Vanilla => "vanilla",
-            PipelineKind::VanillaS => "vanilla-s",
-            PipelineKind::Qpaug => "qpaug",
-            PipelineKind::Raisf => "raisf",
-            PipelineKind::Rqrag => "rqrag",
-        }
-    }
-
-    /// Its stages, in the order events flow through them.
-    pub fn stages(self) -> &'static [&'static str] {
-        match self {
-            PipelineKind::Migres => &migres::STAGES,
-            PipelineKind::Vanilla | PipelineKind::VanillaS => &vanilla::STAGES,
-            PipelineKind::Qpaug => &qpaug::STAGES,
-            PipelineKind::Raisf => &raisf::STAGES,
-            PipelineKind::Rqrag => &rqrag::STAGES,
-        }
-    }
-
-    /// Starts its stage called `name` on `bus`.
-    pub async fn spawn_stage(
-        self,
-        name: &str,
-        bus: Arc<dyn Bus>,
-        settings: &Settings,
-        parts: &Parts,
-    ) -> Result<RunningStage, BusError> {
-        match self {
-            PipelineKind::Migres => migres::spawn_named(name, bus, settings, parts).await,
-            PipelineKind::Vanilla => vanilla::spawn_named(name, false, bus, settings, parts).await,
-            PipelineKind::VanillaS => vanilla::spawn_named(name, true, bus, settings, parts).await,
-            PipelineKind::Qpaug => qpaug::spawn_named(name, bus, settings, parts).await,
-            PipelineKind::Raisf => raisf::spawn_named(name, bus, settings, parts).await,
-            PipelineKind::Rqrag => rqrag::spawn_named(name, bus, settings, parts).await,
-        }
-    }
-
-    /// The most events one question can have in flight at once: 1 for a loop, the size of the tree
-    /// for the pipelines that fan out (RA-ISF sub-questions, RQ-RAG trajectories).
-    pub fn events_per_question(self, settings: &Settings) -> usize {
-        let tree = |branching: usize, depth: u32| (0..=depth).map(|d| branching.saturating_pow(d)).sum::<usize>();
-        match self {
-            PipelineKind::Raisf => tree(settings.raisf.max_sub_questions.max(1), settings.raisf.max_depth),
-            PipelineKind::Rqrag => tree(settings.rqrag.width.max(1), settings.rqrag.max_depth),
-            _ => 1,
-        }
-    }
-
-    /// Each pipeline has its own topics and consumer groups on a shared cluster (a `retrieve` of
-    /// VANILLA must not take MIGRES's questions). MIGRES keeps the plain prefix.
-    pub fn kafka_settings(self, kafka: &KafkaSettings) -> KafkaSettings {
-        let mut kafka = kafka.clone();
-        if self != PipelineKind::Migres {
-            kafka.topic_prefix = format!("{}{}.", kafka.topic_prefix, self.name());
-        }
-        kafka
-    }
-
-    /// The Kafka bus on this pipeline's topics (`kafka` as configured), every topic created.
-    pub async fn kafka_bus(self, kafka: &KafkaSettings) -> Result<Arc<KafkaBus>, BusError> {
-        let bus = KafkaBus::new(self.kafka_settings(kafka))?;
-        bus.ensure_topics().await?;
-        Ok(Arc::new(bus))
-    }
-}
-
-impl std::fmt::Display for PipelineKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Where a pipeline's topics live when all its stages run in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -144,7 +35,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Starts every stage of `kind` on the in-process bus.
-    pub async fn start(kind: PipelineKind, settings: &Settings, parts: Parts) -> Result<Self, BusError> {
+    pub async fn start(kind: PipelineKind, settings: &Settings, parts: Parts) -> Result<Self, StartError> {
         // The stages form cycles of bounded queues: they must hold every event the open questions can
         // have in flight, or a full cycle could wait on itself. Fan-out multiplies that number.
         let needed = settings.run.max_open_questions * kind.events_per_question(settings) + 1;
@@ -184,12 +75,12 @@ impl Pipeline {
         bus: Arc<dyn Bus>,
         settings: &Settings,
         parts: Parts,
-    ) -> Result<Self, BusError> {
+    ) -> Result<Self, StartError> {
         // Subscribe the answer sink before any stage can publish to it.
         let answers = bus.subscribe(&[Topic::Answers], "answers").await?;
         let mut stages = Vec::new();
-        for name in kind.stages() {
-            stages.push(kind.spawn_stage(name, bus.clone(), settings, &parts).await?);
+        for stage in kind.stages() {
+            stages.push(stage.start(bus.clone(), settings, &parts).await?);
         }
         Ok(Pipeline {
             bus,

@@ -1,0 +1,72 @@
+//! Passage retrieval. The embedded default is a tantivy BM25 index on local disk (`tantivy.rs`),
+//! built by `lacuna index --corpus FILE.jsonl` from `{"id", "title", "text"}` lines; `search.backend =
+//! "meilisearch"` reads a Meilisearch index instead (`meili.rs`). Stages hold a [`Search`] and cannot
+//! tell which. Both backends read corpora the same way (`corpus.rs`) and fail with one error type.
+
+mod corpus;
+pub mod meili;
+pub mod tantivy;
+
+pub use corpus::{corpus_error, for_each_passage};
+pub use meili::MeiliSearch;
+pub use tantivy::TantivySearch;
+
+use std::path::PathBuf;
+
+use crate::settings::{SearchBackend, SearchSettings};
+use crate::topics::Passage;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("no search index at {0}: build one with `lacuna index --corpus FILE.jsonl`")]
+    MissingIndex(PathBuf),
+    #[error("search index error: {0}")]
+    Index(String),
+    #[error("corpus {path} line {line}: {message}")]
+    Corpus { path: PathBuf, line: usize, message: String },
+    #[error(
+        "no Meilisearch index {index:?} at {url}: build one with `lacuna index --backend meilisearch --corpus FILE.jsonl`"
+    )]
+    MissingRemoteIndex { index: String, url: String },
+    /// A Meilisearch error; `transient` ones (unreachable, timeouts, 429, 5xx) are worth retrying.
+    #[error("{message}")]
+    Remote { message: String, transient: bool },
+}
+
+impl SearchError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SearchError::Index(_) | SearchError::Remote { transient: true, .. })
+    }
+}
+
+/// The retrieval client a pipeline was configured with.
+#[derive(Clone)]
+pub enum Search {
+    Tantivy(TantivySearch),
+    Meili(MeiliSearch),
+}
+
+impl Search {
+    /// Opens the configured backend: the local index must exist; a Meilisearch index is checked on
+    /// first use (a missing one is then a clear, non-retryable error).
+    pub fn open(settings: &SearchSettings) -> Result<Search, SearchError> {
+        Ok(match settings.backend {
+            SearchBackend::Tantivy => Search::Tantivy(TantivySearch::open(&settings.index_dir)?),
+            SearchBackend::Meilisearch => Search::Meili(MeiliSearch::new(settings.meilisearch.clone())),
+        })
+    }
+
+    /// The top `limit` passages for a free-text query, best first, with the backend's score.
+    pub async fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
+        match self {
+            Search::Tantivy(index) => {
+                let (index, query) = (index.clone(), query.to_string());
+                // tantivy search is synchronous; keep it off the actor's thread.
+                tokio::task::spawn_blocking(move || index.search(&query, limit))
+                    .await
+                    .map_err(|e| SearchError::Index(e.to_string()))?
+            }
+            Search::Meili(meili) => meili.search(query, limit).await,
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! A pipeline as data. Each pipeline declares its stages once, as a list of [`StageDecl`]s: the
+//! stage's name (taken from its type), the topics it reads and writes, the parts it needs, and how it
+//! is built. Spawning, part loading, `lacuna stage`'s name check, the `[stages.*]` settings keys,
+//! `lacuna topics`, `lacuna graph` (the README's diagrams) and the Helm chart's stage lists all come
+//! from these lists; `tests/topology.rs` checks that every topic has both ends.
+
+use std::sync::Arc;
+
+use futures::future::LocalBoxFuture;
+
+use crate::actors::clients::{LlmClient, Nli};
+use crate::actors::sentence_filter::{FilterMode, SentenceFilter};
+use crate::actors::stage::{RunningStage, Stage, Wiring, spawn_stage};
+use crate::pipelines::parts::{Parts, PartsError};
+use crate::settings::{LlmOverride, RetrySettings, Settings, StageSettings};
+use crate::topics::{Bus, BusError, Topic};
+
+/// What a stage needs besides the bus, loaded once per process before it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The LLM endpoint (checked to answer before the stage starts).
+    Llm,
+    /// The search index.
+    Search,
+    /// The cross-encoder.
+    Reranker,
+    /// The ONNX NLI model, when `nli.backend = "onnx"`.
+    Nli,
+}
+
+impl Part {
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Llm => "LLM endpoint",
+            Part::Search => "search index",
+            Part::Reranker => "re-ranker",
+            Part::Nli => "NLI model",
+        }
+    }
+}
+
+/// How many replicas of a stage may run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replicas {
+    /// As many as the topics have partitions: the stage keeps no state.
+    Scaled,
+    /// Exactly one: it reads its whole state back on start (the join).
+    One,
+}
+
+/// One stage of one pipeline.
+pub struct StageDecl {
+    /// The stage type's [`Stage::NAME`]: also its config key, consumer group and Helm Deployment.
+    pub name: &'static str,
+    /// The topics it consumes, in priority order (loop inputs before new work).
+    pub inputs: &'static [Topic],
+    /// The topics its outputs go to. A stage that fails an event also writes an error record (to
+    /// `answers`, or to `joins` for a sub-question) and a dead letter: every stage may, so those are
+    /// not listed.
+    pub outputs: &'static [Topic],
+    pub needs: &'static [Part],
+    pub replicas: Replicas,
+    /// Builds the stage from the settings and the loaded parts.
+    pub build: fn(&StageStart<'_>) -> Result<Startable, StartError>,
+}
+
+impl StageDecl {
+    /// A scaled stage that needs only the LLM, the commonest kind.
+    pub const fn llm(
+        name: &'static str,
+        inputs: &'static [Topic],
+        outputs: &'static [Topic],
+        build: fn(&StageStart<'_>) -> Result<Startable, StartError>,
+    ) -> StageDecl {
+        StageDecl { name, inputs, outputs, needs: &[Part::Llm], replicas: Replicas::Scaled, build }
+    }
+
+    pub fn needs(&self, part: Part) -> bool {
+        self.needs.contains(&part)
+    }
+
+    pub fn wiring(&self) -> Wiring {
+        Wiring { inputs: self.inputs, outputs: self.outputs }
+    }
+
+    /// Builds the stage and starts it on `bus`.
+    pub async fn start(
+        &self,
+        bus: Arc<dyn Bus>,
+        settings: &Settings,
+        parts: &Parts,
+    ) -> Result<RunningStage, StartError> {
+        let own = settings.stage(self.name).ok_or(StartError::NoSettings(self.name))?;
+        let start = StageStart { name: self.name, settings, parts, own };
+        let startable = (self.build)(&start)?;
+        if startable.name != self.name {
+            return Err(StartError::Misdeclared { declared: self.name, built: startable.name });
+        }
+        Ok((startable.start)(bus, self.wiring(), own.clone(), settings.retry.clone()).await?)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{pipeline} has no stage {name:?}; its stages are {stages}")]
+    UnknownStage { pipeline: &'static str, name: String, stages: String },
+    #[error("configuration: no [stages.{0}] section")]
+    NoSettings(&'static str),
+    #[error("stage {stage} needs the {part}, which was not loaded")]
+    MissingPart { stage: &'static str, part: &'static str },
+    #[error("stage declared as {declared} builds {built}")]
+    Misdeclared { declared: &'static str, built: &'static str },
+    #[error(transparent)]
+    Parts(#[from] PartsError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+type StartFn = Box<
+    dyn FnOnce(
+        Arc<dyn Bus>,
+        Wiring,
+        StageSettings,
+        RetrySettings,
+    ) -> LocalBoxFuture<'static, Result<RunningStage, BusError>>,
+>;
+
+/// A built stage, ready to be started on a bus with the wiring its declaration gives.
+pub struct Startable {
+    name: &'static str,
+    start: StartFn,
+}
+
+impl Startable {
+    pub fn new<S: Stage>(stage: S) -> Startable {
+        let start: StartFn = Box::new(move |bus, wiring, own, retry| {
+            Box::pin(async move { spawn_stage(stage, bus, wiring, &own, &retry).await })
+        });
+        Startable { name: S::NAME, start }
+    }
+}
+
+/// What a stage's `build` gets: the settings, its own `[stages.NAME]` section and the loaded parts.
+pub struct StageStart<'a> {
+    pub name: &'static str,
+    pub settings: &'a Settings,
+    pub parts: &'a Parts,
+    pub own: &'a StageSettings,
+}
+
+impl StageStart<'_> {
+    /// An LLM client for this stage, with the stage's own limit on calls in flight.
+    pub fn llm(&self) -> LlmClient {
+        self.llm_with(&LlmOverride::default())
+    }
+
+    /// The same on another endpoint or model (a module with its own, e.g. RA-ISF's).
+    pub fn llm_with(&self, endpoint: &LlmOverride) -> LlmClient {
+        let mut llm = endpoint.apply(&self.settings.llm);
+        llm.max_concurrency = self.own.llm_concurrency;
+        LlmClient::new(llm).for_stage(self.name)
+    }
+
+    fn missing(&self, part: Part) -> StartError {
+        StartError::MissingPart { stage: self.name, part: part.name() }
+    }
+
+    pub fn search(&self) -> Result<crate::actors::clients::Search, StartError> {
+        self.parts.search.clone().ok_or_else(|| self.missing(Part::Search))
+    }
+
+    /// The entailment check: the ONNX model when one was loaded, else the LLM as a judge.
+    pub fn nli(&self) -> Nli {
+        match &self.parts.onnx_nli {
+            Some(model) => Nli::Onnx(model.clone()),
+            None => Nli::LlmJudge(self.llm()),
+        }
+    }
+
+    /// sentence_filter filtering as `mode` asks, showing `top_k` passages.
+    pub fn sentence_filter(&self, mode: FilterMode, top_k: usize) -> Result<Startable, StartError> {
+        let reranker = self.parts.reranker.clone().ok_or_else(|| self.missing(Part::Reranker))?;
+        let mut migres = self.settings.migres.clone();
+        migres.top_k = top_k;
+        Ok(Startable::new(SentenceFilter::new(reranker, self.llm(), migres).with_mode(mode)))
+    }
+}
+
+/// Every pipeline's retrieve: BM25 for the queries of `inputs` (and new questions when listed).
+pub const fn retrieve(inputs: &'static [Topic]) -> StageDecl {
+    StageDecl {
+        name: crate::actors::retrieve::Retrieve::NAME,
+        inputs,
+        outputs: &[Topic::Passages],
+        needs: &[Part::Search],
+        replicas: Replicas::Scaled,
+        build: |s| Ok(Startable::new(crate::actors::retrieve::Retrieve::new(s.search()?, s.settings.migres.clone()))),
+    }
+}
+
+/// sentence_filter as `build` configures it (the filtering mode and k differ per pipeline).
+pub const fn sentence_filter(build: fn(&StageStart<'_>) -> Result<Startable, StartError>) -> StageDecl {
+    StageDecl {
+        name: SentenceFilter::NAME,
+        inputs: &[Topic::Passages],
+        outputs: &[Topic::Evidence],
+        // The LLM writes what it knows when nothing passes the filter (MIGRES's knowledge prompting).
+        needs: &[Part::Reranker, Part::Llm],
+        replicas: Replicas::Scaled,
+        build,
+    }
+}
+
+/// The join of the pipelines that fan out; one replica, as it reads its whole state on start.
+pub const JOIN: StageDecl = StageDecl {
+    name: crate::actors::join::Join::NAME,
+    inputs: &[Topic::Joins],
+    outputs: &[Topic::Joined, Topic::JoinState],
+    needs: &[],
+    replicas: Replicas::One,
+    build: |s| {
+        let tick = std::time::Duration::from_millis(s.settings.join.tick_ms.max(10));
+        Ok(Startable::new(crate::actors::join::Join::new(tick)))
+    },
+};

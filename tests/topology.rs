@@ -1,0 +1,91 @@
+//! The pipelines' declarations are their graphs: every topic a stage reads has a producer, every
+//! topic a stage writes has a consumer (or is a sink), every declared stage has its settings, and
+//! the diagrams in the docs are what `lacuna graph` prints today.
+
+use lacuna::pipelines::declaration::{Replicas, StageDecl, Startable};
+use lacuna::pipelines::{PipelineKind, graph};
+use lacuna::settings::Settings;
+use lacuna::topics::Topic;
+
+#[test]
+fn every_topic_of_every_pipeline_has_both_ends() {
+    for kind in PipelineKind::ALL {
+        let problems = graph::problems(kind.stages());
+        assert!(problems.is_empty(), "{kind}: {problems:#?}");
+    }
+}
+
+fn never_built(_: &lacuna::pipelines::declaration::StageStart<'_>) -> Result<Startable, lacuna::pipelines::StartError> {
+    unreachable!("the topology check builds nothing")
+}
+
+const fn decl(name: &'static str, inputs: &'static [Topic], outputs: &'static [Topic]) -> StageDecl {
+    StageDecl { name, inputs, outputs, needs: &[], replicas: Replicas::Scaled, build: never_built }
+}
+
+#[test]
+fn a_miswired_pipeline_is_reported() {
+    let stages = [
+        decl("first", &[Topic::Questions], &[Topic::Passages]),
+        // Nothing writes facts, and nothing reads what this stage writes to `missing`.
+        decl("second", &[Topic::Passages, Topic::Facts], &[Topic::Answers, Topic::Missing]),
+        decl("third", &[Topic::Passages], &[Topic::Answers]),
+    ];
+    let problems = graph::problems(&stages);
+    assert!(problems.contains(&"second consumes facts, which nothing produces".to_string()), "{problems:?}");
+    assert!(problems.contains(&"second produces missing, which nothing consumes".to_string()), "{problems:?}");
+    assert!(problems.contains(&"passages has several consumers: second, third".to_string()), "{problems:?}");
+    assert_eq!(problems.len(), 3, "{problems:?}");
+}
+
+#[test]
+fn every_declared_stage_has_its_settings_and_no_other_section_exists() {
+    let settings = Settings::defaults();
+    settings.check_stage_names(PipelineKind::all_stage_names()).unwrap();
+
+    let mut typo = settings.clone();
+    let leaf = typo.stages["leaf"].clone();
+    typo.stages.insert("leef".into(), leaf);
+    let error = typo.check_stage_names(PipelineKind::all_stage_names()).unwrap_err();
+    assert!(error.contains("[stages.leef]: no pipeline has a stage"), "{error}");
+
+    let mut missing = settings.clone();
+    missing.stages.remove("verify");
+    assert_eq!(missing.check_stage_names(PipelineKind::all_stage_names()).unwrap_err(), "no [stages.verify] section");
+}
+
+#[test]
+fn unknown_stage_names_are_refused_with_the_list() {
+    let error = PipelineKind::Vanilla.stage("leaf").err().expect("vanilla has no leaf").to_string();
+    assert_eq!(error, "vanilla has no stage \"leaf\"; its stages are retrieve, sentence_filter, reader");
+}
+
+#[test]
+fn the_documented_diagrams_are_what_lacuna_graph_prints() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let docs = std::fs::read_to_string(format!("{root}/docs/pipelines.md")).unwrap();
+    for kind in PipelineKind::ALL {
+        let diagram = format!("```mermaid\n{}```", graph::mermaid(kind));
+        assert!(
+            docs.contains(&diagram),
+            "docs/pipelines.md lacks the current graph of {kind}: paste `lacuna graph --pipeline {kind} --format mermaid`"
+        );
+    }
+}
+
+#[test]
+fn the_readme_lists_what_lacuna_graph_prints() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let all: String = PipelineKind::ALL.iter().map(|k| graph::text(*k)).collect();
+    assert!(readme.contains(&format!("$ lacuna graph\n{all}```")), "the README's `lacuna graph` output is stale");
+    let migres = format!("```mermaid\n{}```", graph::mermaid(PipelineKind::Migres));
+    assert!(readme.contains(&migres), "the README's MIGRES diagram is stale");
+}
+
+#[test]
+fn a_pipeline_creates_only_the_topics_it_uses() {
+    let names = |kind: PipelineKind| graph::topics(kind.stages()).iter().map(|t| t.name()).collect::<Vec<_>>();
+    assert_eq!(names(PipelineKind::Vanilla), ["questions", "passages", "evidence", "answers", "dead_letters"]);
+    assert!(names(PipelineKind::Raisf).contains(&"join_state"));
+    assert!(!names(PipelineKind::Migres).contains(&"joins"));
+}
