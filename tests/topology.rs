@@ -89,3 +89,30 @@ fn a_pipeline_creates_only_the_topics_it_uses() {
     assert!(names(PipelineKind::Raisf).contains(&"join_state"));
     assert!(!names(PipelineKind::Migres).contains(&"joins"));
 }
+
+/// Each layer uses only those below it (topics < actors < pipelines < eval < cli): no import circles.
+#[test]
+fn layers_import_only_downward() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let layers = ["topics", "actors", "pipelines", "eval", "cli"];
+    let mut offences = Vec::new();
+    for (level, layer) in layers.iter().enumerate() {
+        let mut files = vec![root.join(layer)];
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            for above in &layers[level + 1..] {
+                if source.contains(&format!("crate::{above}")) {
+                    offences.push(format!("{} uses crate::{above}", path.strip_prefix(root).unwrap().display()));
+                }
+            }
+        }
+    }
+    assert!(offences.is_empty(), "{offences:#?}");
+}
