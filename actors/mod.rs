@@ -3,7 +3,7 @@
 //! - MIGRES: retrieve -> sentence_filter -> leaf -> verify -> main (`main_module.rs`) -> answers,
 //!   and main -> query_gen -> retrieve for the next iteration.
 //! - The baselines and QPaug: `reader` (and `augment`); RA-ISF: `self_knowledge`, `relevance`,
-//!   `compose`; RQ-RAG: `refine`, `select`; both fan out and come back through `join`.
+//!   `decompose`, `compose`; RQ-RAG: `refine`, `select`; both fan out and come back through `join`.
 //! - Shared: `stage` (the generic runner: bus, retries, acks, error records), `answer` (final answers,
 //!   answer and error records, answer normalisation), `fanout` (expect and result records, node
 //!   paths), `evidence` (documents shown to the LLM, citations), `selection` (choosing among
@@ -15,6 +15,7 @@ pub mod answer;
 pub mod augment;
 pub mod clients;
 pub mod compose;
+pub mod decompose;
 pub mod evidence;
 pub mod fanout;
 pub mod join;

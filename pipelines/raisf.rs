@@ -2,15 +2,17 @@
 //!
 //! questions, nodes -> self_knowledge -> (known: answer) or queries -> retrieve -> passages
 //!   -> sentence_filter (top k) -> evidence -> relevance -> (relevant passages: answer)
-//!   or (below D_th) joins + nodes: one sub-question per node, solved from self_knowledge on
-//!   joins -> join -> joined -> compose -> the answer from the sub-answers
+//!   or missing -> decompose -> (below D_th) joins + nodes: one sub-question per node, solved from
+//!   self_knowledge on; joins -> join -> joined -> compose -> the answer from the sub-answers
 //!
 //! A node's answer goes to `answers` for a root question, to `joins` (its parent) otherwise. The three
-//! modules (self-knowledge, relevance, decomposition) each take their endpoint from `raisf.*`.
+//! modules (self-knowledge, relevance, decomposition) are three stages, each with its endpoint from
+//! `raisf.*`.
 
 use std::time::Duration;
 
 use crate::actors::compose::Compose;
+use crate::actors::decompose::Decompose;
 use crate::actors::relevance::Relevance;
 use crate::actors::self_knowledge::SelfKnowledge;
 use crate::actors::sentence_filter::FilterMode;
@@ -32,11 +34,13 @@ pub const STAGES: &[StageDecl] = &[
     ),
     retrieve(&[Topic::Queries]),
     sentence_filter(|s| s.sentence_filter(FilterMode::TOP_K, s.settings.raisf.top_k)),
-    StageDecl::llm(Relevance::NAME, &[Topic::Evidence], &[Topic::Answers, Topic::Joins, Topic::Nodes], |s| {
+    StageDecl::llm(Relevance::NAME, &[Topic::Evidence], &[Topic::Answers, Topic::Joins, Topic::Missing], |s| {
+        Ok(Startable::new(Relevance::new(s.llm_with(&s.settings.raisf.relevance), s.llm())))
+    }),
+    StageDecl::llm(Decompose::NAME, &[Topic::Missing], &[Topic::Answers, Topic::Joins, Topic::Nodes], |s| {
         let raisf = &s.settings.raisf;
         let deadline = Duration::from_millis(s.settings.join.deadline_ms);
-        let (relevance, decompose) = (s.llm_with(&raisf.relevance), s.llm_with(&raisf.decompose));
-        Ok(Startable::new(Relevance::new(relevance, decompose, s.llm(), raisf.clone(), deadline)))
+        Ok(Startable::new(Decompose::new(s.llm_with(&raisf.decompose), s.llm(), raisf.clone(), deadline)))
     }),
     JOIN,
     StageDecl::llm(Compose::NAME, &[Topic::Joined], &[Topic::Answers, Topic::Joins], |s| {
