@@ -11,7 +11,7 @@ use futures::future::LocalBoxFuture;
 use crate::actors::clients::{LlmClient, Nli};
 use crate::actors::sentence_filter::{FilterMode, SentenceFilter};
 use crate::actors::stage::{RunningStage, Stage, Wiring, spawn_stage};
-use crate::pipelines::parts::{Parts, PartsError};
+use crate::pipelines::parts::Parts;
 use crate::settings::{LlmOverride, RetrySettings, Settings, StageSettings};
 use crate::topics::{Bus, BusError, Topic};
 
@@ -110,8 +110,6 @@ pub enum StartError {
     MissingPart { stage: &'static str, part: &'static str },
     #[error("stage declared as {declared} builds {built}")]
     Misdeclared { declared: &'static str, built: &'static str },
-    #[error(transparent)]
-    Parts(#[from] PartsError),
     #[error(transparent)]
     Bus(#[from] BusError),
 }
