@@ -307,11 +307,6 @@ pub struct StageSettings {
 }
 
 impl Settings {
-    /// The `[stages.NAME]` section of a stage.
-    pub fn stage(&self, name: &str) -> Option<&StageSettings> {
-        self.stages.get(name)
-    }
-
     /// Checks `[stages.*]` against the stage names the pipelines declare: a section for a stage no
     /// pipeline has is a typo, and a declared stage without one cannot start.
     pub fn check_stage_names<'a>(&self, declared: impl IntoIterator<Item = &'a str>) -> Result<(), String> {

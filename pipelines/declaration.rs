@@ -90,7 +90,7 @@ impl StageDecl {
         settings: &Settings,
         parts: &Parts,
     ) -> Result<RunningStage, StartError> {
-        let own = settings.stage(self.name).ok_or(StartError::NoSettings(self.name))?;
+        let own = settings.stages.get(self.name).ok_or(StartError::NoSettings(self.name))?;
         let start = StageStart { name: self.name, settings, parts, own };
         let startable = (self.build)(&start)?;
         if startable.name != self.name {

@@ -73,32 +73,47 @@ pub fn text(kind: PipelineKind) -> String {
     out
 }
 
-/// The edges of the graph in declaration order: (from, topic, to), where from/to are stage names, or
-/// the topic's own name for a source, a sink or a table.
-fn edges(stages: &[StageDecl]) -> Vec<(String, Topic, String)> {
+/// One edge of the graph: `from` and `to` are stage names, or the topic's own name for a source, a
+/// sink or a table.
+struct Edge {
+    from: String,
+    topic: Topic,
+    to: String,
+}
+
+impl Edge {
+    /// Whether one end is the topic itself rather than a stage.
+    fn is_outside(&self) -> bool {
+        self.from == self.topic.name() || self.to == self.topic.name()
+    }
+}
+
+/// The edges of the graph in declaration order.
+fn edges(stages: &[StageDecl]) -> Vec<Edge> {
     let readers = |topic: Topic| stages.iter().filter(move |s| s.inputs.contains(&topic)).map(|s| s.name.to_string());
-    let mut edges: Vec<(String, Topic, String)> =
-        SOURCES.iter().flat_map(|&t| readers(t).map(move |r| (t.name().to_string(), t, r))).collect();
+    let mut edges: Vec<Edge> = SOURCES
+        .iter()
+        .flat_map(|&topic| readers(topic).map(move |to| Edge { from: topic.name().to_string(), topic, to }))
+        .collect();
     for stage in stages {
         for &topic in stage.outputs {
             let to: Vec<String> = readers(topic).collect();
             if to.is_empty() {
                 // A sink, or a table its writer reads back on start.
-                edges.push((stage.name.to_string(), topic, topic.name().to_string()));
+                edges.push(Edge { from: stage.name.to_string(), topic, to: topic.name().to_string() });
             }
-            edges.extend(to.into_iter().map(|r| (stage.name.to_string(), topic, r)));
+            edges.extend(to.into_iter().map(|to| Edge { from: stage.name.to_string(), topic, to }));
         }
     }
     edges
 }
 
-/// The nodes that stand for a topic rather than a stage (sources, sinks, tables).
-fn topic_nodes(stages: &[StageDecl]) -> Vec<Topic> {
-    let names: BTreeSet<String> = stages.iter().map(|s| s.name.to_string()).collect();
+/// The topics drawn as nodes of their own (sources, sinks, tables), in the order the edges meet them.
+fn topic_nodes(edges: &[Edge]) -> Vec<Topic> {
     let mut nodes: Vec<Topic> = Vec::new();
-    for (from, topic, to) in edges(stages) {
-        if (!names.contains(&from) || !names.contains(&to)) && !nodes.contains(&topic) {
-            nodes.push(topic);
+    for edge in edges.iter().filter(|e| e.is_outside()) {
+        if !nodes.contains(&edge.topic) {
+            nodes.push(edge.topic);
         }
     }
     nodes
@@ -107,18 +122,19 @@ fn topic_nodes(stages: &[StageDecl]) -> Vec<Topic> {
 /// A Mermaid flowchart: stages as boxes, topics as the labels of the edges, sources and sinks as
 /// rounded nodes, tables as cylinders.
 pub fn mermaid(kind: PipelineKind) -> String {
-    let stages = kind.stages();
+    let edges = edges(kind.stages());
     let mut out = String::from("flowchart LR\n");
-    for topic in topic_nodes(stages) {
+    for topic in topic_nodes(&edges) {
         let name = topic.name();
         let shape = if topic.is_table() { format!("[({name})]") } else { format!("([{name}])") };
         let _ = writeln!(out, "  {name}{shape}");
     }
-    for (from, topic, to) in edges(stages) {
-        if from == topic.name() || to == topic.name() {
+    for edge in &edges {
+        let (from, to) = (&edge.from, &edge.to);
+        if edge.is_outside() {
             let _ = writeln!(out, "  {from} --> {to}");
         } else {
-            let _ = writeln!(out, "  {from} -- {} --> {to}", topic.name());
+            let _ = writeln!(out, "  {from} -- {} --> {to}", edge.topic.name());
         }
     }
     out
@@ -126,17 +142,18 @@ pub fn mermaid(kind: PipelineKind) -> String {
 
 /// The same graph in Graphviz DOT.
 pub fn dot(kind: PipelineKind) -> String {
-    let stages = kind.stages();
+    let edges = edges(kind.stages());
     let mut out = format!("digraph \"{kind}\" {{\n  rankdir=LR;\n  node [shape=box];\n");
-    for topic in topic_nodes(stages) {
+    for topic in topic_nodes(&edges) {
         let shape = if topic.is_table() { "cylinder" } else { "ellipse" };
         let _ = writeln!(out, "  \"{}\" [shape={shape}];", topic.name());
     }
-    for (from, topic, to) in edges(stages) {
-        if from == topic.name() || to == topic.name() {
+    for edge in &edges {
+        let (from, to) = (&edge.from, &edge.to);
+        if edge.is_outside() {
             let _ = writeln!(out, "  \"{from}\" -> \"{to}\";");
         } else {
-            let _ = writeln!(out, "  \"{from}\" -> \"{to}\" [label=\"{}\"];", topic.name());
+            let _ = writeln!(out, "  \"{from}\" -> \"{to}\" [label=\"{}\"];", edge.topic.name());
         }
     }
     out.push_str("}\n");
