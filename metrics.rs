@@ -22,6 +22,8 @@ pub struct Metrics {
     pub llm_completion_tokens: IntCounterVec,
     pub llm_cached_tokens: IntCounterVec,
     pub llm_cache_hits: IntCounterVec,
+    pub llm_reasks: IntCounterVec,
+    pub degraded: IntCounterVec,
     pub model_batch_size: HistogramVec,
     pub model_pairs: IntCounterVec,
     pub model_inference_seconds: HistogramVec,
@@ -100,6 +102,16 @@ impl Metrics {
             llm_cache_hits: counter(
                 "lacuna_llm_cache_hits_total",
                 "LLM calls answered from Lacuna's response cache (llm.cache) without reaching the endpoint.",
+                s,
+            ),
+            llm_reasks: counter(
+                "lacuna_llm_reasks_total",
+                "LLM replies that could not be used and were asked again, by cause (unparsable, cut_at_max_tokens).",
+                &["stage", "cause"],
+            ),
+            degraded: counter(
+                "lacuna_stage_degraded_total",
+                "Events a stage handled in a degraded way instead of failing their question (docs/operations.md).",
                 s,
             ),
             model_batch_size: histogram(
@@ -197,6 +209,8 @@ impl Metrics {
             Box::new(self.llm_completion_tokens.clone()),
             Box::new(self.llm_cached_tokens.clone()),
             Box::new(self.llm_cache_hits.clone()),
+            Box::new(self.llm_reasks.clone()),
+            Box::new(self.degraded.clone()),
             Box::new(self.model_batch_size.clone()),
             Box::new(self.model_pairs.clone()),
             Box::new(self.model_inference_seconds.clone()),

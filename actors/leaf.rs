@@ -5,9 +5,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::actors::clients::{LlmClient, Schema};
+use crate::actors::clients::{LlmClient, LlmError, Schema};
 use crate::actors::stage::{Stage, StageError, decode};
-use crate::actors::{note_call, prompts};
+use crate::actors::{degrade, note_call, prompts};
 use crate::topics::{CandidateFact, Event, EvidenceEvent, EvidenceItem, FactsEvent, Record, SCHEMA_VERSION, TraceKind};
 
 /// At most this many facts per call: small models otherwise list every sentence.
@@ -79,9 +79,20 @@ impl Leaf {
                 prompts::LEAF,
                 &[("passages", &render_passages(&evidence)), ("queries", &queries.join(" "))],
             );
-            let reply = self.llm.structured::<LeafAnswer>(prompts::SYSTEM, &prompt, &schema()).await?;
-            note_call(&mut memory, Self::NAME, "leaf", &reply.stats);
-            for proposed in reply.value.facts.into_iter().take(MAX_FACTS) {
+            let proposals = match self.llm.structured::<LeafAnswer>(prompts::SYSTEM, &prompt, &schema()).await {
+                Ok(reply) => {
+                    note_call(&mut memory, Self::NAME, "leaf", &reply.stats);
+                    reply.value.facts
+                }
+                // A reply still broken after its re-asks gives no facts from this call: the loop
+                // goes on with what it knows, as after an iteration that found nothing.
+                Err(error @ LlmError::BadResponse(_)) => {
+                    degrade(&mut memory, Self::NAME, error.error_type(), error.to_string());
+                    Vec::new()
+                }
+                Err(error) => return Err(error.into()),
+            };
+            for proposed in proposals.into_iter().take(MAX_FACTS) {
                 let text = proposed.fact.trim().to_string();
                 if text.is_empty() {
                     continue;

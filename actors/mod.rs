@@ -38,7 +38,16 @@ use clients::CallStats;
 
 use crate::topics::{Memory, TraceKind};
 
-/// Adds one LLM call to the question's usage and trace.
+/// Records that `stage` went on without what it asked for, in the trace (and so in the record's
+/// `degraded` list) and in metrics.
+pub fn degrade(memory: &mut Memory, stage: &str, cause: &str, message: String) {
+    crate::metrics::METRICS.degraded.with_label_values(&[stage]).inc();
+    tracing::warn!(stage, cause, %message, "degraded instead of failing the question");
+    memory.record(stage, TraceKind::Degraded { cause: cause.to_string(), message });
+}
+
+/// Adds one LLM call to the question's usage and trace; a reply kept though cut at `max_tokens` is
+/// a degraded step.
 pub fn note_call(memory: &mut Memory, stage: &str, purpose: &str, stats: &CallStats) {
     memory.usage.llm_calls += 1;
     memory.usage.prompt_tokens += stats.prompt_tokens;
@@ -54,6 +63,15 @@ pub fn note_call(memory: &mut Memory, stage: &str, purpose: &str, stats: &CallSt
             cached_tokens: stats.cached_tokens,
             latency_ms: stats.latency_ms,
             attempts: stats.attempts,
+            reasks: stats.reasks,
         },
     );
+    if stats.truncated {
+        degrade(
+            memory,
+            stage,
+            "cut_at_max_tokens",
+            format!("the {purpose} reply stopped at max_tokens and is used as cut"),
+        );
+    }
 }

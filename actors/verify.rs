@@ -5,9 +5,9 @@
 use async_trait::async_trait;
 use futures::future::join_all;
 
-use crate::actors::clients::{Nli, NliError};
-use crate::actors::note_call;
+use crate::actors::clients::{LlmError, Nli, NliError, Verdict};
 use crate::actors::stage::{Stage, StageError, decode};
+use crate::actors::{degrade, note_call};
 use crate::topics::{
     CandidateFact, Event, EvidenceItem, EvidenceOrigin, FactSource, FactsEvent, KnownFact, Passage, Record,
     SCHEMA_VERSION, TraceKind, VerifiedEvent,
@@ -21,6 +21,8 @@ pub struct Verify {
 struct Checked<'a> {
     verdicts: Vec<(&'a EvidenceItem, bool, Option<crate::actors::clients::CallStats>)>,
     entailed_by: Option<&'a EvidenceItem>,
+    /// Verdicts whose replies stayed unusable (counted as not entailed).
+    broken: Vec<String>,
 }
 
 impl Verify {
@@ -30,10 +32,19 @@ impl Verify {
 
     /// Tries the fact's citations in order and stops at the first that entails it.
     async fn check<'a>(&self, fact: &CandidateFact, evidence: &'a [EvidenceItem]) -> Result<Checked<'a>, NliError> {
-        let mut checked = Checked { verdicts: Vec::new(), entailed_by: None };
+        let mut checked = Checked { verdicts: Vec::new(), entailed_by: None, broken: Vec::new() };
         for id in &fact.citations {
             let Some(item) = evidence.iter().find(|e| &e.id == id) else { continue };
-            let verdict = self.nli.judge(&premise(item), &fact.text).await?;
+            let verdict = match self.nli.judge(&premise(item), &fact.text).await {
+                Ok(verdict) => verdict,
+                // A verdict still broken after its re-asks counts as "not entailed": the fact
+                // stays out unless another citation entails it.
+                Err(NliError::Llm(error @ LlmError::BadResponse(_))) => {
+                    checked.broken.push(error.to_string());
+                    Verdict { entailed: false, llm_call: None }
+                }
+                Err(error) => return Err(error),
+            };
             checked.verdicts.push((item, verdict.entailed, verdict.llm_call));
             if verdict.entailed {
                 checked.entailed_by = Some(item);
@@ -49,6 +60,14 @@ impl Verify {
         let results = join_all(facts.iter().map(|fact| self.check(fact, &evidence))).await;
         for (fact, result) in facts.iter().zip(results) {
             let checked = result?;
+            for message in &checked.broken {
+                degrade(
+                    &mut memory,
+                    Self::NAME,
+                    "llm_bad_response",
+                    format!("verdict on {:?} counted as not entailed: {message}", fact.text),
+                );
+            }
             for (item, entailed, call) in &checked.verdicts {
                 if let Some(stats) = call {
                     note_call(&mut memory, Self::NAME, "entailment", stats);

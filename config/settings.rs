@@ -138,6 +138,10 @@ pub struct LlmSettings {
     pub retry_backoff_ms: u64,
     pub temperature: f32,
     pub max_tokens: u32,
+    /// Times a reply that does not parse, or stops at `max_tokens`, is asked again.
+    pub max_reask: u32,
+    /// The least temperature of a re-ask after an unparsable reply (with a new `seed`).
+    pub reask_temperature: f32,
     pub max_concurrency: usize,
     /// Answer repeated calls from a content-addressed response cache (see `clients/llm_cache.rs`).
     pub cache: bool,

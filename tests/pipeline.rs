@@ -107,3 +107,32 @@ async fn every_question_ends_in_exactly_one_record_even_when_the_llm_fails() {
     assert_eq!(errors, failing);
     assert!(dead_letters <= errors as u64);
 }
+
+/// Broken replies: every entailment reply is broken on its first ask and fine when asked again; the
+/// first iteration's leaf reply stays broken. The question is still answered, and its record says
+/// which stage went on without what it asked for.
+#[actix::test]
+async fn broken_replies_are_asked_again_or_degrade_visibly_without_ending_the_question() {
+    let llm = FakeLlm::start_on_request(|prompt, request| {
+        let first_ask = request.get("seed").is_none();
+        match prompt_kind(prompt) {
+            Prompt::Entailment if first_ask => Reply::Text("{\"entailed\": tr".into()),
+            Prompt::Leaf if !support::fake_llm::last_field(prompt, "Question: ").contains("FC Cartagena") => {
+                Reply::Text("{\"facts\": [".into())
+            }
+            _ => hugo_script(prompt),
+        }
+    })
+    .await;
+    let settings = support::settings(&llm.base_url);
+    let (question, answers, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
+    let record = pipeline.ask(QuestionEvent::new(HUGO_QUESTION_ID, question)).await.unwrap();
+    pipeline.stop();
+
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    assert_eq!(answer.answer, answers[0]);
+    assert_eq!(answer.degraded, vec!["leaf".to_string()], "verify's replies were fixed by re-asking");
+    let reasked = answer.trace.iter().any(|s| matches!(s.kind, TraceKind::LlmCall { reasks: 1, .. }));
+    assert!(reasked, "the trace shows the re-asked calls");
+}

@@ -45,6 +45,10 @@ pub struct Answered {
     /// for eval's upper bound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<Candidate>,
+    /// Stages that went on without what they asked for (see [`super::TraceKind::Degraded`]): an
+    /// answer with an empty list took the method's full path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub degraded: Vec<String>,
     pub trace: Vec<TraceStep>,
 }
 
@@ -63,9 +67,23 @@ impl Answered {
             queries: memory.queries,
             usage: memory.usage,
             candidates: Vec::new(),
+            degraded: degraded_stages(&memory.trace),
             trace: memory.trace,
         }
     }
+}
+
+/// The stages with a degraded step, once each, in trace order; a fanned-out child's `leaf@1.2` counts
+/// as `leaf`.
+fn degraded_stages(trace: &[TraceStep]) -> Vec<String> {
+    let mut stages: Vec<String> = Vec::new();
+    for step in trace.iter().filter(|s| matches!(s.kind, super::TraceKind::Degraded { .. })) {
+        let stage = step.stage.split('@').next().unwrap_or_default();
+        if !stages.iter().any(|s| s == stage) {
+            stages.push(stage.to_string());
+        }
+    }
+    stages
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -35,6 +35,12 @@ pub enum TraceKind {
         queries: Vec<String>,
         text: String,
     },
+    /// The stage went on without what it asked for instead of ending the question: its reply
+    /// stayed unusable after re-asks, or was cut short. The record lists such stages in `degraded`.
+    Degraded {
+        cause: String,
+        message: String,
+    },
     LlmCall {
         purpose: String,
         prompt_tokens: u64,
@@ -42,6 +48,9 @@ pub enum TraceKind {
         cached_tokens: u64,
         latency_ms: u64,
         attempts: u32,
+        /// Unusable replies asked again before this one.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        reasks: u32,
     },
     FactProposed {
         fact: String,
@@ -110,4 +119,8 @@ pub enum TraceKind {
         answer: String,
         scores: Vec<(String, f64)>,
     },
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

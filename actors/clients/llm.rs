@@ -61,6 +61,59 @@ pub struct CallStats {
     pub cache_hit: bool,
     /// The completion's token log-probabilities, when asked for and returned.
     pub logprobs: Option<AnswerLogprobs>,
+    /// Unusable replies asked again before this one (`llm.max_reask`); their tokens are counted.
+    pub reasks: u32,
+    /// The reply stopped at `max_tokens` (free-text calls keep it as cut).
+    pub truncated: bool,
+}
+
+impl CallStats {
+    fn add(&mut self, other: &CallStats) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.attempts += other.attempts;
+    }
+}
+
+/// Why a reply that came back cannot be used: the re-ask's cause.
+enum Unusable {
+    /// Stopped at `max_tokens` before the structure closed.
+    Cut,
+    Unparsable(LlmError),
+}
+
+impl Unusable {
+    /// The `cause` label of `lacuna_llm_reasks_total`.
+    fn cause(&self) -> &'static str {
+        match self {
+            Unusable::Cut => "cut_at_max_tokens",
+            Unusable::Unparsable(_) => "unparsable",
+        }
+    }
+
+    /// The request of the next ask: more room after a cut, else another sample (a new `seed`, and
+    /// a little temperature when decoding is greedy, or a deterministic server repeats itself).
+    fn change(&self, body: &mut Value, reask: u32, settings: &LlmSettings) {
+        match self {
+            Unusable::Cut => {
+                let max_tokens = body["max_tokens"].as_u64().unwrap_or(u64::from(settings.max_tokens));
+                body["max_tokens"] = json!(max_tokens.saturating_mul(2));
+            }
+            Unusable::Unparsable(_) => {
+                body["seed"] = json!(reask);
+                let temperature = body["temperature"].as_f64().unwrap_or(0.0);
+                body["temperature"] = json!(temperature.max(f64::from(settings.reask_temperature)));
+            }
+        }
+    }
+
+    fn into_error(self, body: &Value) -> LlmError {
+        match self {
+            Unusable::Cut => LlmError::BadResponse(format!("answer cut off at max_tokens = {}", body["max_tokens"])),
+            Unusable::Unparsable(error) => error,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -118,7 +171,8 @@ impl LlmClient {
         self.structured_scored(system, user, schema, false).await
     }
 
-    /// [`LlmClient::structured`], asking for token log-probabilities too when `logprobs`.
+    /// [`LlmClient::structured`], asking for token log-probabilities too when `logprobs`. A reply
+    /// that does not parse, or was cut off at `max_tokens`, is asked again (`llm.max_reask`).
     pub async fn structured_scored<T: DeserializeOwned>(
         &self,
         system: &str,
@@ -130,29 +184,29 @@ impl LlmClient {
             "type": "json_schema",
             "json_schema": { "name": schema.name, "strict": true, "schema": schema.schema },
         });
-        let Completion { value: text, stats } = self.complete(system, user, Some(response_format), logprobs).await?;
-        let value = parse_lenient(&text)?;
-        Ok(Completion { value, stats })
+        let body = self.body(system, user, Some(response_format), logprobs);
+        self.complete(body, |text, cut| {
+            if cut {
+                return Err(Unusable::Cut);
+            }
+            parse_lenient(text).map_err(Unusable::Unparsable)
+        })
+        .await
     }
 
-    /// A free-text call.
+    /// A free-text call. A reply cut off at `max_tokens` is kept as cut (`stats.truncated`): a
+    /// shortened text is still text, and the stage decides what it is worth.
     pub async fn text(&self, system: &str, user: &str) -> Result<Completion<String>, LlmError> {
-        self.complete(system, user, None, false).await
+        self.complete(self.body(system, user, None, false), |text, _| Ok(text.to_string())).await
     }
 
     /// A free-text call that also asks for the token log-probabilities of the answer (OpenAI's
     /// `logprobs`): `stats.logprobs` is `None` when the server does not return them.
     pub async fn text_with_logprobs(&self, system: &str, user: &str) -> Result<Completion<String>, LlmError> {
-        self.complete(system, user, None, true).await
+        self.complete(self.body(system, user, None, true), |text, _| Ok(text.to_string())).await
     }
 
-    async fn complete(
-        &self,
-        system: &str,
-        user: &str,
-        response_format: Option<Value>,
-        logprobs: bool,
-    ) -> Result<Completion<String>, LlmError> {
+    fn body(&self, system: &str, user: &str, response_format: Option<Value>, logprobs: bool) -> Value {
         let mut messages = Vec::new();
         if !system.is_empty() {
             messages.push(json!({"role": "system", "content": system}));
@@ -170,10 +224,23 @@ impl LlmClient {
         if logprobs {
             body["logprobs"] = json!(true);
         }
+        body
+    }
+
+    /// Sends `body` until `accept` takes a reply: transient failures are retried (`max_retries`),
+    /// unusable replies asked again (`max_reask`), each time with a changed request, since asking
+    /// the same thing of a deterministic server gets the same reply. The cache keeps, under the
+    /// call's original request, only a reply `accept` took: a broken one is never read back.
+    async fn complete<T>(
+        &self,
+        mut body: Value,
+        accept: impl Fn(&str, bool) -> Result<T, Unusable>,
+    ) -> Result<Completion<T>, LlmError> {
         let (m, stage) = (&crate::metrics::METRICS, &[&*self.stage]);
         let cache = self.cache.as_ref().map(|cache| (cache, ResponseCache::key(&self.settings.base_url, &body)));
         if let Some((cache, key)) = &cache
             && let Some(hit) = cache.get(key)
+            && let Ok(value) = accept(&hit.text, hit.truncated)
         {
             m.llm_cache_hits.with_label_values(stage).inc();
             let stats = CallStats {
@@ -181,10 +248,11 @@ impl LlmClient {
                 completion_tokens: hit.completion_tokens,
                 cached_tokens: hit.cached_tokens,
                 logprobs: hit.logprobs.clone(),
+                truncated: hit.truncated,
                 cache_hit: true,
                 ..CallStats::default()
             };
-            return Ok(Completion { value: hit.text, stats });
+            return Ok(Completion { value, stats });
         }
         if let Some((_, key)) = &cache
             && self.settings.cache_mode == CacheMode::Replay
@@ -196,16 +264,41 @@ impl LlmClient {
 
         let _permit = self.limit.acquire().await.expect("the semaphore is never closed");
         let started = Instant::now();
-        let outcome = self.attempts(&body, started).await;
-        match &outcome {
-            Ok(Completion { value, stats }) => {
+        let mut spent = CallStats::default();
+        let mut reasks = 0;
+        let outcome = loop {
+            let (text, stats) = match self.attempts(&body, started).await {
+                Ok(reply) => reply,
+                Err(error) => break Err(error),
+            };
+            spent.add(&stats);
+            let unusable = match accept(&text, stats.truncated) {
+                Ok(value) => break Ok((text, value, stats)),
+                Err(unusable) => unusable,
+            };
+            m.llm_reasks.with_label_values(&[&*self.stage, unusable.cause()]).inc();
+            if reasks >= self.settings.max_reask {
+                break Err(unusable.into_error(&body));
+            }
+            reasks += 1;
+            tracing::warn!(
+                stage = &*self.stage,
+                reask = reasks,
+                cause = unusable.cause(),
+                "unusable LLM reply, asking again"
+            );
+            unusable.change(&mut body, reasks, &self.settings);
+        };
+        match outcome {
+            Ok((text, value, stats)) => {
                 if let Some((cache, key)) = &cache {
                     let entry = CachedResponse {
-                        text: value.clone(),
-                        prompt_tokens: stats.prompt_tokens,
-                        completion_tokens: stats.completion_tokens,
-                        cached_tokens: stats.cached_tokens,
+                        text,
+                        prompt_tokens: spent.prompt_tokens,
+                        completion_tokens: spent.completion_tokens,
+                        cached_tokens: spent.cached_tokens,
                         logprobs: stats.logprobs.clone(),
+                        truncated: stats.truncated,
                     };
                     // A cache that cannot be written costs a repeat call later, not this answer.
                     if let Err(error) = cache.put(key, &entry) {
@@ -214,16 +307,26 @@ impl LlmClient {
                 }
                 m.llm_calls.with_label_values(stage).inc();
                 m.llm_request_seconds.with_label_values(stage).observe(started.elapsed().as_secs_f64());
-                m.llm_prompt_tokens.with_label_values(stage).inc_by(stats.prompt_tokens);
-                m.llm_completion_tokens.with_label_values(stage).inc_by(stats.completion_tokens);
-                m.llm_cached_tokens.with_label_values(stage).inc_by(stats.cached_tokens);
+                m.llm_prompt_tokens.with_label_values(stage).inc_by(spent.prompt_tokens);
+                m.llm_completion_tokens.with_label_values(stage).inc_by(spent.completion_tokens);
+                m.llm_cached_tokens.with_label_values(stage).inc_by(spent.cached_tokens);
+                let stats = CallStats {
+                    latency_ms: started.elapsed().as_millis() as u64,
+                    reasks,
+                    logprobs: stats.logprobs,
+                    truncated: stats.truncated,
+                    ..spent
+                };
+                Ok(Completion { value, stats })
             }
-            Err(error) => m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc(),
+            Err(error) => {
+                m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc();
+                Err(error)
+            }
         }
-        outcome
     }
 
-    async fn attempts(&self, body: &Value, started: Instant) -> Result<Completion<String>, LlmError> {
+    async fn attempts(&self, body: &Value, started: Instant) -> Result<(String, CallStats), LlmError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -231,7 +334,7 @@ impl LlmClient {
                 Ok((text, mut stats)) => {
                     stats.latency_ms = started.elapsed().as_millis() as u64;
                     stats.attempts = attempt;
-                    return Ok(Completion { value: text, stats });
+                    return Ok((text, stats));
                 }
                 Err(error) if error.is_transient() && attempt <= self.settings.max_retries => {
                     let backoff = self.settings.retry_backoff_ms.saturating_mul(1 << (attempt - 1).min(6));
@@ -256,10 +359,6 @@ impl LlmClient {
             return Err(LlmError::Status { status: status.as_u16(), body: truncate(&body, 300) });
         }
         let payload: Value = response.json().await.map_err(|e| self.transport_error(&url, e))?;
-        // A cut-off answer is broken JSON; say why instead of reporting a parse error.
-        if payload["choices"][0]["finish_reason"] == "length" {
-            return Err(LlmError::BadResponse(format!("answer cut off at max_tokens = {}", self.settings.max_tokens)));
-        }
         let text = payload["choices"][0]["message"]["content"]
             .as_str()
             .ok_or_else(|| {
@@ -275,6 +374,7 @@ impl LlmClient {
             completion_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
             cached_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
             logprobs: token_logprobs(&payload["choices"][0]["logprobs"]),
+            truncated: payload["choices"][0]["finish_reason"] == "length",
             ..CallStats::default()
         };
         Ok((text, stats))

@@ -4,7 +4,8 @@
 //! no LLM time, even with many questions in flight.
 //!
 //! One small JSON file per entry, written to a temporary name and renamed, so concurrent writers and
-//! a crash never leave a half-written entry. Only successful answers are stored.
+//! a crash never leave a half-written entry. Only answers the caller could use are stored, under the
+//! call's first request even when it took re-asks: a broken reply is never read back.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,9 @@ pub struct CachedResponse {
     pub cached_tokens: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<crate::topics::AnswerLogprobs>,
+    /// The reply stopped at `max_tokens` (kept by free-text calls only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 impl ResponseCache {
@@ -96,6 +100,7 @@ mod tests {
             completion_tokens: 2,
             cached_tokens: 0,
             logprobs: None,
+            truncated: false,
         };
         cache.put(&key, &response).unwrap();
         assert_eq!(cache.get(&key), Some(response));

@@ -1,6 +1,6 @@
 use lacuna::actors::leaf::Leaf;
 use lacuna::actors::stage::Stage;
-use lacuna::topics::{Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, FactsEvent, SCHEMA_VERSION};
+use lacuna::topics::{Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, FactsEvent, SCHEMA_VERSION, TraceKind};
 use serde_json::json;
 
 use crate::helpers::{memory, single};
@@ -73,4 +73,18 @@ async fn fenced_json_from_a_server_without_schema_support_is_read() {
             .unwrap(),
     );
     assert_eq!(out.facts[0].text, "Hugo is Spanish.");
+}
+
+#[tokio::test]
+async fn a_reply_that_stays_broken_gives_no_facts_and_marks_the_question_degraded() {
+    let llm = FakeLlm::start(|_| Reply::Text("{\"facts\": [{\"fact\": ".into())).await;
+    let out: FactsEvent = single(
+        Leaf::new(support::llm(&llm.base_url))
+            .process(&evidence(vec![item("p", "Hugo", "Hugo is Spanish.")]).to_record())
+            .await
+            .expect("a broken leaf reply does not end the question"),
+    );
+    assert!(out.facts.is_empty());
+    assert_eq!(llm.calls(), 3, "asked, then re-asked twice");
+    assert!(out.memory.trace.iter().any(|s| s.stage == "leaf" && matches!(s.kind, TraceKind::Degraded { .. })));
 }

@@ -36,10 +36,74 @@ async fn a_client_error_is_not_retried() {
 }
 
 #[tokio::test]
-async fn broken_json_is_a_clear_bad_response() {
+async fn a_reply_that_stays_broken_is_a_clear_bad_response_after_its_reasks() {
     let llm = FakeLlm::start(|_| Reply::Text("the answer is {a: seven".into())).await;
     let error = support::llm(&llm.base_url).structured::<Value>("", "hi", &schema()).await.unwrap_err();
     assert_eq!(error.error_type(), "llm_bad_response");
+    assert_eq!(llm.calls(), 3, "asked once and re-asked llm.max_reask = 2 times");
+}
+
+/// A server as deterministic as a greedy one: the same request always gets the same broken reply;
+/// only a request with a seed gets a usable one.
+#[tokio::test]
+async fn a_broken_reply_is_asked_again_with_a_new_seed_and_never_cached() {
+    let llm = FakeLlm::start_on_request(|_, request| match request.get("seed") {
+        None => Reply::Text("{\"a\": ".into()),
+        Some(_) => Reply::Json(json!({"a": 3})),
+    })
+    .await;
+    let mut settings = support::settings(&llm.base_url).llm;
+    settings.cache = true;
+    settings.cache_dir = support::scratch_dir("reask-cache");
+    let _ = std::fs::remove_dir_all(&settings.cache_dir);
+
+    let reply = LlmClient::new(settings.clone()).structured::<Value>("", "hi", &schema()).await.unwrap();
+    assert_eq!((reply.value["a"].as_i64(), reply.stats.reasks), (Some(3), 1));
+    let second = llm.requests.lock().unwrap()[1].clone();
+    assert!(second["temperature"].as_f64().unwrap() >= 0.4, "a greedy re-ask would repeat itself: {second}");
+    assert_eq!(reply.stats.prompt_tokens, 200, "the broken reply's tokens are spent too");
+
+    // Read back: the usable reply, without asking the server, and no broken text anywhere on disk.
+    let again = LlmClient::new(settings.clone()).structured::<Value>("", "hi", &schema()).await.unwrap();
+    assert_eq!((again.value["a"].as_i64(), again.stats.cache_hit, llm.calls()), (Some(3), true, 2));
+    let entries = walk(&settings.cache_dir);
+    assert_eq!(entries.len(), 1);
+    let texts: Vec<Value> = entries.iter().map(|e| serde_json::from_str::<Value>(e).unwrap()["text"].clone()).collect();
+    assert_eq!(texts, vec![json!("{\"a\":3}")], "only the usable reply is kept");
+}
+
+#[tokio::test]
+async fn a_structured_reply_cut_at_max_tokens_is_asked_again_with_more_room() {
+    let llm = FakeLlm::start_on_request(|_, request| match request["max_tokens"].as_u64() {
+        Some(tokens) if tokens > 512 => Reply::Json(json!({"a": 1})),
+        _ => Reply::Cut("{\"a\": 1".into()),
+    })
+    .await;
+    let reply = support::llm(&llm.base_url).structured::<Value>("", "hi", &schema()).await.unwrap();
+    assert_eq!(reply.value["a"], 1);
+    let requests = llm.requests.lock().unwrap();
+    assert_eq!((requests[0]["max_tokens"].as_u64(), requests[1]["max_tokens"].as_u64()), (Some(512), Some(1024)));
+}
+
+#[tokio::test]
+async fn a_text_reply_cut_at_max_tokens_is_kept_as_cut() {
+    let llm = FakeLlm::start(|_| Reply::Cut("Step 1: the club is".into())).await;
+    let reply = support::llm(&llm.base_url).text("", "hi").await.unwrap();
+    assert_eq!((reply.value.as_str(), reply.stats.truncated, llm.calls()), ("Step 1: the club is", true, 1));
+}
+
+/// The text of every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut texts = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            texts.extend(walk(&path));
+        } else {
+            texts.push(std::fs::read_to_string(path).unwrap());
+        }
+    }
+    texts
 }
 
 #[tokio::test]

@@ -121,3 +121,22 @@ async fn onnx_nli_keeps_facts_whose_entailment_label_wins() {
     let kept: Vec<_> = verify_with_onnx(1).await.memory.facts.into_iter().map(|f| f.citations[0].clone()).collect();
     assert_eq!(kept, vec!["short"], "with the entailment label at index 1 the verdicts flip");
 }
+
+#[tokio::test]
+async fn a_verdict_that_stays_broken_counts_as_not_entailed_and_is_marked_degraded() {
+    let llm = FakeLlm::start(|prompt| {
+        if last_field(prompt, "Hypothesis: ").contains("Madrid") {
+            Reply::Text("entailed: yes".into())
+        } else {
+            Reply::Json(json!({"entailed": true}))
+        }
+    })
+    .await;
+    let evidence = vec![item("a", "Hugo plays for FC Cartagena in Madrid.", EvidenceOrigin::Passage)];
+    let facts = vec![fact("Hugo lives in Madrid.", &["a"]), fact("Hugo plays for FC Cartagena.", &["a"])];
+    let out = verify(&llm, evidence, facts).await;
+    let kept: Vec<&str> = out.memory.facts.iter().map(|f| f.text.as_str()).collect();
+    assert_eq!(kept, vec!["Hugo plays for FC Cartagena."], "the other question's facts go on");
+    let degraded = out.memory.trace.iter().filter(|s| matches!(s.kind, TraceKind::Degraded { .. })).count();
+    assert_eq!(degraded, 1);
+}

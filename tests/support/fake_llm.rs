@@ -21,6 +21,8 @@ pub enum Reply {
     Scored(String, f64),
     /// The reply, after a pause.
     Delayed(std::time::Duration, Box<Reply>),
+    /// This text, reported as stopped at `max_tokens` (`finish_reason: "length"`).
+    Cut(String),
 }
 
 /// Which MIGRES prompt a user message is, recognised by its fixed instructions.
@@ -130,6 +132,14 @@ impl FakeLlm {
     where
         F: Fn(&str) -> Reply + Send + Sync + 'static,
     {
+        Self::start_on_request(move |user, _| script(user)).await
+    }
+
+    /// A fake whose script also sees the whole request body (its `seed`, `max_tokens`, ...).
+    pub async fn start_on_request<F>(script: F) -> FakeLlm
+    where
+        F: Fn(&str, &Value) -> Reply + Send + Sync + 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1");
         let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
         let prompts = Arc::new(Mutex::new(Vec::new()));
@@ -156,16 +166,17 @@ impl FakeLlm {
                             .to_string();
                         p.lock().unwrap().push(user.clone());
                         let scored = request["logprobs"] == true;
+                        let mut reply = script(&user, &request);
                         r.lock().unwrap().push(request);
-                        let mut reply = script(&user);
                         while let Reply::Delayed(pause, inner) = reply {
                             tokio::time::sleep(pause).await;
                             reply = *inner;
                         }
                         let (status, body) = match reply {
-                            Reply::Json(value) => (200, completion(&value.to_string(), scored.then_some(-0.5))),
-                            Reply::Text(text) => (200, completion(&text, scored.then_some(-0.5))),
-                            Reply::Scored(text, logprob) => (200, completion(&text, scored.then_some(logprob))),
+                            Reply::Json(value) => (200, completion(&value.to_string(), scored.then_some(-0.5), "stop")),
+                            Reply::Text(text) => (200, completion(&text, scored.then_some(-0.5), "stop")),
+                            Reply::Scored(text, logprob) => (200, completion(&text, scored.then_some(logprob), "stop")),
+                            Reply::Cut(text) => (200, completion(&text, scored.then_some(-0.5), "length")),
                             Reply::Status(status) => (status, json!({"error": {"message": "scripted failure"}}).to_string()),
                             Reply::Delayed(..) => unreachable!("unwrapped above"),
                         };
@@ -191,7 +202,7 @@ impl FakeLlm {
     }
 }
 
-fn completion(content: &str, logprob: Option<f64>) -> String {
+fn completion(content: &str, logprob: Option<f64>, finish_reason: &str) -> String {
     let logprobs = logprob.map(|logprob| {
         let tokens: Vec<Value> = content
             .split_whitespace()
@@ -203,7 +214,7 @@ fn completion(content: &str, logprob: Option<f64>) -> String {
         "id": "fake",
         "object": "chat.completion",
         "model": "fake",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110, "prompt_tokens_details": {"cached_tokens": 40}},
     })
     .to_string()
