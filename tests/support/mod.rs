@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fake_llm;
+pub mod faulty_bus;
 pub mod methods;
 pub mod onnx_graph;
 pub mod scripted;

@@ -1,0 +1,87 @@
+//! What happens when the machinery itself fails: a publish the bus refuses, a join whose output
+//! cannot be sent, a stage whose feed dies. In every case the question still ends in exactly one
+//! record, or the process says it is broken; it never waits forever in silence.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lacuna::pipelines::{Pipeline, PipelineKind};
+use lacuna::settings::Settings;
+use lacuna::topics::in_process::InProcessBus;
+use lacuna::topics::{AnswerRecord, Bus, BusError, QuestionEvent, Topic};
+use serde_json::json;
+use support::fake_llm::{FakeLlm, Prompt, Reply, last_field, prompt_kind};
+use support::faulty_bus::FaultyBus;
+use support::methods::{SUB2, methods_script};
+use support::scripted::HUGO_QUESTION_ID;
+
+fn small(settings: &mut Settings) {
+    settings.migres.retrieve_top_n = 8;
+    settings.raisf.top_k = 3;
+    settings.rqrag.top_k = 3;
+    settings.rqrag.max_depth = 1;
+    settings.rqrag.width = 2;
+}
+
+/// Runs one question through `kind` on `bus`, giving up after `limit`.
+async fn ask_on(
+    kind: PipelineKind,
+    bus: Arc<dyn Bus>,
+    settings: &Settings,
+    question: QuestionEvent,
+    limit: Duration,
+) -> Result<AnswerRecord, String> {
+    let mut pipeline = Pipeline::start_on(kind, bus, settings, support::parts(settings)).await.unwrap();
+    let outcome = tokio::time::timeout(limit, pipeline.ask(question)).await;
+    pipeline.stop();
+    match outcome {
+        Ok(Ok(record)) => Ok(record),
+        Ok(Err(error)) => Err(format!("the run failed: {error}")),
+        Err(_) => Err(format!("no record within {limit:?}: the question was lost")),
+    }
+}
+
+fn hugo() -> QuestionEvent {
+    let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    QuestionEvent::new(HUGO_QUESTION_ID, question)
+}
+
+fn refused(n: usize) -> impl Fn(&lacuna::topics::Record, usize) -> Option<BusError> {
+    move |_, k| (k == n).then(|| BusError::Transport("broker unavailable (injected)".into()))
+}
+
+/// The join completes a parent when its last child's result arrives, and the `joined` record it
+/// then publishes is refused once: the root must still end in one record.
+#[actix::test]
+async fn a_join_whose_joined_publish_fails_still_ends_its_question() {
+    let llm = FakeLlm::start(methods_script).await;
+    let mut settings = support::settings(&llm.base_url);
+    small(&mut settings);
+    let bus = Arc::new(FaultyBus::new(Arc::new(InProcessBus::new(256))).failing(Topic::Joined, refused(1)));
+    let record = ask_on(PipelineKind::Rqrag, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    assert_eq!(bus.failures(), 1, "the injected failure happened");
+    assert!(matches!(record, AnswerRecord::Answered(_)), "{record:?}");
+}
+
+/// The same on the join's timer: a parent past its deadline goes on from a tick, whose `joined`
+/// publish is refused once.
+#[actix::test]
+async fn a_join_tick_whose_joined_publish_fails_still_ends_its_question() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::SelfKnowledge if last_field(prompt, "The problem is: ") == SUB2 => {
+            Reply::Delayed(Duration::from_secs(6), Box::new(Reply::Json(json!({"known": false}))))
+        }
+        _ => methods_script(prompt),
+    })
+    .await;
+    let mut settings = support::settings(&llm.base_url);
+    small(&mut settings);
+    settings.join.deadline_ms = 2000;
+    settings.join.tick_ms = 100;
+    let bus = Arc::new(FaultyBus::new(Arc::new(InProcessBus::new(256))).failing(Topic::Joined, refused(1)));
+    let record = ask_on(PipelineKind::Raisf, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    assert_eq!(bus.failures(), 1, "the injected failure happened");
+    assert!(matches!(record, AnswerRecord::Answered(_)), "{record:?}");
+}

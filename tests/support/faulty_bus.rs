@@ -1,0 +1,68 @@
+//! A bus that fails chosen publishes, around the real in-process bus: how tests reach the paths a
+//! broker error, a full disk or a record over the size limit would take.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use lacuna::topics::{Bus, BusError, Record, Subscription, Topic};
+
+/// Decides, for each publish to its topic (counted from 1), whether it fails and how.
+type Rule = Box<dyn Fn(&Record, usize) -> Option<BusError> + Send + Sync>;
+
+pub struct FaultyBus {
+    inner: Arc<dyn Bus>,
+    rules: Vec<(Topic, Rule)>,
+    counts: Mutex<std::collections::HashMap<Topic, usize>>,
+    /// Every publish that was failed, as (topic, key).
+    pub failed: Mutex<Vec<(Topic, String)>>,
+}
+
+impl FaultyBus {
+    pub fn new(inner: Arc<dyn Bus>) -> Self {
+        FaultyBus { inner, rules: Vec::new(), counts: Mutex::default(), failed: Mutex::default() }
+    }
+
+    /// Fails publishes to `topic` for which `rule(record, n)` gives an error.
+    pub fn failing(
+        mut self,
+        topic: Topic,
+        rule: impl Fn(&Record, usize) -> Option<BusError> + Send + Sync + 'static,
+    ) -> Self {
+        self.rules.push((topic, Box::new(rule)));
+        self
+    }
+
+    pub fn failures(&self) -> usize {
+        self.failed.lock().unwrap().len()
+    }
+}
+
+#[async_trait]
+impl Bus for FaultyBus {
+    async fn publish(&self, record: Record) -> Result<(), BusError> {
+        let n = {
+            let mut counts = self.counts.lock().unwrap();
+            let n = counts.entry(record.topic).or_default();
+            *n += 1;
+            *n
+        };
+        for (topic, rule) in &self.rules {
+            if *topic == record.topic
+                && let Some(error) = rule(&record, n)
+            {
+                self.failed.lock().unwrap().push((record.topic, record.key.clone()));
+                return Err(error);
+            }
+        }
+        self.inner.publish(record).await
+    }
+
+    async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError> {
+        self.inner.subscribe(topics, group).await
+    }
+
+    async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {
+        self.inner.read_table(topic).await
+    }
+}
