@@ -4,12 +4,14 @@
 //! its deadline goes on with those that did, so no root question waits forever.
 //!
 //! State: every Expect and Result the join takes is also written to the compacted `join_state`
-//! topic before the input is acknowledged, and deleted (tombstoned) once the parent went on. A
+//! topic before the input is acknowledged, and deleted (tombstoned) once the parent's `joined`
+//! record was acknowledged by the bus; a failed publish changes nothing, so a retry finds it all. A
 //! restarted join reads `join_state` back and carries on where it stopped. Run one join replica per
 //! pipeline: the state is read whole, not per partition.
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::cell::{OnceCell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -25,6 +27,13 @@ use crate::topics::{
 pub struct Join {
     /// By parent node key.
     pending: RefCell<BTreeMap<String, Pending>>,
+    /// Parents whose `joined` record is being published: events and ticks interleave at awaits,
+    /// and a parent goes on once.
+    sending: RefCell<BTreeSet<String>>,
+    /// State deletions of parents that went on, not yet written.
+    unwritten: RefCell<VecDeque<Record>>,
+    /// The join publishes for itself: a parent's state goes only after its `joined` record is out.
+    bus: OnceCell<Arc<dyn Bus>>,
     tick: Duration,
 }
 
@@ -45,7 +54,13 @@ impl Join {
     /// A join that looks for parents past their deadline every `tick`. It reads the state it kept
     /// back from `join_state` when it opens (see [`Stage::open`]).
     pub fn new(tick: Duration) -> Join {
-        Join { pending: RefCell::default(), tick }
+        Join {
+            pending: RefCell::default(),
+            sending: RefCell::default(),
+            unwritten: RefCell::default(),
+            bus: OnceCell::new(),
+            tick,
+        }
     }
 
     fn apply(&self, event: JoinEvent) {
@@ -65,50 +80,99 @@ impl Join {
         METRICS.join_pending.with_label_values::<&str>(&[]).set(self.pending.borrow().len() as i64);
     }
 
-    /// Sends `parent_key` on with the results it has, and forgets it (and, when it gave up waiting,
-    /// everything still pending below it: its own answer no longer waits for them).
-    fn finish(&self, parent_key: &str) -> Vec<Record> {
-        let mut pending = self.pending.borrow_mut();
-        let Some(Pending { expect: Some((mut memory, children, _)), mut results }) = pending.remove(parent_key) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
+    /// What sending `parent_key` on would publish and forget, computed without changing anything:
+    /// the state goes only once the `joined` record is acknowledged.
+    fn plan(&self, parent_key: &str) -> Option<Plan> {
+        let pending = self.pending.borrow();
+        let parent = pending.get(parent_key)?;
+        let (mut memory, children, _) = parent.expect.clone()?;
+        let mut gone = vec![parent_key.to_string()];
         let mut done_keys = vec![format!("{parent_key}\u{1f}expect")];
         let (mut returned, mut missing, mut ordered) = (Vec::new(), Vec::new(), Vec::new());
         for child in &children {
             done_keys.push(format!("{parent_key}\u{1f}{child}"));
-            match results.remove(child) {
+            match parent.results.get(child) {
                 Some(result) => {
-                    merge_child(&mut memory, &result);
+                    merge_child(&mut memory, result);
                     returned.push(child.clone());
-                    ordered.push(result);
+                    ordered.push(result.clone());
                 }
                 None => missing.push(child.clone()),
             }
         }
         if !missing.is_empty() {
-            METRICS.join_deadlines.with_label_values::<&str>(&[]).inc();
+            // A parent that gave up waiting drops everything still pending below it: its own answer
+            // no longer waits for them.
             let node = memory.node_ref();
-            let below: Vec<String> = pending
-                .iter()
-                .filter(|(_, p)| p.expect.as_ref().is_some_and(|(m, _, _)| m.node_ref().is_within(&node)))
-                .map(|(key, _)| key.clone())
-                .collect();
-            for key in below {
-                let dropped = pending.remove(&key).expect("listed above");
-                done_keys.push(format!("{key}\u{1f}expect"));
-                done_keys.extend(dropped.results.keys().map(|child| format!("{key}\u{1f}{child}")));
+            for (key, below) in pending.iter() {
+                if key != parent_key && below.expect.as_ref().is_some_and(|(m, _, _)| m.node_ref().is_within(&node)) {
+                    gone.push(key.clone());
+                    done_keys.push(format!("{key}\u{1f}expect"));
+                    done_keys.extend(below.results.keys().map(|child| format!("{key}\u{1f}{child}")));
+                }
             }
         }
         let answers =
             ordered.iter().flat_map(|r| r.candidates.iter().map(|c| (c.node.key(), c.answer.clone()))).collect();
         memory.record(Self::NAME, TraceKind::Joined { returned, missing: missing.clone(), answers });
-        out.push(JoinedEvent { schema_version: SCHEMA_VERSION, memory, results: ordered, missing }.to_record());
-        out.extend(done_keys.into_iter().map(state_tombstone));
-        drop(pending);
-        self.report();
-        out
+        let gave_up = !missing.is_empty();
+        let joined = JoinedEvent { schema_version: SCHEMA_VERSION, memory, results: ordered, missing }.to_record();
+        Some(Plan { joined, gone, tombstones: done_keys.into_iter().map(state_tombstone).collect(), gave_up })
     }
+
+    /// Sends `parent_key` on with the results it has: publishes `joined` and, once the bus has
+    /// acknowledged it, forgets the parent and deletes its state. A failed publish leaves
+    /// everything as it was, for the event's retry or the next tick.
+    async fn go_on(&self, parent_key: &str) -> Result<(), BusError> {
+        if !self.sending.borrow_mut().insert(parent_key.to_string()) {
+            return Ok(());
+        }
+        let Some(plan) = self.plan(parent_key) else {
+            self.sending.borrow_mut().remove(parent_key);
+            return Ok(());
+        };
+        let published = self.bus().publish(plan.joined).await;
+        self.sending.borrow_mut().remove(parent_key);
+        published?;
+        {
+            let mut pending = self.pending.borrow_mut();
+            for key in &plan.gone {
+                pending.remove(key);
+            }
+        }
+        if plan.gave_up {
+            METRICS.join_deadlines.with_label_values::<&str>(&[]).inc();
+        }
+        self.report();
+        self.unwritten.borrow_mut().extend(plan.tombstones);
+        self.write_tombstones().await
+    }
+
+    /// Deletes the state of parents that went on. A deletion that fails waits for the next tick: until
+    /// it is written, a restart would restore the parent and send it on a second time (the answers'
+    /// sink keeps one record per question).
+    async fn write_tombstones(&self) -> Result<(), BusError> {
+        loop {
+            let Some(tombstone) = self.unwritten.borrow_mut().pop_front() else { return Ok(()) };
+            if let Err(error) = self.bus().publish(tombstone.clone()).await {
+                self.unwritten.borrow_mut().push_front(tombstone);
+                return Err(error);
+            }
+        }
+    }
+
+    fn bus(&self) -> &Arc<dyn Bus> {
+        self.bus.get().expect("the runner opens a stage before it takes events")
+    }
+}
+
+/// What sending a parent on publishes and forgets.
+struct Plan {
+    joined: Record,
+    /// Parent keys whose pending state goes: the parent, and what waited below it if it gave up.
+    gone: Vec<String>,
+    tombstones: Vec<Record>,
+    gave_up: bool,
 }
 
 /// Adds a child's spending, citations and trace to its parent's. Trace steps name the child they
@@ -131,7 +195,8 @@ impl Stage for Join {
     const NAME: &'static str = "join";
 
     /// Reads back the state kept in `join_state`: a restarted join carries on where it stopped.
-    async fn open(&self, bus: &dyn Bus) -> Result<(), BusError> {
+    async fn open(&self, bus: &Arc<dyn Bus>) -> Result<(), BusError> {
+        let _ = self.bus.set(bus.clone());
         let records = bus.read_table(Topic::JoinState).await?;
         let restored = records.len();
         for record in records {
@@ -156,13 +221,14 @@ impl Stage for Join {
             tracing::warn!(parent = %parent_key, "result after its parent went on: dropped");
             return Ok(Vec::new());
         }
-        let mut out = vec![event.to_state_record()];
+        // The event is kept before it counts: a restart reads it back.
+        self.bus().publish(event.to_state_record()).await?;
         self.apply(event);
         self.report();
         if self.pending.borrow().get(&parent_key).is_some_and(Pending::is_complete) {
-            out.extend(self.finish(&parent_key));
+            self.go_on(&parent_key).await?;
         }
-        Ok(out)
+        Ok(Vec::new())
     }
 
     fn tick_every(&self) -> Option<Duration> {
@@ -171,7 +237,10 @@ impl Stage for Join {
 
     /// Parents past their deadline go on with what they have (outermost first: a root that gives up
     /// drops what waits below it), and parents a restart found complete go on too.
-    async fn tick(&self) -> Vec<Record> {
+    async fn tick(&self) {
+        if let Err(error) = self.write_tombstones().await {
+            tracing::warn!(%error, "cannot delete join state yet; the next tick tries again");
+        }
         let now = now_ms();
         let mut due: Vec<(u32, String)> = self
             .pending
@@ -181,6 +250,12 @@ impl Stage for Join {
             .map(|(key, p)| (p.expect.as_ref().map_or(0, |(m, _, _)| m.node_ref().depth()), key.clone()))
             .collect();
         due.sort();
-        due.into_iter().flat_map(|(_, key)| self.finish(&key)).collect()
+        for (_, key) in due {
+            // Stop at the first failure: what is left stays pending, whole, for the next tick.
+            if let Err(error) = self.go_on(&key).await {
+                tracing::error!(parent = %key, %error, "cannot send a joined parent on; the next tick tries again");
+                break;
+            }
+        }
     }
 }

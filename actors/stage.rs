@@ -73,7 +73,7 @@ pub trait Stage: Send + 'static {
 
     /// Reads what the stage needs before it takes its first event (the join's state); most need
     /// nothing.
-    async fn open(&self, _bus: &dyn Bus) -> Result<(), BusError> {
+    async fn open(&self, _bus: &Arc<dyn Bus>) -> Result<(), BusError> {
         Ok(())
     }
 
@@ -84,10 +84,10 @@ pub trait Stage: Send + 'static {
         None
     }
 
-    /// Work due on a timer rather than on an event (the join's deadlines); its records are published.
-    async fn tick(&self) -> Vec<Record> {
-        Vec::new()
-    }
+    /// Work due on a timer rather than on an event (the join's deadlines). Nothing waits on a tick
+    /// to redo it if a publish fails, so a stage with a tick publishes what it decides itself, and
+    /// forgets its state only once the bus took the record.
+    async fn tick(&self) {}
 }
 
 /// The topics a stage reads, in priority order (earlier ones are served first), and those its
@@ -180,20 +180,8 @@ impl<S: Stage> Handler<Tick> for StageActor<S> {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Tick, _ctx: &mut Self::Context) -> Self::Result {
-        let (stage, bus, wiring) = (self.stage.clone(), self.bus.clone(), self.wiring);
-        AtomicResponse::new(Box::pin(
-            async move {
-                let records = stage.tick().await;
-                wiring.check(S::NAME, &records);
-                for record in records {
-                    if let Err(error) = bus.publish(record).await {
-                        // What the tick decided is still in the stage's state: the next tick retries.
-                        tracing::error!(stage = S::NAME, %error, "cannot publish what a tick produced");
-                    }
-                }
-            }
-            .into_actor(self),
-        ))
+        let stage = self.stage.clone();
+        AtomicResponse::new(Box::pin(async move { stage.tick().await }.into_actor(self)))
     }
 }
 
@@ -356,7 +344,7 @@ pub async fn spawn_stage<S: Stage>(
     settings: &StageSettings,
     retry: &RetrySettings,
 ) -> Result<RunningStage, BusError> {
-    stage.open(&*bus).await?;
+    stage.open(&bus).await?;
     let mut subscription = bus.subscribe(wiring.inputs, S::NAME).await?;
     let tick_every = stage.tick_every();
     let counters = Arc::new(StageCounters::default());
