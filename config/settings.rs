@@ -243,6 +243,8 @@ pub enum MatchingStrategy {
 #[serde(deny_unknown_fields)]
 pub struct BusSettings {
     pub queue_capacity: usize,
+    /// The largest event published, on either bus (Kafka's `message.max.bytes`).
+    pub max_event_bytes: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -15,7 +15,7 @@ use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, last_field, prompt_kind};
 use support::faulty_bus::FaultyBus;
 use support::methods::{SUB2, methods_script};
-use support::scripted::HUGO_QUESTION_ID;
+use support::scripted::{HUGO_QUESTION_ID, hugo_script};
 
 fn small(settings: &mut Settings) {
     settings.migres.retrieve_top_n = 8;
@@ -84,4 +84,71 @@ async fn a_join_tick_whose_joined_publish_fails_still_ends_its_question() {
     let record = ask_on(PipelineKind::Raisf, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
     assert_eq!(bus.failures(), 1, "the injected failure happened");
     assert!(matches!(record, AnswerRecord::Answered(_)), "{record:?}");
+}
+
+fn migres_settings(llm: &FakeLlm) -> Settings {
+    let mut settings = support::settings(&llm.base_url);
+    small(&mut settings);
+    settings.retry.backoff_ms = 10;
+    settings
+}
+
+/// A broker that refuses two publishes in a row (a leader election, a full disk) delays the question;
+/// it does not lose it.
+#[actix::test]
+async fn a_publish_refused_twice_is_retried_and_the_question_answered() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let settings = migres_settings(&llm);
+    let bus = Arc::new(
+        FaultyBus::new(Arc::new(InProcessBus::new(256)))
+            .failing(Topic::Queries, |_, n| (n <= 2).then(|| BusError::Transport("not the leader (injected)".into()))),
+    );
+    let record = ask_on(PipelineKind::Migres, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    assert_eq!(bus.failures(), 2);
+    assert!(matches!(record, AnswerRecord::Answered(_)), "{record:?}");
+}
+
+/// A publish the bus rejects for good (a record over the broker's size limit, an unknown topic, no
+/// authorisation) ends the question in an error record naming the stage and keeps the input as a
+/// dead letter.
+#[actix::test]
+async fn an_output_rejected_for_good_ends_its_question_in_an_error_record_and_a_dead_letter() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let settings = migres_settings(&llm);
+    let inner: Arc<dyn Bus> = Arc::new(InProcessBus::new(256));
+    let mut dead_letters = inner.subscribe(&[Topic::DeadLetters], "test").await.unwrap();
+    let bus = Arc::new(
+        FaultyBus::new(inner)
+            .failing(Topic::Facts, |_, _| Some(BusError::Rejected("message too large (injected)".into()))),
+    );
+    let record = ask_on(PipelineKind::Migres, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    let AnswerRecord::Error(error) = record else { panic!("expected an error record, got {record:?}") };
+    assert_eq!((error.stage.as_str(), error.error_type.as_str()), ("leaf", "publish_rejected"));
+    assert!(error.message.contains("message too large"), "{}", error.message);
+    let letter = tokio::time::timeout(Duration::from_secs(5), dead_letters.next()).await.unwrap().unwrap();
+    let letter: lacuna::topics::dead_letter::DeadLetter =
+        lacuna::topics::Event::from_payload(&letter.record.payload).unwrap();
+    assert_eq!((letter.stage.as_str(), letter.original_topic), ("leaf", Topic::Evidence));
+}
+
+/// Events carry the question's whole trace, which grows with every iteration. One that would pass
+/// `bus.max_event_bytes` loses its bulkiest, least useful steps first (scores of passages never
+/// shown), says so in the trace, and goes on.
+#[actix::test]
+async fn an_event_over_the_size_limit_is_trimmed_and_says_so() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let mut settings = migres_settings(&llm);
+    settings.migres.retrieve_top_n = 40;
+    settings.bus.max_event_bytes = 24_000;
+    let inner: Arc<dyn Bus> = Arc::new(InProcessBus::new(256));
+    let bus = Arc::new(FaultyBus::new(inner).failing(Topic::Answers, |record, _| {
+        (record.payload.len() > 24_000)
+            .then(|| BusError::Rejected(format!("{} bytes (injected limit)", record.payload.len())))
+    }));
+    let record = ask_on(PipelineKind::Migres, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    assert_eq!(answer.answer, "Murcia");
+    let trace = serde_json::to_string(&answer.trace).unwrap();
+    assert!(trace.contains("\"kind\":\"trimmed\""), "the trace says it was trimmed");
+    assert!(!answer.facts.is_empty() && !answer.passages.is_empty(), "what the answer rests on is kept");
 }

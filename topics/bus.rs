@@ -44,6 +44,10 @@ pub enum BusError {
     Closed,
     #[error("bus transport error: {0}")]
     Transport(String),
+    /// The bus will never take this record (too large, unknown topic, not authorised): retrying
+    /// cannot help.
+    #[error("the bus rejected the record: {0}")]
+    Rejected(String),
 }
 
 #[async_trait]
