@@ -8,7 +8,7 @@ mod graph;
 mod index;
 mod recall;
 mod run;
-mod stage;
+pub mod stage;
 mod submit;
 mod topics;
 

@@ -1,8 +1,12 @@
 //! `lacuna stage NAME`: one stage as its own process and consumer group on Kafka. Start as many
 //! replicas as the topic has partitions; SIGTERM (or Ctrl-C) drains in-flight work, commits, exits.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use clap::Args;
 
+use crate::actors::stage::RunningStage;
 use crate::pipelines::PipelineKind;
 use crate::pipelines::declaration::Part;
 use crate::pipelines::parts::{Parts, check_llm};
@@ -27,12 +31,18 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let kafka = args.pipeline.kafka_settings(&settings.kafka);
     let bus = args.pipeline.kafka_bus(&settings.kafka).await?;
     let running = stage.start(bus, settings, &parts).await?;
-    ready.store(true, std::sync::atomic::Ordering::Relaxed);
     eprintln!("stage {} running on {} (group {}{})", args.name, kafka.brokers, kafka.topic_prefix, args.name);
+    run_until_stopped(running, ready).await
+}
+
+/// Serves a started stage, ready, until SIGTERM or Ctrl-C, then drains it.
+pub async fn run_until_stopped(running: RunningStage, ready: Arc<AtomicBool>) -> anyhow::Result<()> {
+    ready.store(true, Ordering::Relaxed);
     wait_for_shutdown_signal().await;
-    eprintln!("stage {}: draining", args.name);
+    eprintln!("stage {}: draining", running.name);
+    let name = running.name;
     running.drain().await;
-    eprintln!("stage {}: stopped", args.name);
+    eprintln!("stage {name}: stopped");
     Ok(())
 }
 

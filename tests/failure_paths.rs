@@ -152,3 +152,42 @@ async fn an_event_over_the_size_limit_is_trimmed_and_says_so() {
     assert!(trace.contains("\"kind\":\"trimmed\""), "the trace says it was trimmed");
     assert!(!answer.facts.is_empty() && !answer.passages.is_empty(), "what the answer rests on is kept");
 }
+
+/// A stage whose feed from the bus ends (its Kafka poller panicked or stopped) can do no more work:
+/// an in-process run says so instead of waiting forever for answers that cannot come.
+#[actix::test]
+async fn a_run_whose_stage_feed_dies_returns_an_error_instead_of_hanging() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let settings = migres_settings(&llm);
+    let bus = Arc::new(FaultyBus::new(Arc::new(InProcessBus::new(256))).ending_feed("verify", 0));
+    let outcome = ask_on(PipelineKind::Migres, bus, &settings, hugo(), Duration::from_secs(30)).await;
+    let error = outcome.expect_err("no answer can come without verify");
+    assert!(error.contains("the run failed") && error.contains("verify"), "{error}");
+}
+
+/// `lacuna stage` serving a stage whose feed dies turns unready and returns an error, so the
+/// process exits non-zero and Kubernetes restarts it.
+#[actix::test]
+async fn a_stage_process_whose_feed_dies_turns_unready_and_exits_with_an_error() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let settings = migres_settings(&llm);
+    let bus: Arc<dyn Bus> = Arc::new(FaultyBus::new(Arc::new(InProcessBus::new(256))).ending_feed("leaf", 1));
+    let stage = PipelineKind::Migres.stage("leaf").unwrap();
+    let running = stage.start(bus.clone(), &settings, &support::parts(&settings)).await.unwrap();
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let serving = lacuna::cli::stage::run_until_stopped(running, ready.clone());
+    bus.publish(lacuna::topics::Event::to_record(&leaf_input())).await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), serving).await;
+    let error = outcome.expect("the process ends by itself").expect_err("with an error");
+    assert!(error.to_string().contains("leaf"), "{error}");
+    assert!(!ready.load(std::sync::atomic::Ordering::Relaxed), "/readyz says it is not ready");
+}
+
+fn leaf_input() -> lacuna::topics::EvidenceEvent {
+    lacuna::topics::EvidenceEvent {
+        schema_version: lacuna::topics::SCHEMA_VERSION,
+        memory: lacuna::topics::Memory::new("q-leaf", "Who?"),
+        queries: vec!["Who?".into()],
+        evidence: Vec::new(),
+    }
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use lacuna::topics::{Bus, BusError, Record, Subscription, Topic};
+use lacuna::topics::{Bus, BusError, Delivery, Record, Subscription, Topic};
 
 /// Decides, for each publish to its topic (counted from 1), whether it fails and how.
 type Rule = Box<dyn Fn(&Record, usize) -> Option<BusError> + Send + Sync>;
@@ -13,6 +13,8 @@ type Rule = Box<dyn Fn(&Record, usize) -> Option<BusError> + Send + Sync>;
 pub struct FaultyBus {
     inner: Arc<dyn Bus>,
     rules: Vec<(Topic, Rule)>,
+    /// Consumer groups whose feed ends after this many deliveries, as a dead poller's would.
+    ending: Vec<(String, usize)>,
     counts: Mutex<std::collections::HashMap<Topic, usize>>,
     /// Every publish that was failed, as (topic, key).
     pub failed: Mutex<Vec<(Topic, String)>>,
@@ -20,7 +22,7 @@ pub struct FaultyBus {
 
 impl FaultyBus {
     pub fn new(inner: Arc<dyn Bus>) -> Self {
-        FaultyBus { inner, rules: Vec::new(), counts: Mutex::default(), failed: Mutex::default() }
+        FaultyBus { inner, rules: Vec::new(), ending: Vec::new(), counts: Mutex::default(), failed: Mutex::default() }
     }
 
     /// Fails publishes to `topic` for which `rule(record, n)` gives an error.
@@ -30,6 +32,12 @@ impl FaultyBus {
         rule: impl Fn(&Record, usize) -> Option<BusError> + Send + Sync + 'static,
     ) -> Self {
         self.rules.push((topic, Box::new(rule)));
+        self
+    }
+
+    /// Ends the feed of consumer group `group` after `deliveries` records.
+    pub fn ending_feed(mut self, group: &str, deliveries: usize) -> Self {
+        self.ending.push((group.to_string(), deliveries));
         self
     }
 
@@ -59,10 +67,30 @@ impl Bus for FaultyBus {
     }
 
     async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError> {
-        self.inner.subscribe(topics, group).await
+        let inner = self.inner.subscribe(topics, group).await?;
+        Ok(match self.ending.iter().find(|(g, _)| g == group) {
+            Some((_, left)) => Box::new(EndingFeed { inner, left: *left }),
+            None => inner,
+        })
     }
 
     async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {
         self.inner.read_table(topic).await
+    }
+}
+
+struct EndingFeed {
+    inner: Box<dyn Subscription>,
+    left: usize,
+}
+
+#[async_trait]
+impl Subscription for EndingFeed {
+    async fn next(&mut self) -> Option<Delivery> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        self.inner.next().await
     }
 }
