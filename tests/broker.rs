@@ -171,6 +171,45 @@ async fn two_replicas_of_a_stage_share_its_partitions_and_both_do_work() {
     two.drain().await;
 }
 
+/// A second replica joining takes partitions away from the first while it is mid-work. The first
+/// finishes what it started on them and commits before they move, so the new owner does not do
+/// that work again: every question costs exactly one LLM call.
+#[actix::test]
+async fn a_rebalance_lets_in_flight_work_finish_instead_of_redoing_it() {
+    let _serial = serial();
+    let llm = FakeLlm::start(|_| {
+        Reply::Delayed(
+            Duration::from_millis(1500),
+            Box::new(Reply::Json(json!({"queries": ["Where is the place of this question?"]}))),
+        )
+    })
+    .await;
+    let mut settings = settings("rebalance", &llm.base_url);
+    settings.stages.get_mut("query_gen").unwrap().llm_concurrency = 8;
+    let bus = bus(&settings).await;
+    let one = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;
+    let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let questions = 16;
+    for n in 0..questions {
+        bus.publish(missing(&format!("q{n}"))).await.unwrap();
+    }
+    // The first replica has work in flight on every partition when the second joins.
+    while llm.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let two = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;
+    let mut seen = HashSet::new();
+    while seen.len() < questions {
+        seen.insert(next(&mut queries).await.record.key);
+    }
+    // Give a redo, had there been one, the time to show.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(llm.calls(), questions, "each question's LLM call made once, none redone by the new owner");
+    one.drain().await;
+    two.drain().await;
+}
+
 /// The six stages as separate `lacuna stage` processes, killed on drop.
 struct Cluster {
     env: Vec<(String, String)>,
