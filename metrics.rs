@@ -24,6 +24,10 @@ pub struct Metrics {
     pub llm_cache_hits: IntCounterVec,
     pub llm_reasks: IntCounterVec,
     pub degraded: IntCounterVec,
+    pub publish_retries: IntCounterVec,
+    pub nacks: IntCounterVec,
+    pub dropped_deliveries: IntCounterVec,
+    pub stage_failures: IntCounterVec,
     pub model_batch_size: HistogramVec,
     pub model_pairs: IntCounterVec,
     pub model_inference_seconds: HistogramVec,
@@ -112,6 +116,26 @@ impl Metrics {
             degraded: counter(
                 "lacuna_stage_degraded_total",
                 "Events a stage handled in a degraded way instead of failing their question (docs/operations.md).",
+                s,
+            ),
+            publish_retries: counter(
+                "lacuna_stage_publish_retries_total",
+                "Publishes retried after a transient bus error.",
+                s,
+            ),
+            nacks: counter(
+                "lacuna_bus_nacks_total",
+                "Deliveries refused on purpose because their outcome could not be published (the stage then fails).",
+                &["topic"],
+            ),
+            dropped_deliveries: counter(
+                "lacuna_bus_dropped_deliveries_total",
+                "Deliveries dropped without ack or nack (a bug, or a stage stopped at once).",
+                &["topic"],
+            ),
+            stage_failures: counter(
+                "lacuna_stage_failures_total",
+                "Stages that stopped working: a dead feed, a dead actor, an outcome that could not be published.",
                 s,
             ),
             model_batch_size: histogram(
@@ -211,6 +235,10 @@ impl Metrics {
             Box::new(self.llm_cache_hits.clone()),
             Box::new(self.llm_reasks.clone()),
             Box::new(self.degraded.clone()),
+            Box::new(self.publish_retries.clone()),
+            Box::new(self.nacks.clone()),
+            Box::new(self.dropped_deliveries.clone()),
+            Box::new(self.stage_failures.clone()),
             Box::new(self.model_batch_size.clone()),
             Box::new(self.model_pairs.clone()),
             Box::new(self.model_inference_seconds.clone()),

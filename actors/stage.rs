@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use async_trait::async_trait;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tracing::Instrument;
 
 use crate::actors::answer::error_record;
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
 use crate::actors::fanout::{child_memory, result_record};
 use crate::metrics::METRICS;
-use crate::settings::{RetrySettings, StageSettings};
+use crate::settings::{RetrySettings, Settings, StageSettings};
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{Bus, BusError, DecodeError, Delivery, ErrorRecord, Event, Record, Topic, TraceKind, TraceStep};
 
@@ -48,6 +48,7 @@ impl StageError {
             }
             StageError::Search(_) => "search",
             StageError::Model(_) | StageError::Nli(NliError::Model(_)) => "model",
+            StageError::Bus(BusError::Rejected(_)) => "publish_rejected",
             StageError::Bus(_) => "bus",
         }
     }
@@ -57,6 +58,7 @@ impl StageError {
         match self {
             StageError::Llm(e) | StageError::Nli(NliError::Llm(e)) => e.is_transient(),
             StageError::Search(error) => error.is_transient(),
+            StageError::Bus(BusError::Rejected(_)) => false,
             StageError::Bus(_) => true,
             _ => false,
         }
@@ -129,13 +131,85 @@ fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// How a stage's runner handles events: how many at once, how often to retry, how large a record
+/// it may publish.
+#[derive(Clone, Debug)]
+pub struct RunnerSettings {
+    pub max_in_flight: usize,
+    pub retry: RetrySettings,
+    pub max_event_bytes: usize,
+}
+
+impl RunnerSettings {
+    pub fn new(own: &StageSettings, settings: &Settings) -> Self {
+        RunnerSettings {
+            max_in_flight: own.max_in_flight.max(1),
+            retry: settings.retry.clone(),
+            max_event_bytes: settings.bus.max_event_bytes,
+        }
+    }
+}
+
+/// Where a started stage stands: what `/readyz`, `lacuna stage` and an in-process run watch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StageState {
+    Running,
+    /// Stopped or drained on request.
+    Stopped,
+    /// It can do no more work: its feed or actor died, or an outcome could not be published.
+    Failed(String),
+}
+
+/// The shared, watchable state of one running stage.
+#[derive(Clone)]
+struct Health {
+    name: &'static str,
+    state: Arc<watch::Sender<StageState>>,
+}
+
+impl Health {
+    fn fail(&self, reason: String) {
+        let changed = self.state.send_if_modified(|state| {
+            let running = *state == StageState::Running;
+            if running {
+                *state = StageState::Failed(reason.clone());
+            }
+            running
+        });
+        if changed {
+            METRICS.stage_failures.with_label_values(&[self.name]).inc();
+            tracing::error!(stage = self.name, %reason, "stage failed");
+        }
+    }
+
+    fn stop(&self) {
+        self.state.send_if_modified(|state| {
+            let running = *state == StageState::Running;
+            if running {
+                *state = StageState::Stopped;
+            }
+            running
+        });
+    }
+}
+
+/// Held by the stage's feeder for as long as it runs: a feeder that ends without saying why (a
+/// panic on the stage's thread, its arbiter stopped under it) fails the stage.
+struct FeederGuard(Health);
+
+impl Drop for FeederGuard {
+    fn drop(&mut self) {
+        self.0.fail("its feeder ended unexpectedly (a panic on the stage's thread?)".into());
+    }
+}
+
 pub struct StageActor<S: Stage> {
     stage: Rc<S>,
     bus: Arc<dyn Bus>,
-    retry: RetrySettings,
+    runner: RunnerSettings,
     counters: Arc<StageCounters>,
     wiring: Wiring,
-    max_in_flight: usize,
+    health: Health,
 }
 
 impl<S: Stage> Actor for StageActor<S> {
@@ -144,7 +218,7 @@ impl<S: Stage> Actor for StageActor<S> {
     fn started(&mut self, ctx: &mut Self::Context) {
         // The feeder holds a slot per event it sends, so the mailbox never holds more than
         // max_in_flight of them: that is the one bound (actix's default, 16, would be a second).
-        ctx.set_mailbox_capacity(self.max_in_flight);
+        ctx.set_mailbox_capacity(self.runner.max_in_flight);
     }
 }
 
@@ -161,10 +235,11 @@ impl<S: Stage> Handler<Process> for StageActor<S> {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, message: Process, _ctx: &mut Self::Context) -> Self::Result {
-        let (stage, bus, retry, counters, wiring) =
-            (self.stage.clone(), self.bus.clone(), self.retry.clone(), self.counters.clone(), self.wiring);
+        let (stage, bus, counters) = (self.stage.clone(), self.bus.clone(), self.counters.clone());
+        let (runner, wiring, health) = (self.runner.clone(), self.wiring, self.health.clone());
         Box::pin(async move {
-            handle_delivery(&*stage, &*bus, &retry, &counters, wiring, message.delivery).await;
+            let context = Handling { bus: &*bus, runner: &runner, counters: &counters, wiring, health: &health };
+            handle_delivery(&*stage, &context, message.delivery).await;
             drop(message.slot);
         })
     }
@@ -185,15 +260,17 @@ impl<S: Stage> Handler<Tick> for StageActor<S> {
     }
 }
 
-async fn handle_delivery<S: Stage>(
-    stage: &S,
-    bus: &dyn Bus,
-    retry: &RetrySettings,
-    counters: &StageCounters,
+/// What handling one delivery needs besides the stage.
+struct Handling<'a> {
+    bus: &'a dyn Bus,
+    runner: &'a RunnerSettings,
+    counters: &'a StageCounters,
     wiring: Wiring,
-    delivery: Delivery,
-) {
-    bump(&counters.received);
+    health: &'a Health,
+}
+
+async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>, delivery: Delivery) {
+    bump(&context.counters.received);
     let m = &METRICS;
     m.events_received.with_label_values(&[S::NAME]).inc();
     let in_flight = m.in_flight.with_label_values(&[S::NAME]);
@@ -207,58 +284,114 @@ async fn handle_delivery<S: Stage>(
         iteration = iteration_of(&delivery.record.payload),
         attempt = delivery.attempt,
     );
-    handle_with_retries(stage, bus, retry, counters, wiring, delivery).instrument(span).await;
+    handle_with_retries(stage, context, delivery).instrument(span).await;
     timer.observe_duration();
     in_flight.dec();
 }
 
-async fn handle_with_retries<S: Stage>(
-    stage: &S,
-    bus: &dyn Bus,
-    retry: &RetrySettings,
-    counters: &StageCounters,
-    wiring: Wiring,
-    delivery: Delivery,
-) {
-    let m = &METRICS;
+async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delivery: Delivery) {
+    let (m, retry) = (&METRICS, &context.runner.retry);
     let mut attempt = 1;
     let outcome = loop {
         match stage.process(&delivery.record).await {
             Ok(outputs) => break Ok(outputs),
             Err(error) if error.is_transient() && attempt < retry.max_attempts => {
-                bump(&counters.retried);
+                bump(&context.counters.retried);
                 m.retries.with_label_values(&[S::NAME]).inc();
-                let backoff = retry.backoff_ms.saturating_mul(1 << (attempt - 1).min(6));
                 tracing::warn!(stage = S::NAME, key = %delivery.record.key, attempt, %error, "retrying event");
-                tokio::time::sleep(Duration::from_millis(backoff)).await;
+                tokio::time::sleep(backoff(retry, attempt)).await;
                 attempt += 1;
             }
             Err(error) => break Err(error),
         }
     };
-    let outputs = match outcome {
+    let (outputs, mut failure) = match outcome {
         Ok(outputs) => {
-            wiring.check(S::NAME, &outputs);
-            outputs
+            context.wiring.check(S::NAME, &outputs);
+            (outputs, None)
         }
         Err(error) => {
-            bump(&counters.failed);
-            m.events_failed.with_label_values(&[S::NAME, error.error_type()]).inc();
-            m.dead_letters.with_label_values(&[S::NAME]).inc();
             tracing::error!(stage = S::NAME, key = %delivery.record.key, error_type = error.error_type(), %error, "event failed");
-            failure_records(S::NAME, &delivery.record, &error)
+            (failure_records(S::NAME, &delivery.record, &error), Some(error.error_type()))
         }
     };
-    for record in outputs {
-        if let Err(error) = bus.publish(record).await {
-            // Not acknowledged: a durable bus redelivers the input after a restart.
-            tracing::error!(stage = S::NAME, key = %delivery.record.key, %error, "cannot publish, leaving input unacknowledged");
-            return;
-        }
-        bump(&counters.sent);
-        m.events_sent.with_label_values(&[S::NAME]).inc();
+    let mut published = publish_all(S::NAME, context, outputs).await;
+    if let Published::Rejected(reason) = published {
+        // No retry helps a record the bus will never take: the question ends here, with the reason.
+        let error = StageError::Bus(BusError::Rejected(reason));
+        tracing::error!(stage = S::NAME, key = %delivery.record.key, %error, "an output was rejected: ending its question");
+        failure = Some(error.error_type());
+        published = publish_all(S::NAME, context, failure_records(S::NAME, &delivery.record, &error)).await;
     }
-    delivery.ack();
+    match published {
+        Published::All(count) => {
+            // Counted once published: a redelivered event is not counted twice.
+            context.counters.sent.fetch_add(count, Ordering::Relaxed);
+            m.events_sent.with_label_values(&[S::NAME]).inc_by(count);
+            if let Some(error_type) = failure {
+                bump(&context.counters.failed);
+                m.events_failed.with_label_values(&[S::NAME, error_type]).inc();
+                m.dead_letters.with_label_values(&[S::NAME]).inc();
+            }
+            delivery.ack();
+        }
+        Published::Rejected(reason) | Published::Failed(reason) => {
+            // Neither the outcome nor the error record can go out: leaving a hole in the partition
+            // would stall it for good, so the stage fails and a restart reads the event again.
+            let reason = format!("cannot publish the outcome of {}'s event: {reason}", delivery.record.key);
+            context.health.fail(reason.clone());
+            delivery.nack(&reason);
+        }
+    }
+}
+
+/// How publishing one event's outputs went.
+enum Published {
+    /// Every record is out (how many).
+    All(u64),
+    /// The bus will never take one of them.
+    Rejected(String),
+    /// The bus stayed unavailable through every attempt.
+    Failed(String),
+}
+
+/// Publishes `records` in order, each trimmed to fit the size limit and retried on transient
+/// errors; stops at the first that cannot go out.
+async fn publish_all(stage: &'static str, context: &Handling<'_>, records: Vec<Record>) -> Published {
+    let mut count = 0;
+    for record in records {
+        let record = match crate::topics::size::fit(record, context.runner.max_event_bytes) {
+            Ok(record) => record,
+            Err(reason) => return Published::Rejected(reason),
+        };
+        match publish_with_retries(stage, context, record).await {
+            Ok(()) => count += 1,
+            Err(BusError::Rejected(reason)) => return Published::Rejected(reason),
+            Err(error) => return Published::Failed(error.to_string()),
+        }
+    }
+    Published::All(count)
+}
+
+async fn publish_with_retries(stage: &'static str, context: &Handling<'_>, record: Record) -> Result<(), BusError> {
+    let retry = &context.runner.retry;
+    let mut attempt = 1;
+    loop {
+        match context.bus.publish(record.clone()).await {
+            Err(BusError::Transport(message)) if attempt < retry.publish_attempts => {
+                METRICS.publish_retries.with_label_values(&[stage]).inc();
+                tracing::warn!(stage, topic = record.topic.name(), attempt, %message, "publish failed, retrying");
+                tokio::time::sleep(backoff(retry, attempt)).await;
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Exponential from `retry.backoff_ms`, doubling at most six times.
+fn backoff(retry: &RetrySettings, attempt: u32) -> Duration {
+    Duration::from_millis(retry.backoff_ms.saturating_mul(1 << (attempt - 1).min(6)))
 }
 
 /// The error record that ends the question, and the dead letter that keeps the failed event. A failed
@@ -315,22 +448,41 @@ pub struct RunningStage {
     arbiter: Arbiter,
     stop_feeding: Arc<Notify>,
     drained: Option<oneshot::Receiver<()>>,
+    health: Health,
 }
 
 impl RunningStage {
     /// Stops at once; events in flight are abandoned (a durable bus redelivers them).
     pub fn stop(&self) {
+        self.health.stop();
         self.arbiter.stop();
     }
 
     /// Graceful shutdown: takes no new event, waits for those in flight to finish and be
     /// acknowledged, commits the bus position, then stops.
     pub async fn drain(mut self) {
+        self.health.stop();
         self.stop_feeding.notify_one();
         if let Some(drained) = self.drained.take() {
             let _ = drained.await;
         }
         self.arbiter.stop();
+    }
+
+    pub fn state(&self) -> StageState {
+        self.health.state.borrow().clone()
+    }
+
+    /// Resolves with the reason once the stage has failed; never while it runs or after a stop.
+    pub async fn failed(&self) -> String {
+        let mut state = self.health.state.subscribe();
+        loop {
+            if let StageState::Failed(reason) = &*state.borrow_and_update() {
+                return reason.clone();
+            }
+            // The sender lives in `self`: this cannot end while the stage is watched.
+            let _ = state.changed().await;
+        }
     }
 }
 
@@ -341,23 +493,23 @@ pub async fn spawn_stage<S: Stage>(
     stage: S,
     bus: Arc<dyn Bus>,
     wiring: Wiring,
-    settings: &StageSettings,
-    retry: &RetrySettings,
+    runner: RunnerSettings,
 ) -> Result<RunningStage, BusError> {
     stage.open(&bus).await?;
     let mut subscription = bus.subscribe(wiring.inputs, S::NAME).await?;
     let tick_every = stage.tick_every();
     let counters = Arc::new(StageCounters::default());
+    let health = Health { name: S::NAME, state: Arc::new(watch::channel(StageState::Running).0) };
     let arbiter = Arbiter::new();
-    let max_in_flight = settings.max_in_flight.max(1);
-    let (actor_bus, actor_retry, actor_counters) = (bus.clone(), retry.clone(), counters.clone());
+    let max_in_flight = runner.max_in_flight;
+    let (actor_bus, actor_counters, actor_health) = (bus.clone(), counters.clone(), health.clone());
     let addr = StageActor::start_in_arbiter(&arbiter.handle(), move |_| StageActor {
         stage: Rc::new(stage),
         bus: actor_bus,
-        retry: actor_retry,
+        runner,
         counters: actor_counters,
         wiring,
-        max_in_flight,
+        health: actor_health,
     });
     if let Some(every) = tick_every {
         let addr = addr.clone();
@@ -375,21 +527,31 @@ pub async fn spawn_stage<S: Stage>(
     let slots = Arc::new(Semaphore::new(max_in_flight));
     let stop_feeding = Arc::new(Notify::new());
     let (drained_tx, drained) = oneshot::channel();
-    let stop = stop_feeding.clone();
+    let (stop, guard) = (stop_feeding.clone(), FeederGuard(health.clone()));
+    let mut failures = health.state.subscribe();
     arbiter.spawn(async move {
+        let health = &guard.0;
         loop {
             let slot = tokio::select! {
                 _ = stop.notified() => break,
+                _ = failures.wait_for(|s| matches!(s, StageState::Failed(_))) => break,
                 slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
             };
             let delivery = tokio::select! {
                 _ = stop.notified() => break,
+                _ = failures.wait_for(|s| matches!(s, StageState::Failed(_))) => break,
                 delivery = subscription.next() => match delivery {
                     Some(delivery) => delivery,
-                    None => break,
+                    None => {
+                        health.fail("its feed from the bus ended (the consumer stopped or its poller died)".into());
+                        break;
+                    }
                 },
             };
+            // A record whose partition moved away while it waited is its new owner's to process.
+            let Some(delivery) = delivery.claim() else { continue };
             if addr.send(Process { delivery, slot }).await.is_err() {
+                health.fail("its actor stopped".into());
                 break;
             }
         }
@@ -398,9 +560,11 @@ pub async fn spawn_stage<S: Stage>(
         if let Err(error) = subscription.commit().await {
             tracing::error!(stage = S::NAME, %error, "final commit failed");
         }
+        // Ended as asked, or already failed with its reason: the guard has nothing to add.
+        health.stop();
         let _ = drained_tx.send(());
     });
-    Ok(RunningStage { name: S::NAME, counters, arbiter, stop_feeding, drained: Some(drained) })
+    Ok(RunningStage { name: S::NAME, counters, arbiter, stop_feeding, drained: Some(drained), health })
 }
 
 /// Decodes the event of a record, checking its schema version.

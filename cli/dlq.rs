@@ -30,12 +30,15 @@ enum DlqCommand {
 
 pub async fn dlq(settings: &Settings, args: DlqArgs) -> anyhow::Result<()> {
     let DlqCommand::Replay { idle_timeout_s } = args.command;
-    let bus = args.pipeline.kafka_bus(&settings.kafka).await?;
+    let bus = args.pipeline.kafka_bus(settings).await?;
     let mut subscription = bus.subscribe(&[Topic::DeadLetters], "dlq-replay").await?;
     let mut replayed = 0;
     while let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_secs(idle_timeout_s), subscription.next()).await
     {
         match DeadLetter::from_payload(&delivery.record.payload) {
+            Ok(letter) if letter.payload_truncated => {
+                tracing::error!(key = %letter.key, "dead letter cut to fit bus.max_event_bytes: cannot be replayed, skipped")
+            }
             Ok(letter) => {
                 let record =
                     Record { topic: letter.original_topic, key: letter.key, payload: letter.payload.into_bytes() };

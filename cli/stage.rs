@@ -29,16 +29,25 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
         check_llm(settings).await.map_err(anyhow::Error::msg)?;
     }
     let kafka = args.pipeline.kafka_settings(&settings.kafka);
-    let bus = args.pipeline.kafka_bus(&settings.kafka).await?;
+    let bus = args.pipeline.kafka_bus(settings).await?;
     let running = stage.start(bus, settings, &parts).await?;
     eprintln!("stage {} running on {} (group {}{})", args.name, kafka.brokers, kafka.topic_prefix, args.name);
     run_until_stopped(running, ready).await
 }
 
-/// Serves a started stage, ready, until SIGTERM or Ctrl-C, then drains it.
+/// Serves a started stage, ready, until SIGTERM or Ctrl-C, then drains it. A stage that fails
+/// turns unready and ends the process with an error, so that Kubernetes restarts it and the bus
+/// hands its unfinished events to the new process.
 pub async fn run_until_stopped(running: RunningStage, ready: Arc<AtomicBool>) -> anyhow::Result<()> {
     ready.store(true, Ordering::Relaxed);
-    wait_for_shutdown_signal().await;
+    tokio::select! {
+        _ = wait_for_shutdown_signal() => {}
+        reason = running.failed() => {
+            ready.store(false, Ordering::Relaxed);
+            running.stop();
+            anyhow::bail!("stage {} failed: {reason}", running.name);
+        }
+    }
     eprintln!("stage {}: draining", running.name);
     let name = running.name;
     running.drain().await;

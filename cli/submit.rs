@@ -29,7 +29,7 @@ pub struct SubmitArgs {
 pub async fn submit(settings: &Settings, args: SubmitArgs) -> anyhow::Result<()> {
     let file = std::fs::File::open(&args.questions)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.questions.display()))?;
-    let bus = args.pipeline.kafka_bus(&settings.kafka).await?;
+    let bus = args.pipeline.kafka_bus(settings).await?;
     let mut reader = InputReader::new(settings.run.max_question_chars);
     let (mut submitted, mut rejected) = (0, 0);
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
@@ -79,7 +79,7 @@ pub async fn answers(settings: &Settings, args: AnswersArgs) -> anyhow::Result<(
         }
     }
     let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&args.out)?;
-    let bus = args.pipeline.kafka_bus(&settings.kafka).await?;
+    let bus = args.pipeline.kafka_bus(settings).await?;
     let mut subscription = bus.subscribe(&[Topic::Answers], "answers-sink").await?;
     let idle = args.idle_timeout_s.map(Duration::from_secs).unwrap_or(Duration::MAX);
     while args.expect.is_none_or(|expect| seen.len() < expect) {

@@ -16,7 +16,7 @@ pub struct TopicsArgs {
 
 pub async fn topics(settings: &Settings, args: TopicsArgs) -> anyhow::Result<()> {
     let kafka = args.pipeline.kafka_settings(&settings.kafka);
-    args.pipeline.kafka_bus(&settings.kafka).await?;
+    args.pipeline.kafka_bus(settings).await?;
     let stages = args.pipeline.stages();
     let names = |pick: &dyn Fn(&StageDecl) -> bool| {
         let names: Vec<&str> = stages.iter().filter(|s| pick(s)).map(|s| s.name).collect();

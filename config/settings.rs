@@ -259,6 +259,8 @@ pub struct KafkaSettings {
     pub instance_id: String,
     pub message_timeout_ms: u64,
     pub prefetch: usize,
+    /// How long a revocation waits for the revoked partitions' started work before letting them go.
+    pub drain_timeout_ms: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -301,6 +303,8 @@ pub struct EvalSettings {
 pub struct RetrySettings {
     pub max_attempts: u32,
     pub backoff_ms: u64,
+    /// Attempts per publish on transient bus errors, with the same backoff.
+    pub publish_attempts: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -10,9 +10,9 @@ use futures::future::LocalBoxFuture;
 
 use crate::actors::clients::{LlmClient, Nli};
 use crate::actors::sentence_filter::{FilterMode, SentenceFilter};
-use crate::actors::stage::{RunningStage, Stage, Wiring, spawn_stage};
+use crate::actors::stage::{RunnerSettings, RunningStage, Stage, Wiring, spawn_stage};
 use crate::pipelines::parts::Parts;
-use crate::settings::{LlmOverride, RetrySettings, Settings, StageSettings};
+use crate::settings::{LlmOverride, Settings, StageSettings};
 use crate::topics::{Bus, BusError, Topic};
 
 /// What a stage needs besides the bus, loaded once per process before it starts.
@@ -96,7 +96,7 @@ impl StageDecl {
         if startable.name != self.name {
             return Err(StartError::Misdeclared { declared: self.name, built: startable.name });
         }
-        Ok((startable.start)(bus, self.wiring(), own.clone(), settings.retry.clone()).await?)
+        Ok((startable.start)(bus, self.wiring(), RunnerSettings::new(own, settings)).await?)
     }
 }
 
@@ -114,14 +114,8 @@ pub enum StartError {
     Bus(#[from] BusError),
 }
 
-type StartFn = Box<
-    dyn FnOnce(
-        Arc<dyn Bus>,
-        Wiring,
-        StageSettings,
-        RetrySettings,
-    ) -> LocalBoxFuture<'static, Result<RunningStage, BusError>>,
->;
+type StartFn =
+    Box<dyn FnOnce(Arc<dyn Bus>, Wiring, RunnerSettings) -> LocalBoxFuture<'static, Result<RunningStage, BusError>>>;
 
 /// A built stage, ready to be started on a bus with the wiring its declaration gives.
 pub struct Startable {
@@ -131,9 +125,8 @@ pub struct Startable {
 
 impl Startable {
     pub fn new<S: Stage>(stage: S) -> Startable {
-        let start: StartFn = Box::new(move |bus, wiring, own, retry| {
-            Box::pin(async move { spawn_stage(stage, bus, wiring, &own, &retry).await })
-        });
+        let start: StartFn =
+            Box::new(move |bus, wiring, runner| Box::pin(async move { spawn_stage(stage, bus, wiring, runner).await }));
         Startable { name: S::NAME, start }
     }
 }

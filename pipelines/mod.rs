@@ -17,4 +17,4 @@ pub mod vanilla;
 
 pub use declaration::{StageDecl, StartError};
 pub use kind::PipelineKind;
-pub use runner::{Pipeline, Transport};
+pub use runner::{Pipeline, RunError, Transport};

@@ -24,6 +24,23 @@ pub enum Transport {
     Kafka,
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("stage {stage} failed: {reason}")]
+    StageFailed { stage: &'static str, reason: String },
+}
+
+/// The first of `stages` to fail, with its reason; pending while all run.
+pub async fn first_failure(stages: &[RunningStage]) -> (&'static str, String) {
+    if stages.is_empty() {
+        return std::future::pending().await;
+    }
+    let watches = stages.iter().map(|stage| Box::pin(async move { (stage.name, stage.failed().await) }));
+    futures::future::select_all(watches).await.0
+}
+
 pub struct Pipeline {
     bus: Arc<dyn Bus>,
     stages: Vec<RunningStage>,
@@ -63,9 +80,7 @@ impl Pipeline {
     ) -> anyhow::Result<Self> {
         Ok(match transport {
             Transport::InProcess => Pipeline::start(kind, settings, parts).await?,
-            Transport::Kafka => {
-                Pipeline::start_on(kind, kind.kafka_bus(&settings.kafka).await?, settings, parts).await?
-            }
+            Transport::Kafka => Pipeline::start_on(kind, kind.kafka_bus(settings).await?, settings, parts).await?,
         })
     }
 
@@ -96,8 +111,9 @@ impl Pipeline {
     }
 
     /// Runs `questions` through the loop, calling `on_record` once per question as each finishes.
-    /// Redelivered or repeated answers for a question already answered are ignored.
-    pub async fn run<I, F>(&mut self, questions: I, mut on_record: F) -> Result<(), BusError>
+    /// Redelivered or repeated answers for a question already answered are ignored. A stage that
+    /// fails ends the run with its reason: no answer could come through it.
+    pub async fn run<I, F>(&mut self, questions: I, mut on_record: F) -> Result<(), RunError>
     where
         I: IntoIterator<Item = QuestionEvent>,
         F: FnMut(AnswerRecord),
@@ -114,7 +130,10 @@ impl Pipeline {
             if open.is_empty() {
                 return Ok(());
             }
-            let Some(delivery) = self.answers.next().await else { return Err(BusError::Closed) };
+            let delivery = tokio::select! {
+                delivery = self.answers.next() => delivery.ok_or(BusError::Closed)?,
+                (stage, reason) = first_failure(&self.stages) => return Err(RunError::StageFailed { stage, reason }),
+            };
             let decoded = VersionedAnswer::from_payload(&delivery.record.payload);
             delivery.ack();
             let record = match decoded {
@@ -132,10 +151,10 @@ impl Pipeline {
     }
 
     /// Answers one question.
-    pub async fn ask(&mut self, question: QuestionEvent) -> Result<AnswerRecord, BusError> {
+    pub async fn ask(&mut self, question: QuestionEvent) -> Result<AnswerRecord, RunError> {
         let mut answer = None;
         self.run([question], |record| answer = Some(record)).await?;
-        answer.ok_or(BusError::Closed)
+        Ok(answer.ok_or(BusError::Closed)?)
     }
 
     pub fn stop(self) {

@@ -133,23 +133,42 @@ async fn an_output_rejected_for_good_ends_its_question_in_an_error_record_and_a_
 
 /// Events carry the question's whole trace, which grows with every iteration. One that would pass
 /// `bus.max_event_bytes` loses its bulkiest, least useful steps first (scores of passages never
-/// shown), says so in the trace, and goes on.
+/// shown), says so in the trace, and goes on. Here the question never becomes answerable, so it runs
+/// all its iterations, and a bus that refuses anything over the limit checks that nothing is.
 #[actix::test]
 async fn an_event_over_the_size_limit_is_trimmed_and_says_so() {
-    let llm = FakeLlm::start(hugo_script).await;
+    const LIMIT: usize = 30_000;
+    let queries = std::sync::atomic::AtomicUsize::new(0);
+    let llm = FakeLlm::start(move |prompt| match prompt_kind(prompt) {
+        Prompt::Main => Reply::Json(json!({"answerable": false, "answer": "unanswerable", "confidence": 1,
+            "explanation": "not yet", "missing_information": "More about the club."})),
+        Prompt::QueryGen => {
+            let n = queries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Reply::Json(json!({"queries": [format!("FC Cartagena football club history part {n}")]}))
+        }
+        _ => hugo_script(prompt),
+    })
+    .await;
     let mut settings = migres_settings(&llm);
-    settings.migres.retrieve_top_n = 40;
-    settings.bus.max_event_bytes = 24_000;
-    let inner: Arc<dyn Bus> = Arc::new(InProcessBus::new(256));
-    let bus = Arc::new(FaultyBus::new(inner).failing(Topic::Answers, |record, _| {
-        (record.payload.len() > 24_000)
-            .then(|| BusError::Rejected(format!("{} bytes (injected limit)", record.payload.len())))
-    }));
-    let record = ask_on(PipelineKind::Migres, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    settings.migres.retrieve_top_n = 20;
+    settings.bus.max_event_bytes = LIMIT;
+    let size = std::sync::Arc::new(std::sync::Mutex::new(0));
+    let mut bus = FaultyBus::new(Arc::new(InProcessBus::new(256)));
+    for topic in Topic::ALL {
+        let size = size.clone();
+        bus = bus.failing(topic, move |record, _| {
+            let mut largest = size.lock().unwrap();
+            *largest = record.payload.len().max(*largest);
+            (record.payload.len() > LIMIT).then(|| BusError::Rejected(format!("{} bytes", record.payload.len())))
+        });
+    }
+    let bus = Arc::new(bus);
+    let record = ask_on(PipelineKind::Migres, bus.clone(), &settings, hugo(), Duration::from_secs(60)).await.unwrap();
     let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
-    assert_eq!(answer.answer, "Murcia");
+    assert_eq!(answer.iterations, 5, "the question ran all its iterations");
+    assert_eq!(bus.failures(), 0, "no record over the limit reached the bus (largest {})", size.lock().unwrap());
     let trace = serde_json::to_string(&answer.trace).unwrap();
-    assert!(trace.contains("\"kind\":\"trimmed\""), "the trace says it was trimmed");
+    assert!(trace.contains("\"kind\":\"trimmed\""), "the trace says it was trimmed (largest {})", size.lock().unwrap());
     assert!(!answer.facts.is_empty() && !answer.passages.is_empty(), "what the answer rests on is kept");
 }
 

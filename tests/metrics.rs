@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use lacuna::actors::query_gen::QueryGen;
-use lacuna::actors::stage::spawn_stage;
+use lacuna::actors::stage::{RunnerSettings, spawn_stage};
 use lacuna::metrics::METRICS;
 use lacuna::topics::in_process::InProcessBus;
 use lacuna::topics::{Bus, Event, MissingEvent, SCHEMA_VERSION, Topic};
@@ -49,9 +49,14 @@ async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
     let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
     let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
     let stage = QueryGen::new(support::llm(&llm.base_url).for_stage("query_gen"), settings.migres.clone());
-    let running = spawn_stage(stage, bus.clone(), query_gen_wiring(), &settings.stages["query_gen"], &settings.retry)
-        .await
-        .unwrap();
+    let running = spawn_stage(
+        stage,
+        bus.clone(),
+        query_gen_wiring(),
+        RunnerSettings::new(&settings.stages["query_gen"], &settings),
+    )
+    .await
+    .unwrap();
     ready.store(true, Ordering::Relaxed);
     assert_eq!(get(address, "/readyz").await.0, 200);
 

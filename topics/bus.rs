@@ -15,23 +15,73 @@ pub struct Record {
 }
 
 /// A record handed to a consumer. Acknowledging it tells the bus the record is done with (Kafka: its
-/// offset may be committed); a delivery dropped without acknowledgement will be seen again after a
-/// restart on a durable bus.
+/// offset may be committed). A delivery never acknowledged is seen again only after a restart on a
+/// durable bus, so it must be refused on purpose ([`Delivery::nack`], which the runner follows by
+/// failing its stage) or given up because its partition moved ([`Delivery::claim`]); dropping one
+/// otherwise is a bug, and is logged and counted as one.
 pub struct Delivery {
     pub record: Record,
     /// 1 on first delivery; higher when the bus redelivers.
     pub attempt: u32,
-    ack: Option<Box<dyn FnOnce() + Send>>,
+    hooks: Option<DeliveryHooks>,
+}
+
+/// What a durable bus does when a delivery is started, acknowledged or refused.
+pub struct DeliveryHooks {
+    /// Marks the record as being worked on; false when its partition was revoked meanwhile.
+    pub claim: Box<dyn FnOnce() -> bool + Send>,
+    pub ack: Box<dyn FnOnce() + Send>,
 }
 
 impl Delivery {
-    pub fn new(record: Record, attempt: u32, ack: Option<Box<dyn FnOnce() + Send>>) -> Self {
-        Delivery { record, attempt, ack }
+    pub fn new(record: Record, attempt: u32, hooks: Option<DeliveryHooks>) -> Self {
+        Delivery { record, attempt, hooks }
+    }
+
+    /// Takes the delivery on for processing. `None` when the bus no longer wants it processed here
+    /// (Kafka: its partition was revoked while it waited; its new owner reads it again).
+    pub fn claim(mut self) -> Option<Self> {
+        let Some(hooks) = self.hooks.take() else { return Some(self) };
+        if (hooks.claim)() {
+            self.hooks = Some(DeliveryHooks { claim: Box::new(|| true), ack: hooks.ack });
+            Some(self)
+        } else {
+            None
+        }
+    }
+
+    /// The record, acknowledged: for readers that are done with it once they have it.
+    pub fn into_record(self) -> Record {
+        let record = self.record.clone();
+        self.ack();
+        record
     }
 
     pub fn ack(mut self) {
-        if let Some(ack) = self.ack.take() {
-            ack();
+        if let Some(hooks) = self.hooks.take() {
+            (hooks.ack)();
+        }
+    }
+
+    /// Refuses the delivery on purpose: it stays unacknowledged, so its position is not committed and
+    /// a restarted consumer reads it again. Whoever nacks must make that restart happen.
+    pub fn nack(mut self, reason: &str) {
+        if self.hooks.take().is_some() {
+            crate::metrics::METRICS.nacks.with_label_values(&[self.record.topic.name()]).inc();
+            tracing::error!(topic = self.record.topic.name(), key = %self.record.key, reason, "delivery refused (nack)");
+        }
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if self.hooks.is_some() {
+            crate::metrics::METRICS.dropped_deliveries.with_label_values(&[self.record.topic.name()]).inc();
+            tracing::error!(
+                topic = self.record.topic.name(),
+                key = %self.record.key,
+                "delivery dropped without ack or nack: its position stays uncommitted until a restart"
+            );
         }
     }
 }

@@ -15,6 +15,9 @@ pub struct DeadLetter {
     pub key: String,
     /// The original payload as text (lossy only when it was not UTF-8).
     pub payload: String,
+    /// Set when the payload was cut to fit `bus.max_event_bytes`: it cannot be replayed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub payload_truncated: bool,
 }
 
 impl DeadLetter {
@@ -27,6 +30,7 @@ impl DeadLetter {
             original_topic: original.topic,
             key: original.key.clone(),
             payload: String::from_utf8_lossy(&original.payload).into_owned(),
+            payload_truncated: false,
         }
     }
 }

@@ -22,7 +22,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
 use super::Topic;
-use super::bus::{Bus, BusError, Delivery, Record, Subscription};
+use super::bus::{Bus, BusError, Delivery, DeliveryHooks, Record, Subscription};
 use crate::settings::KafkaSettings;
 
 pub const ATTEMPT_HEADER: &str = "lacuna-attempt";
@@ -37,14 +37,38 @@ fn transport(error: impl std::fmt::Display) -> BusError {
     BusError::Transport(error.to_string())
 }
 
+/// Errors no retry can fix are rejections; the rest (timeouts, leader changes, a broker away) are
+/// transient.
+fn publish_error(error: KafkaError) -> BusError {
+    use RDKafkaErrorCode::*;
+    match error.rdkafka_error_code() {
+        Some(
+            MessageSizeTooLarge
+            | InvalidMessageSize
+            | MessageBatchTooLarge
+            | InvalidMessage
+            | InvalidRecord
+            | UnknownTopic
+            | UnknownTopicOrPartition
+            | InvalidTopic
+            | TopicAuthorizationFailed
+            | ClusterAuthorizationFailed
+            | TransactionalIdAuthorizationFailed,
+        ) => BusError::Rejected(error.to_string()),
+        _ => transport(error),
+    }
+}
+
 impl KafkaBus {
-    pub fn new(settings: KafkaSettings) -> Result<Self, BusError> {
+    pub fn new(settings: KafkaSettings, max_event_bytes: usize) -> Result<Self, BusError> {
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &settings.brokers)
             // Retries cannot duplicate or reorder records within a partition.
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("message.timeout.ms", settings.message_timeout_ms.to_string())
+            // Stages trim events to bus.max_event_bytes; the room above it is for key and headers.
+            .set("message.max.bytes", (max_event_bytes + 64 * 1024).to_string())
             .create()
             .map_err(transport)?;
         Ok(KafkaBus { settings, producer })
@@ -105,7 +129,7 @@ impl KafkaBus {
             .send(future, Duration::from_millis(self.settings.message_timeout_ms))
             .await
             .map(|_| ())
-            .map_err(|(error, _)| transport(error))
+            .map_err(|(error, _)| publish_error(error))
     }
 }
 
@@ -118,7 +142,8 @@ impl Bus for KafkaBus {
     async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError> {
         let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
         let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
-        let context = TrackingContext { tracker: tracker.clone(), lag };
+        let drain_timeout = Duration::from_millis(self.settings.drain_timeout_ms);
+        let context = TrackingContext { tracker: tracker.clone(), drain_timeout, lag };
         let mut config = ClientConfig::new();
         if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
             config.set("debug", debug);
@@ -217,46 +242,98 @@ fn read_whole_topic(brokers: &str, name: &str, topic: Topic) -> Result<Vec<Recor
     Ok(records.into_iter().map(|(key, (_, payload))| Record { topic, key, payload }).collect())
 }
 
-/// Which offsets of each partition are in flight, and which of them are done.
+/// Where each fetched offset of a partition stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Progress {
+    /// Fetched, waiting for the stage to take it.
+    Fetched,
+    /// Taken by the stage: a rebalance waits for it.
+    Started,
+    Done,
+}
+
+/// Which offsets of each partition are in flight, and how far each has got. Per partition, so a
+/// revocation touches only the partitions it revokes (as incremental, cooperative rebalancing
+/// revokes them) and the others carry on.
 #[derive(Default)]
 struct OffsetTracker {
-    /// Bumped when partitions are revoked: acknowledgements of older deliveries are then ignored.
+    partitions: HashMap<(String, i32), Partition>,
+    /// Never reused: a partition revoked and assigned back starts a generation no older delivery has.
+    next_generation: u64,
+}
+
+#[derive(Default)]
+struct Partition {
+    /// Acknowledgements and claims of deliveries from another generation are ignored.
     generation: u64,
-    in_flight: HashMap<(String, i32), BTreeMap<i64, bool>>,
+    offsets: BTreeMap<i64, Progress>,
 }
 
 impl OffsetTracker {
+    fn partition(&mut self, topic: &str, partition: i32) -> &mut Partition {
+        let next = &mut self.next_generation;
+        self.partitions.entry((topic.to_string(), partition)).or_insert_with(|| {
+            *next += 1;
+            Partition { generation: *next, offsets: BTreeMap::new() }
+        })
+    }
+
     fn register(&mut self, topic: &str, partition: i32, offset: i64) -> u64 {
-        self.in_flight.entry((topic.to_string(), partition)).or_default().insert(offset, false);
-        self.generation
+        let partition = self.partition(topic, partition);
+        partition.offsets.insert(offset, Progress::Fetched);
+        partition.generation
+    }
+
+    /// The stage takes the offset on; false when its partition was revoked since it was fetched.
+    fn claim(&mut self, topic: &str, partition: i32, offset: i64, generation: u64) -> bool {
+        match self.partitions.get_mut(&(topic.to_string(), partition)) {
+            Some(p) if p.generation == generation && p.offsets.contains_key(&offset) => {
+                p.offsets.insert(offset, Progress::Started);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Marks an offset done; returns the offset to store when the partition's lowest offsets are done.
     fn ack(&mut self, topic: &str, partition: i32, offset: i64, generation: u64) -> Option<i64> {
-        if generation != self.generation {
+        let partition = self.partitions.get_mut(&(topic.to_string(), partition))?;
+        if partition.generation != generation {
             return None;
         }
-        let offsets = self.in_flight.get_mut(&(topic.to_string(), partition))?;
-        offsets.insert(offset, true);
+        partition.offsets.insert(offset, Progress::Done);
         let mut next = None;
-        while let Some((&lowest, &done)) = offsets.iter().next() {
-            if !done {
+        while let Some((&lowest, &progress)) = partition.offsets.iter().next() {
+            if progress != Progress::Done {
                 break;
             }
-            offsets.remove(&lowest);
+            partition.offsets.remove(&lowest);
             next = Some(lowest + 1);
         }
         next
     }
 
-    fn reset(&mut self) {
-        self.generation += 1;
-        self.in_flight.clear();
+    /// Offsets of these partitions the stage is working on.
+    fn started(&self, partitions: &[(String, i32)]) -> usize {
+        partitions
+            .iter()
+            .filter_map(|key| self.partitions.get(key))
+            .map(|p| p.offsets.values().filter(|progress| **progress == Progress::Started).count())
+            .sum()
+    }
+
+    /// Forgets these partitions: what is still fetched or unfinished there is their next owner's.
+    fn revoke(&mut self, partitions: &[(String, i32)]) {
+        for key in partitions {
+            self.partitions.remove(key);
+        }
     }
 }
 
 struct TrackingContext {
     tracker: Arc<Mutex<OffsetTracker>>,
+    /// How long a revocation waits for the revoked partitions' started work.
+    drain_timeout: Duration,
     /// Records behind the end of the partitions this consumer holds.
     lag: prometheus::IntGauge,
 }
@@ -288,16 +365,35 @@ impl ClientContext for TrackingContext {
 
 impl ConsumerContext for TrackingContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(_) = rebalance {
-            // Commit what is done before the partitions move, and forget the rest: the new owner
-            // will see it again (at-least-once).
-            if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
-                if !is_no_offset(&error) {
-                    tracing::warn!(%error, "commit before rebalance failed");
-                }
+        let Rebalance::Revoke(revoked) = rebalance else { return };
+        let partitions: Vec<(String, i32)> =
+            revoked.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        // Let the work already started on the revoked partitions finish and be acknowledged, so
+        // their new owner starts after it instead of doing it again. This holds up the rebalance,
+        // hence the bound (keep it under max.poll.interval.ms).
+        let started = std::time::Instant::now();
+        loop {
+            let in_flight = self.tracker.lock().unwrap().started(&partitions);
+            if in_flight == 0 {
+                break;
             }
-            self.tracker.lock().unwrap().reset();
+            if started.elapsed() >= self.drain_timeout {
+                tracing::warn!(in_flight, "rebalance: kafka.drain_timeout_ms passed; the new owner redoes the rest");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
+        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
+            if !is_no_offset(&error) {
+                tracing::warn!(%error, "commit before rebalance failed");
+            }
+        }
+        tracing::info!(
+            partitions = partitions.len(),
+            waited_ms = started.elapsed().as_millis() as u64,
+            "partitions revoked"
+        );
+        self.tracker.lock().unwrap().revoke(&partitions);
     }
 }
 
@@ -411,7 +507,9 @@ fn to_delivery(
         .unwrap_or(1);
     let payload = message.payload().unwrap_or_default().to_vec();
     let generation = tracker.lock().unwrap().register(&name, partition, offset);
-    let (consumer, tracker) = (consumer.clone(), tracker.clone());
+    let (consumer, claim_tracker, tracker, claim_name) =
+        (consumer.clone(), tracker.clone(), tracker.clone(), name.clone());
+    let claim = Box::new(move || claim_tracker.lock().unwrap().claim(&claim_name, partition, offset, generation));
     let ack = Box::new(move || {
         let store = tracker.lock().unwrap().ack(&name, partition, offset, generation);
         if let Some(next) = store {
@@ -420,7 +518,7 @@ fn to_delivery(
             }
         }
     });
-    Some(Delivery::new(Record { topic, key, payload }, attempt, Some(ack)))
+    Some(Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, ack })))
 }
 
 #[cfg(test)]
@@ -437,10 +535,23 @@ mod tests {
     }
 
     #[test]
-    fn acks_from_before_a_rebalance_are_ignored() {
+    fn a_revocation_forgets_only_its_partitions() {
         let mut tracker = OffsetTracker::default();
-        let generation = tracker.register("t", 0, 5);
-        tracker.reset();
-        assert_eq!(tracker.ack("t", 0, 5, generation), None);
+        let (kept, revoked) = (tracker.register("t", 0, 5), tracker.register("t", 1, 7));
+        assert!(tracker.claim("t", 0, 5, kept) && tracker.claim("t", 1, 7, revoked));
+        assert_eq!(tracker.started(&[("t".into(), 1)]), 1, "a revocation waits for this one");
+        tracker.revoke(&[("t".into(), 1)]);
+        assert_eq!(tracker.ack("t", 1, 7, revoked), None, "a revoked partition's late ack is ignored");
+        assert_eq!(tracker.ack("t", 0, 5, kept), Some(6), "the other partition carries on");
+    }
+
+    #[test]
+    fn a_delivery_fetched_before_its_partition_moved_is_not_claimed() {
+        let mut tracker = OffsetTracker::default();
+        let old = tracker.register("t", 0, 5);
+        tracker.revoke(&[("t".into(), 0)]);
+        let new = tracker.register("t", 0, 5);
+        assert!(!tracker.claim("t", 0, 5, old), "its new owner reads it again");
+        assert!(tracker.claim("t", 0, 5, new));
     }
 }

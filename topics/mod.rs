@@ -18,6 +18,7 @@ pub mod node;
 pub mod passages;
 pub mod queries;
 pub mod question;
+pub mod size;
 pub mod trace;
 pub mod verified;
 

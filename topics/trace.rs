@@ -41,6 +41,11 @@ pub enum TraceKind {
         cause: String,
         message: String,
     },
+    /// The trace was cut to keep its event under `bus.max_event_bytes` (see `topics/size.rs`).
+    Trimmed {
+        removed_steps: u64,
+        limit_bytes: u64,
+    },
     LlmCall {
         purpose: String,
         prompt_tokens: u64,

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lacuna::actors::query_gen::QueryGen;
-use lacuna::actors::stage::spawn_stage;
+use lacuna::actors::stage::{RunnerSettings, spawn_stage};
 use lacuna::settings::Settings;
 use lacuna::topics::dead_letter::DeadLetter;
 use lacuna::topics::in_process::InProcessBus;
@@ -20,7 +20,11 @@ fn missing(id: &str) -> Record {
 }
 
 async fn next(subscription: &mut Box<dyn lacuna::topics::Subscription>) -> Record {
-    tokio::time::timeout(Duration::from_secs(20), subscription.next()).await.expect("an output in time").unwrap().record
+    tokio::time::timeout(Duration::from_secs(20), subscription.next())
+        .await
+        .expect("an output in time")
+        .unwrap()
+        .into_record()
 }
 
 #[actix::test]
@@ -32,9 +36,14 @@ async fn poison_event_ends_in_error_record_and_dead_letter_and_others_flow() {
     let mut dead = bus.subscribe(&[Topic::DeadLetters], "t").await.unwrap();
     let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
     let stage = QueryGen::new(support::llm(&llm.base_url), settings.migres.clone());
-    let running = spawn_stage(stage, bus.clone(), query_gen_wiring(), &settings.stages["query_gen"], &settings.retry)
-        .await
-        .unwrap();
+    let running = spawn_stage(
+        stage,
+        bus.clone(),
+        query_gen_wiring(),
+        RunnerSettings::new(&settings.stages["query_gen"], &settings),
+    )
+    .await
+    .unwrap();
 
     bus.publish(missing("good-1")).await.unwrap();
     bus.publish(Record { topic: Topic::Missing, key: "poison".into(), payload: b"{not json".to_vec() }).await.unwrap();
@@ -68,9 +77,14 @@ async fn an_llm_that_keeps_failing_ends_in_an_error_record_after_retries() {
     let mut answers = bus.subscribe(&[Topic::Answers], "t").await.unwrap();
     let _dead = bus.subscribe(&[Topic::DeadLetters], "t").await.unwrap();
     let stage = QueryGen::new(support::llm_with(&settings), settings.migres.clone());
-    let running = spawn_stage(stage, bus.clone(), query_gen_wiring(), &settings.stages["query_gen"], &settings.retry)
-        .await
-        .unwrap();
+    let running = spawn_stage(
+        stage,
+        bus.clone(),
+        query_gen_wiring(),
+        RunnerSettings::new(&settings.stages["query_gen"], &settings),
+    )
+    .await
+    .unwrap();
     bus.publish(missing("q-503")).await.unwrap();
 
     let error = match VersionedAnswer::from_payload(&next(&mut answers).await.payload).unwrap().record {

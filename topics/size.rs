@@ -1,0 +1,146 @@
+//! Keeping events under `bus.max_event_bytes`. Events carry their question's whole trace, which
+//! grows with every iteration, so a long question could outgrow what the broker accepts. Before a
+//! record would pass the limit, its trace loses its bulkiest and least useful parts first, and a
+//! `trimmed` step says how many went; facts, passages and decisions are never touched. A record that
+//! cannot be made to fit is refused with the reason, for the stage to end its question with.
+
+use serde_json::{Value, json};
+
+use super::{Record, Topic};
+
+/// Where the trace sits in each kind of payload: events carry it in their memory, answer and error
+/// records at the top, a child's result in its result.
+const TRACES: [&str; 3] = ["/memory/trace", "/trace", "/result/trace"];
+
+/// Passes over a trace, gentlest first; each runs only while the record is still too large.
+const PASSES: [fn(&mut Vec<Value>); 4] = [drop_unkept_scores, shorten_hit_lists, drop_all_scores, drop_oldest_half];
+
+/// `record` as it is when it fits in `max_bytes`, else trimmed to fit; `Err` says why it cannot be.
+pub fn fit(record: Record, max_bytes: usize) -> Result<Record, String> {
+    if record.payload.len() <= max_bytes {
+        return Ok(record);
+    }
+    let too_large = |size: usize| {
+        format!("a {} record of {size} bytes exceeds bus.max_event_bytes = {max_bytes}", record.topic.name())
+    };
+    let Ok(mut value) = serde_json::from_slice::<Value>(&record.payload) else {
+        return Err(too_large(record.payload.len()));
+    };
+    if record.topic == Topic::DeadLetters {
+        return shorten_dead_letter(record, value, max_bytes);
+    }
+    let Some(pointer) = TRACES.iter().find(|p| value.pointer(p).is_some_and(Value::is_array)) else {
+        return Err(too_large(record.payload.len()));
+    };
+    let before = value.pointer(pointer).and_then(Value::as_array).map_or(0, Vec::len);
+    let mut size = record.payload.len();
+    for pass in PASSES {
+        let trace = value.pointer_mut(pointer).and_then(Value::as_array_mut).expect("found above");
+        pass(trace);
+        let removed = before - trace.len();
+        let iteration = trace.last().and_then(|s| s["iteration"].as_u64()).unwrap_or(0);
+        let mut marked = trace.clone();
+        marked.push(json!({
+            "stage": "bus",
+            "iteration": iteration,
+            "kind": "trimmed",
+            "removed_steps": removed,
+            "limit_bytes": max_bytes,
+        }));
+        let mut candidate = value.clone();
+        *candidate.pointer_mut(pointer).expect("found above") = Value::Array(marked);
+        let payload = serde_json::to_vec(&candidate).expect("JSON re-serialises");
+        size = payload.len();
+        if size <= max_bytes {
+            tracing::warn!(topic = record.topic.name(), key = %record.key, removed, bytes = size, "trace trimmed to fit bus.max_event_bytes");
+            return Ok(Record { payload, ..record });
+        }
+    }
+    Err(too_large(size))
+}
+
+fn kind(step: &Value) -> &str {
+    step["kind"].as_str().unwrap_or_default()
+}
+
+/// Scores of passages that were never shown: the bulk of a trace, and what an audit needs least.
+fn drop_unkept_scores(trace: &mut Vec<Value>) {
+    trace.retain(|s| !(kind(s) == "passage_scored" && s["kept"] == false));
+}
+
+/// Each retrieval keeps its five best hits.
+fn shorten_hit_lists(trace: &mut Vec<Value>) {
+    for step in trace.iter_mut().filter(|s| kind(s) == "retrieved") {
+        if let Some(hits) = step["hits"].as_array_mut() {
+            hits.truncate(5);
+        }
+    }
+}
+
+fn drop_all_scores(trace: &mut Vec<Value>) {
+    trace.retain(|s| !matches!(kind(s), "passage_scored" | "sentences_kept"));
+}
+
+/// The earlier half of what is left: the latest iterations explain the answer.
+fn drop_oldest_half(trace: &mut Vec<Value>) {
+    let half = trace.len() / 2;
+    trace.drain(..half);
+}
+
+/// A dead letter keeps the start of its payload and says it was cut: replaying it is then
+/// impossible, but what failed and why stay readable.
+fn shorten_dead_letter(record: Record, mut value: Value, max_bytes: usize) -> Result<Record, String> {
+    let payload = value["payload"].as_str().unwrap_or_default();
+    let keep = max_bytes.saturating_sub(record.payload.len() - payload.len() + 64);
+    let cut: String = payload
+        .chars()
+        .scan(0, |bytes, c| {
+            *bytes += c.len_utf8();
+            (*bytes <= keep).then_some(c)
+        })
+        .collect();
+    value["payload"] = Value::String(cut);
+    value["payload_truncated"] = Value::Bool(true);
+    let payload = serde_json::to_vec(&value).expect("JSON re-serialises");
+    if payload.len() > max_bytes {
+        return Err(format!("a dead letter cannot be cut to bus.max_event_bytes = {max_bytes}"));
+    }
+    Ok(Record { payload, ..record })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(steps: usize) -> Record {
+        let trace: Vec<Value> = (0..steps)
+            .map(|i| json!({"stage": "sentence_filter", "iteration": 1, "kind": "passage_scored", "query": "q", "passage_id": format!("p{i}"), "score": 0.5, "kept": i == 0}))
+            .collect();
+        let payload = json!({"schema_version": 1, "memory": {"facts": ["kept"], "trace": trace}});
+        Record { topic: Topic::Facts, key: "q".into(), payload: serde_json::to_vec(&payload).unwrap() }
+    }
+
+    #[test]
+    fn a_record_that_fits_is_untouched() {
+        let small = record(3);
+        assert_eq!(fit(small.clone(), 1 << 20).unwrap(), small);
+    }
+
+    #[test]
+    fn unkept_scores_go_first_and_a_marker_says_so() {
+        let big = record(200);
+        let fitted = fit(big.clone(), big.payload.len() / 2).unwrap();
+        let value: Value = serde_json::from_slice(&fitted.payload).unwrap();
+        let trace = value["memory"]["trace"].as_array().unwrap();
+        assert_eq!(trace.len(), 2, "the kept passage's score and the marker");
+        assert_eq!(trace[0]["kept"], true);
+        assert_eq!((trace[1]["kind"].as_str(), trace[1]["removed_steps"].as_u64()), (Some("trimmed"), Some(199)));
+        assert_eq!(value["memory"]["facts"], json!(["kept"]));
+    }
+
+    #[test]
+    fn a_record_that_cannot_fit_is_refused_with_the_reason() {
+        let error = fit(record(10), 20).unwrap_err();
+        assert!(error.contains("exceeds bus.max_event_bytes = 20"), "{error}");
+    }
+}
