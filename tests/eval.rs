@@ -27,10 +27,12 @@ fn dataset(name: &str, ids: &[&str]) -> PathBuf {
         .collect();
     std::fs::write(dir.join("questions.jsonl"), lines.join("\n") + "\n").unwrap();
     let corpus = dir.join("corpus.jsonl");
-    if !corpus.exists() {
-        std::os::unix::fs::symlink(support::data_dir().join("hotpotqa/corpus.jsonl").canonicalize().unwrap(), corpus)
-            .unwrap();
+    // A link left by an earlier run may point into a checkout that is gone: make it afresh.
+    if corpus.symlink_metadata().is_ok() {
+        std::fs::remove_file(&corpus).unwrap();
     }
+    std::os::unix::fs::symlink(support::data_dir().join("hotpotqa/corpus.jsonl").canonicalize().unwrap(), corpus)
+        .unwrap();
     dir
 }
 
