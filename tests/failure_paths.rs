@@ -12,9 +12,9 @@ use lacuna::settings::Settings;
 use lacuna::topics::in_process::InProcessBus;
 use lacuna::topics::{AnswerRecord, Bus, BusError, QuestionEvent, Topic};
 use serde_json::json;
-use support::fake_llm::{FakeLlm, Prompt, Reply, last_field, prompt_kind};
+use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 use support::faulty_bus::FaultyBus;
-use support::methods::{SUB2, methods_script};
+use support::methods::{methods_script, slow_second_subquestion};
 use support::scripted::{HUGO_QUESTION_ID, hugo_script};
 
 fn small(settings: &mut Settings) {
@@ -69,13 +69,7 @@ async fn a_join_whose_joined_publish_fails_still_ends_its_question() {
 /// publish is refused once.
 #[actix::test]
 async fn a_join_tick_whose_joined_publish_fails_still_ends_its_question() {
-    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
-        Prompt::SelfKnowledge if last_field(prompt, "The problem is: ") == SUB2 => {
-            Reply::Delayed(Duration::from_secs(6), Box::new(Reply::Json(json!({"known": false}))))
-        }
-        _ => methods_script(prompt),
-    })
-    .await;
+    let llm = FakeLlm::start(slow_second_subquestion).await;
     let mut settings = support::settings(&llm.base_url);
     small(&mut settings);
     settings.join.deadline_ms = 2000;

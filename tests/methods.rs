@@ -12,7 +12,7 @@ use lacuna::settings::Settings;
 use lacuna::topics::{AnswerRecord, Answered, Outcome, QuestionEvent, TraceKind};
 use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, last_field, prompt_kind};
-use support::methods::{OWN_PASSAGE, SUB1, SUB2, methods_script};
+use support::methods::{OWN_PASSAGE, SUB1, SUB2, methods_script, slow_second_subquestion};
 use support::scripted::HUGO_QUESTION_ID;
 
 fn small(settings: &mut Settings) {
@@ -164,13 +164,7 @@ async fn a_sub_question_that_fails_is_an_unanswered_child_not_a_lost_question() 
 #[actix::test]
 async fn a_fan_out_past_its_deadline_goes_on_with_the_children_that_returned() {
     // The second sub-question's first call takes longer than the join waits.
-    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
-        Prompt::SelfKnowledge if last_field(prompt, "The problem is: ") == SUB2 => {
-            Reply::Delayed(Duration::from_secs(6), Box::new(Reply::Json(json!({"known": false}))))
-        }
-        _ => methods_script(prompt),
-    })
-    .await;
+    let llm = FakeLlm::start(slow_second_subquestion).await;
     let mut settings = support::settings(&llm.base_url);
     small(&mut settings);
     settings.join.deadline_ms = 2000;

@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lacuna::actors::query_gen::QueryGen;
-use lacuna::actors::stage::{RunnerSettings, spawn_stage};
 use lacuna::metrics::METRICS;
 use lacuna::topics::in_process::InProcessBus;
 use lacuna::topics::{Bus, Event, MissingEvent, SCHEMA_VERSION, Topic};
@@ -48,15 +46,7 @@ async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
     let settings = support::settings(&llm.base_url);
     let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
     let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
-    let stage = QueryGen::new(support::llm(&llm.base_url).for_stage("query_gen"), settings.migres.clone());
-    let running = spawn_stage(
-        stage,
-        bus.clone(),
-        query_gen_wiring(),
-        RunnerSettings::new(&settings.stages["query_gen"], &settings),
-    )
-    .await
-    .unwrap();
+    let running = support::start_query_gen(&bus, &settings).await;
     ready.store(true, Ordering::Relaxed);
     assert_eq!(get(address, "/readyz").await.0, 200);
 
@@ -91,9 +81,4 @@ async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
         assert!(text.lines().any(|l| l == line), "missing {line} in:\n{text}");
     }
     running.stop();
-}
-
-/// Where MIGRES's declaration wires query_gen.
-fn query_gen_wiring() -> lacuna::actors::stage::Wiring {
-    lacuna::pipelines::PipelineKind::Migres.stage("query_gen").unwrap().wiring()
 }

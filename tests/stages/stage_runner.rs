@@ -1,8 +1,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lacuna::actors::query_gen::QueryGen;
-use lacuna::actors::stage::{RunnerSettings, spawn_stage};
 use lacuna::settings::Settings;
 use lacuna::topics::dead_letter::DeadLetter;
 use lacuna::topics::in_process::InProcessBus;
@@ -35,15 +33,7 @@ async fn poison_event_ends_in_error_record_and_dead_letter_and_others_flow() {
     let mut answers = bus.subscribe(&[Topic::Answers], "t").await.unwrap();
     let mut dead = bus.subscribe(&[Topic::DeadLetters], "t").await.unwrap();
     let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
-    let stage = QueryGen::new(support::llm(&llm.base_url), settings.migres.clone());
-    let running = spawn_stage(
-        stage,
-        bus.clone(),
-        query_gen_wiring(),
-        RunnerSettings::new(&settings.stages["query_gen"], &settings),
-    )
-    .await
-    .unwrap();
+    let running = support::start_query_gen(&bus, &settings).await;
 
     bus.publish(missing("good-1")).await.unwrap();
     bus.publish(Record { topic: Topic::Missing, key: "poison".into(), payload: b"{not json".to_vec() }).await.unwrap();
@@ -76,15 +66,7 @@ async fn an_llm_that_keeps_failing_ends_in_an_error_record_after_retries() {
     let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
     let mut answers = bus.subscribe(&[Topic::Answers], "t").await.unwrap();
     let _dead = bus.subscribe(&[Topic::DeadLetters], "t").await.unwrap();
-    let stage = QueryGen::new(support::llm_with(&settings), settings.migres.clone());
-    let running = spawn_stage(
-        stage,
-        bus.clone(),
-        query_gen_wiring(),
-        RunnerSettings::new(&settings.stages["query_gen"], &settings),
-    )
-    .await
-    .unwrap();
+    let running = support::start_query_gen(&bus, &settings).await;
     bus.publish(missing("q-503")).await.unwrap();
 
     let error = match VersionedAnswer::from_payload(&next(&mut answers).await.payload).unwrap().record {
@@ -96,9 +78,4 @@ async fn an_llm_that_keeps_failing_ends_in_an_error_record_after_retries() {
     assert_eq!(llm.calls(), 4, "2 attempts of the event x 2 attempts of the call");
     assert_eq!(lacuna::actors::stage::StageCounters::get(&running.counters.retried), 1);
     running.stop();
-}
-
-/// Where MIGRES's declaration wires query_gen.
-fn query_gen_wiring() -> lacuna::actors::stage::Wiring {
-    lacuna::pipelines::PipelineKind::Migres.stage("query_gen").unwrap().wiring()
 }

@@ -55,3 +55,14 @@ pub fn methods_script(prompt: &str) -> Reply {
         _ => Reply::Status(400),
     }
 }
+
+/// The script, except that the second sub-question's first call takes six seconds: longer than a
+/// short join deadline waits.
+pub fn slow_second_subquestion(prompt: &str) -> Reply {
+    match prompt_kind(prompt) {
+        Prompt::SelfKnowledge if last_field(prompt, "The problem is: ") == SUB2 => {
+            Reply::Delayed(std::time::Duration::from_secs(6), Box::new(Reply::Json(json!({"known": false}))))
+        }
+        _ => methods_script(prompt),
+    }
+}

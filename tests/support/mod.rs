@@ -113,3 +113,12 @@ pub fn deepest_node(answer: &lacuna::topics::Answered) -> usize {
         .max()
         .unwrap_or(0)
 }
+
+/// MIGRES's query_gen started on `bus` as its declaration builds it, with `settings`' LLM.
+pub async fn start_query_gen(
+    bus: &std::sync::Arc<dyn lacuna::topics::Bus>,
+    settings: &Settings,
+) -> lacuna::actors::stage::RunningStage {
+    let stage = lacuna::pipelines::PipelineKind::Migres.stage("query_gen").unwrap();
+    stage.start(bus.clone(), settings, &lacuna::pipelines::parts::Parts::default()).await.unwrap()
+}
