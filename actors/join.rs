@@ -34,6 +34,8 @@ pub struct Join {
     unwritten: RefCell<VecDeque<Record>>,
     /// The join publishes for itself: a parent's state goes only after its `joined` record is out.
     bus: OnceCell<Arc<dyn Bus>>,
+    /// `bus.max_event_bytes`: the join publishes past the runner, so it keeps the limit itself.
+    max_event_bytes: usize,
     tick: Duration,
 }
 
@@ -53,12 +55,13 @@ impl Pending {
 impl Join {
     /// A join that looks for parents past their deadline every `tick`. It reads the state it kept
     /// back from `join_state` when it opens (see [`Stage::open`]).
-    pub fn new(tick: Duration) -> Join {
+    pub fn new(tick: Duration, max_event_bytes: usize) -> Join {
         Join {
             pending: RefCell::default(),
             sending: RefCell::default(),
             unwritten: RefCell::default(),
             bus: OnceCell::new(),
+            max_event_bytes,
             tick,
         }
     }
@@ -131,7 +134,12 @@ impl Join {
             self.sending.borrow_mut().remove(parent_key);
             return Ok(());
         };
-        let published = self.bus().publish(plan.joined).await;
+        // A parent carries its children's traces: trimmed like any event the runner publishes.
+        let joined = crate::topics::size::fit(plan.joined, self.max_event_bytes).map_err(BusError::Rejected);
+        let published = match joined {
+            Ok(joined) => self.bus().publish(joined).await,
+            Err(error) => Err(error),
+        };
         self.sending.borrow_mut().remove(parent_key);
         published?;
         {

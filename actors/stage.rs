@@ -17,7 +17,7 @@ use crate::actors::answer::error_record;
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
 use crate::actors::fanout::{child_memory, result_record};
 use crate::metrics::METRICS;
-use crate::settings::{RetrySettings, Settings, StageSettings};
+use crate::settings::{RetrySettings, Settings, StageSettings, backoff};
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{Bus, BusError, DecodeError, Delivery, ErrorRecord, Event, Record, Topic, TraceKind, TraceStep};
 
@@ -169,27 +169,25 @@ struct Health {
 
 impl Health {
     fn fail(&self, reason: String) {
-        let changed = self.state.send_if_modified(|state| {
-            let running = *state == StageState::Running;
-            if running {
-                *state = StageState::Failed(reason.clone());
-            }
-            running
-        });
-        if changed {
+        if self.leave_running(StageState::Failed(reason.clone())) {
             METRICS.stage_failures.with_label_values(&[self.name]).inc();
             tracing::error!(stage = self.name, %reason, "stage failed");
         }
     }
 
     fn stop(&self) {
+        self.leave_running(StageState::Stopped);
+    }
+
+    /// Moves a running stage to `next`; a stage that already stopped or failed stays as it is.
+    fn leave_running(&self, next: StageState) -> bool {
         self.state.send_if_modified(|state| {
             let running = *state == StageState::Running;
             if running {
-                *state = StageState::Stopped;
+                *state = next;
             }
             running
-        });
+        })
     }
 }
 
@@ -299,7 +297,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
                 bump(&context.counters.retried);
                 m.retries.with_label_values(&[S::NAME]).inc();
                 tracing::warn!(stage = S::NAME, key = %delivery.record.key, attempt, %error, "retrying event");
-                tokio::time::sleep(backoff(retry, attempt)).await;
+                tokio::time::sleep(backoff(retry.backoff_ms, attempt)).await;
                 attempt += 1;
             }
             Err(error) => break Err(error),
@@ -381,17 +379,12 @@ async fn publish_with_retries(stage: &'static str, context: &Handling<'_>, recor
             Err(BusError::Transport(message)) if attempt < retry.publish_attempts => {
                 METRICS.publish_retries.with_label_values(&[stage]).inc();
                 tracing::warn!(stage, topic = record.topic.name(), attempt, %message, "publish failed, retrying");
-                tokio::time::sleep(backoff(retry, attempt)).await;
+                tokio::time::sleep(backoff(retry.backoff_ms, attempt)).await;
                 attempt += 1;
             }
             outcome => return outcome,
         }
     }
-}
-
-/// Exponential from `retry.backoff_ms`, doubling at most six times.
-fn backoff(retry: &RetrySettings, attempt: u32) -> Duration {
-    Duration::from_millis(retry.backoff_ms.saturating_mul(1 << (attempt - 1).min(6)))
 }
 
 /// The error record that ends the question, and the dead letter that keeps the failed event. A failed
@@ -469,20 +462,16 @@ impl RunningStage {
         self.arbiter.stop();
     }
 
-    pub fn state(&self) -> StageState {
-        self.health.state.borrow().clone()
-    }
-
     /// Resolves with the reason once the stage has failed; never while it runs or after a stop.
     pub async fn failed(&self) -> String {
         let mut state = self.health.state.subscribe();
-        loop {
-            if let StageState::Failed(reason) = &*state.borrow_and_update() {
-                return reason.clone();
-            }
-            // The sender lives in `self`: this cannot end while the stage is watched.
-            let _ = state.changed().await;
+        // The sender lives in `self`, so the watch cannot close while this waits.
+        if let Ok(state) = state.wait_for(|s| matches!(s, StageState::Failed(_))).await
+            && let StageState::Failed(reason) = &*state
+        {
+            return reason.clone();
         }
+        std::future::pending().await
     }
 }
 

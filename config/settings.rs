@@ -298,6 +298,12 @@ pub struct EvalSettings {
     pub judge_api_key_env: String,
 }
 
+/// The pause before retry `attempt` (from 1): `base_ms`, doubled per attempt, at most six times.
+/// Every retry loop (LLM calls, Meilisearch calls, events, publishes) waits this way.
+pub fn backoff(base_ms: u64, attempt: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(base_ms.saturating_mul(1 << attempt.saturating_sub(1).min(6)))
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetrySettings {

@@ -211,6 +211,6 @@ pub const JOIN: StageDecl = StageDecl {
     replicas: Replicas::One,
     build: |s| {
         let tick = std::time::Duration::from_millis(s.settings.join.tick_ms.max(10));
-        Ok(Startable::new(crate::actors::join::Join::new(tick)))
+        Ok(Startable::new(crate::actors::join::Join::new(tick, s.settings.bus.max_event_bytes)))
     },
 };

@@ -33,7 +33,7 @@ pub enum RunError {
 }
 
 /// The first of `stages` to fail, with its reason; pending while all run.
-pub async fn first_failure(stages: &[RunningStage]) -> (&'static str, String) {
+async fn first_failure(stages: &[RunningStage]) -> (&'static str, String) {
     if stages.is_empty() {
         return std::future::pending().await;
     }

@@ -23,7 +23,8 @@ pub struct Delivery {
     pub record: Record,
     /// 1 on first delivery; higher when the bus redelivers.
     pub attempt: u32,
-    hooks: Option<DeliveryHooks>,
+    claim: Option<Box<dyn FnOnce() -> bool + Send>>,
+    ack: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// What a durable bus does when a delivery is started, acknowledged or refused.
@@ -35,19 +36,21 @@ pub struct DeliveryHooks {
 
 impl Delivery {
     pub fn new(record: Record, attempt: u32, hooks: Option<DeliveryHooks>) -> Self {
-        Delivery { record, attempt, hooks }
+        let (claim, ack) = hooks.map(|h| (h.claim, h.ack)).unzip();
+        Delivery { record, attempt, claim, ack }
     }
 
     /// Takes the delivery on for processing. `None` when the bus no longer wants it processed here
     /// (Kafka: its partition was revoked while it waited; its new owner reads it again).
     pub fn claim(mut self) -> Option<Self> {
-        let Some(hooks) = self.hooks.take() else { return Some(self) };
-        if (hooks.claim)() {
-            self.hooks = Some(DeliveryHooks { claim: Box::new(|| true), ack: hooks.ack });
-            Some(self)
-        } else {
-            None
+        if let Some(claim) = self.claim.take()
+            && !claim()
+        {
+            // Given up, not dropped: nothing to acknowledge here any more.
+            self.ack = None;
+            return None;
         }
+        Some(self)
     }
 
     /// The record, acknowledged: for readers that are done with it once they have it.
@@ -58,15 +61,15 @@ impl Delivery {
     }
 
     pub fn ack(mut self) {
-        if let Some(hooks) = self.hooks.take() {
-            (hooks.ack)();
+        if let Some(ack) = self.ack.take() {
+            ack();
         }
     }
 
     /// Refuses the delivery on purpose: it stays unacknowledged, so its position is not committed and
     /// a restarted consumer reads it again. Whoever nacks must make that restart happen.
     pub fn nack(mut self, reason: &str) {
-        if self.hooks.take().is_some() {
+        if self.ack.take().is_some() {
             crate::metrics::METRICS.nacks.with_label_values(&[self.record.topic.name()]).inc();
             tracing::error!(topic = self.record.topic.name(), key = %self.record.key, reason, "delivery refused (nack)");
         }
@@ -75,7 +78,7 @@ impl Delivery {
 
 impl Drop for Delivery {
     fn drop(&mut self) {
-        if self.hooks.is_some() {
+        if self.ack.is_some() {
             crate::metrics::METRICS.dropped_deliveries.with_label_values(&[self.record.topic.name()]).inc();
             tracing::error!(
                 topic = self.record.topic.name(),

@@ -39,22 +39,21 @@ pub fn fit(record: Record, max_bytes: usize) -> Result<Record, String> {
         pass(trace);
         let removed = before - trace.len();
         let iteration = trace.last().and_then(|s| s["iteration"].as_u64()).unwrap_or(0);
-        let mut marked = trace.clone();
-        marked.push(json!({
+        trace.push(json!({
             "stage": "bus",
             "iteration": iteration,
             "kind": "trimmed",
             "removed_steps": removed,
             "limit_bytes": max_bytes,
         }));
-        let mut candidate = value.clone();
-        *candidate.pointer_mut(pointer).expect("found above") = Value::Array(marked);
-        let payload = serde_json::to_vec(&candidate).expect("JSON re-serialises");
+        let payload = serde_json::to_vec(&value).expect("JSON re-serialises");
         size = payload.len();
         if size <= max_bytes {
             tracing::warn!(topic = record.topic.name(), key = %record.key, removed, bytes = size, "trace trimmed to fit bus.max_event_bytes");
             return Ok(Record { payload, ..record });
         }
+        // The marker goes back on after the next pass, with its count.
+        value.pointer_mut(pointer).and_then(Value::as_array_mut).expect("found above").pop();
     }
     Err(too_large(size))
 }

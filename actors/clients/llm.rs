@@ -337,9 +337,9 @@ impl LlmClient {
                     return Ok((text, stats));
                 }
                 Err(error) if error.is_transient() && attempt <= self.settings.max_retries => {
-                    let backoff = self.settings.retry_backoff_ms.saturating_mul(1 << (attempt - 1).min(6));
-                    tracing::warn!(attempt, backoff_ms = backoff, %error, "LLM call failed, retrying");
-                    tokio::time::sleep(Duration::from_millis(backoff)).await;
+                    let backoff = crate::settings::backoff(self.settings.retry_backoff_ms, attempt);
+                    tracing::warn!(attempt, backoff_ms = backoff.as_millis() as u64, %error, "LLM call failed, retrying");
+                    tokio::time::sleep(backoff).await;
                 }
                 Err(error) => return Err(error),
             }

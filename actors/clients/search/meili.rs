@@ -140,9 +140,9 @@ impl MeiliSearch {
             attempt += 1;
             match self.send_once(method.clone(), &url, body).await {
                 Err(SearchError::Remote { transient: true, message }) if attempt <= self.settings.max_retries => {
-                    let backoff = self.settings.retry_backoff_ms.saturating_mul(1 << (attempt - 1).min(6));
-                    tracing::warn!(attempt, backoff_ms = backoff, error = %message, "Meilisearch call failed, retrying");
-                    tokio::time::sleep(Duration::from_millis(backoff)).await;
+                    let backoff = crate::settings::backoff(self.settings.retry_backoff_ms, attempt);
+                    tracing::warn!(attempt, backoff_ms = backoff.as_millis() as u64, error = %message, "Meilisearch call failed, retrying");
+                    tokio::time::sleep(backoff).await;
                 }
                 outcome => return outcome,
             }
