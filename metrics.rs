@@ -23,6 +23,8 @@ pub struct Metrics {
     pub llm_cached_tokens: IntCounterVec,
     pub llm_cache_hits: IntCounterVec,
     pub llm_reasks: IntCounterVec,
+    pub llm_circuit_open: IntGaugeVec,
+    pub llm_circuit_opened: IntCounterVec,
     pub degraded: IntCounterVec,
     pub publish_retries: IntCounterVec,
     pub nacks: IntCounterVec,
@@ -112,6 +114,19 @@ impl Metrics {
                 "lacuna_llm_reasks_total",
                 "LLM replies that could not be used and were asked again, by cause (unparsable, cut_at_max_tokens).",
                 &["stage", "cause"],
+            ),
+            llm_circuit_open: IntGaugeVec::new(
+                Opts::new(
+                    "lacuna_llm_circuit_open",
+                    "1 while calls to this LLM endpoint wait for a probe after repeated failures (llm.breaker).",
+                ),
+                &["endpoint"],
+            )
+            .expect("a valid gauge"),
+            llm_circuit_opened: counter(
+                "lacuna_llm_circuit_opened_total",
+                "Times the circuit of an LLM endpoint opened after repeated failures.",
+                &["endpoint"],
             ),
             degraded: counter(
                 "lacuna_stage_degraded_total",
@@ -234,6 +249,8 @@ impl Metrics {
             Box::new(self.llm_cached_tokens.clone()),
             Box::new(self.llm_cache_hits.clone()),
             Box::new(self.llm_reasks.clone()),
+            Box::new(self.llm_circuit_open.clone()),
+            Box::new(self.llm_circuit_opened.clone()),
             Box::new(self.degraded.clone()),
             Box::new(self.publish_retries.clone()),
             Box::new(self.nacks.clone()),

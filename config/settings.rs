@@ -142,6 +142,8 @@ pub struct LlmSettings {
     pub max_reask: u32,
     /// The least temperature of a re-ask after an unparsable reply (with a new `seed`).
     pub reask_temperature: f32,
+    /// When an endpoint that keeps failing stops being called (`clients/breaker.rs`).
+    pub breaker: BreakerSettings,
     pub max_concurrency: usize,
     /// Answer repeated calls from a content-addressed response cache (see `clients/llm_cache.rs`).
     pub cache: bool,
@@ -150,6 +152,18 @@ pub struct LlmSettings {
     pub cache_mode: CacheMode,
     /// Empty: <cache>/llm-responses.
     pub cache_dir: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerSettings {
+    /// Transient failures in a row (any call of the process to one endpoint) that open the circuit.
+    pub failures: u32,
+    /// The first wait before a probe; each failed probe doubles it, up to `max_probe_ms`.
+    pub probe_ms: u64,
+    pub max_probe_ms: u64,
+    /// A call gives up (an `llm_unreachable` error) once the circuit has been open this long.
+    pub max_wait_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]

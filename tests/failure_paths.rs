@@ -204,3 +204,48 @@ fn leaf_input() -> lacuna::topics::EvidenceEvent {
         evidence: Vec::new(),
     }
 }
+
+/// An LLM outage of five minutes in the middle of a run is a pause, not an error storm: the calls
+/// wait while the endpoint's circuit is open and probes check it, the stages stop taking events, and
+/// every question is answered once the endpoint is back.
+#[actix::test]
+async fn a_five_minute_llm_outage_mid_run_ends_every_question_answered() {
+    const OUTAGE: Duration = Duration::from_secs(300);
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let outage_began = std::sync::Mutex::new(None::<std::time::Instant>);
+    let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let failures = failed.clone();
+    let llm = FakeLlm::start(move |prompt| {
+        // Down from the 20th call on, for five minutes.
+        if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 20 {
+            let began = *outage_began.lock().unwrap().get_or_insert_with(std::time::Instant::now);
+            if began.elapsed() < OUTAGE {
+                failures.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                return Reply::Status(503);
+            }
+        }
+        hugo_script(prompt)
+    })
+    .await;
+    let settings = migres_settings(&llm);
+    let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    let questions: Vec<QuestionEvent> =
+        (0..8).map(|n| QuestionEvent::new(&format!("outage-{n}"), question.clone())).collect();
+    let mut pipeline =
+        Pipeline::start_on(PipelineKind::Migres, Arc::new(InProcessBus::new(256)), &settings, support::parts(&settings))
+            .await
+            .unwrap();
+    let mut records = Vec::new();
+    let run = pipeline.run(questions, |record| records.push(record));
+    tokio::time::timeout(OUTAGE + Duration::from_secs(120), run).await.expect("the run ends").unwrap();
+    pipeline.stop();
+
+    assert_eq!(records.len(), 8);
+    for record in &records {
+        let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+        assert_eq!(answer.answer, "Murcia");
+    }
+    // Retries without a circuit would have sent thousands; probes at growing intervals a few dozen.
+    let failed = failed.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((1..60).contains(&failed), "{failed} calls reached the endpoint while it was down");
+}

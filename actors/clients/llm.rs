@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+use super::breaker::{Breaker, jittered};
 use super::llm_cache::{CachedResponse, ResponseCache};
 use crate::settings::{CacheMode, LlmSettings};
 use crate::topics::AnswerLogprobs;
@@ -20,7 +21,12 @@ pub enum LlmError {
     #[error("LLM call timed out after {0} ms")]
     Timeout(u64),
     #[error("LLM endpoint answered HTTP {status}: {body}")]
-    Status { status: u16, body: String },
+    Status {
+        status: u16,
+        body: String,
+        /// The server's `Retry-After` (429, 503), in milliseconds.
+        retry_after_ms: Option<u64>,
+    },
     #[error("LLM answer unusable: {0}")]
     BadResponse(String),
     #[error("llm.cache_mode = \"replay\" and the response cache has no entry {0} for this call")]
@@ -45,6 +51,14 @@ impl LlmError {
             LlmError::Unreachable { .. } | LlmError::Timeout(_) => true,
             LlmError::Status { status, .. } => *status == 429 || *status >= 500,
             LlmError::BadResponse(_) | LlmError::NotCached(_) => false,
+        }
+    }
+
+    /// How long the server asked us to stay away.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LlmError::Status { retry_after_ms, .. } => retry_after_ms.map(Duration::from_millis),
+            _ => None,
         }
     }
 }
@@ -137,6 +151,8 @@ pub struct LlmClient {
     /// The `stage` label of this client's metrics.
     stage: Arc<str>,
     cache: Option<ResponseCache>,
+    /// Shared with every client of the process that calls the same endpoint.
+    breaker: Arc<Breaker>,
 }
 
 impl LlmClient {
@@ -149,7 +165,9 @@ impl LlmClient {
         let api_key = std::env::var(&settings.api_key_env).ok().filter(|key| !key.is_empty());
         let limit = Arc::new(Semaphore::new(settings.max_concurrency.max(1)));
         let cache = settings.cache.then(|| ResponseCache::new(&settings.cache_dir));
-        LlmClient { http, settings: Arc::new(settings), api_key, limit, stage: Arc::from("none"), cache }
+        let breaker =
+            Breaker::for_endpoint(&settings.base_url, &settings.breaker, Duration::from_millis(settings.timeout_ms));
+        LlmClient { http, settings: Arc::new(settings), api_key, limit, stage: Arc::from("none"), cache, breaker }
     }
 
     /// The same client, its metrics labelled with `stage`.
@@ -326,23 +344,46 @@ impl LlmClient {
         }
     }
 
+    /// Sends `body` until the endpoint answers. Transient failures are retried `max_retries` times
+    /// with jittered backoff, never sooner than the server's `Retry-After`; failures while the
+    /// endpoint's circuit is open spend no retry, the call waits for the circuit instead.
     async fn attempts(&self, body: &Value, started: Instant) -> Result<(String, CallStats), LlmError> {
-        let mut attempt = 0;
+        let (mut attempt, mut sent) = (0, 0);
         loop {
+            if let Err(open) = self.breaker.pass().await {
+                return Err(LlmError::Unreachable {
+                    url: self.settings.base_url.clone(),
+                    message: format!("circuit open for {} s (llm.breaker.max_wait_ms)", open.0.as_secs()),
+                });
+            }
             attempt += 1;
-            match self.send_once(body).await {
+            sent += 1;
+            let error = match self.send_once(body).await {
                 Ok((text, mut stats)) => {
+                    self.breaker.succeeded();
                     stats.latency_ms = started.elapsed().as_millis() as u64;
-                    stats.attempts = attempt;
+                    stats.attempts = sent;
                     return Ok((text, stats));
                 }
-                Err(error) if error.is_transient() && attempt <= self.settings.max_retries => {
-                    let backoff = crate::settings::backoff(self.settings.retry_backoff_ms, attempt);
-                    tracing::warn!(attempt, backoff_ms = backoff.as_millis() as u64, %error, "LLM call failed, retrying");
-                    tokio::time::sleep(backoff).await;
+                Err(error) if !error.is_transient() => {
+                    // The endpoint answered: it is up, whatever it thought of this request.
+                    self.breaker.succeeded();
+                    return Err(error);
                 }
-                Err(error) => return Err(error),
+                Err(error) => error,
+            };
+            if self.breaker.failed(error.retry_after()) {
+                tracing::warn!(stage = &*self.stage, %error, "LLM call failed with the endpoint's circuit open: waiting for it");
+                attempt -= 1;
+                continue;
             }
+            if attempt > self.settings.max_retries {
+                return Err(error);
+            }
+            let backoff = jittered(crate::settings::backoff(self.settings.retry_backoff_ms, attempt))
+                .max(error.retry_after().unwrap_or_default());
+            tracing::warn!(attempt, backoff_ms = backoff.as_millis() as u64, %error, "LLM call failed, retrying");
+            tokio::time::sleep(backoff).await;
         }
     }
 
@@ -355,8 +396,9 @@ impl LlmClient {
         let response = request.send().await.map_err(|e| self.transport_error(&url, e))?;
         let status = response.status();
         if !status.is_success() {
+            let retry_after_ms = retry_after_ms(response.headers());
             let body = response.text().await.unwrap_or_default();
-            return Err(LlmError::Status { status: status.as_u16(), body: truncate(&body, 300) });
+            return Err(LlmError::Status { status: status.as_u16(), body: truncate(&body, 300), retry_after_ms });
         }
         let payload: Value = response.json().await.map_err(|e| self.transport_error(&url, e))?;
         let text = payload["choices"][0]["message"]["content"]
@@ -389,6 +431,12 @@ impl LlmClient {
             LlmError::Unreachable { url: url.to_string(), message: error.to_string() }
         }
     }
+}
+
+/// A `Retry-After` header in seconds (its HTTP-date form is rare from LLM servers and is ignored).
+fn retry_after_ms(headers: &reqwest::header::HeaderMap) -> Option<u64> {
+    let seconds: f64 = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| (seconds * 1000.0) as u64)
 }
 
 /// The sum and count of `logprobs.content[].logprob`, the OpenAI chat format llama.cpp also uses.

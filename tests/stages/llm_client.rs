@@ -1,5 +1,6 @@
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use lacuna::actors::clients::{LlmClient, LlmError, Schema};
 use serde_json::{Value, json};
@@ -111,7 +112,8 @@ async fn an_unreachable_endpoint_is_reported_after_retries() {
     // Bind then drop a listener: nothing listens on that port any more.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut settings = support::settings(&format!("http://127.0.0.1:{port}/v1")).llm;
-    settings.max_retries = 1;
+    // More failures than open the circuit: an endpoint never reached is not an outage to wait out.
+    settings.max_retries = settings.breaker.failures + 1;
     let error = LlmClient::new(settings).text("", "hi").await.unwrap_err();
     assert_eq!(error.error_type(), "llm_unreachable");
     assert!(error.to_string().contains(&port.to_string()), "the message names the endpoint: {error}");
@@ -126,4 +128,78 @@ async fn requests_carry_the_configured_parameters() {
     let request = &llm.requests.lock().unwrap()[0];
     assert_eq!(request["temperature"], 0.0);
     assert_eq!(request["messages"].as_array().unwrap().len(), 1, "an empty system prompt is not sent");
+}
+
+#[tokio::test]
+async fn a_429_is_retried_no_sooner_than_its_retry_after() {
+    let calls = AtomicUsize::new(0);
+    let llm = FakeLlm::start(move |_| match calls.fetch_add(1, Ordering::SeqCst) {
+        0 => Reply::Throttled(2),
+        _ => Reply::Text("ok".into()),
+    })
+    .await;
+    let started = std::time::Instant::now();
+    support::llm(&llm.base_url).text("", "hi").await.unwrap();
+    // Our own backoff is 10 ms here: only the server's word explains a wait this long.
+    assert!(started.elapsed() >= Duration::from_secs(2), "asked again after {:?}", started.elapsed());
+    assert_eq!(llm.calls(), 2);
+}
+
+/// An endpoint that answered once and then goes down: calls neither fail nor hammer it. They wait
+/// while one probe at a time checks it, and all go through once it is back.
+#[tokio::test]
+async fn calls_wait_for_an_endpoint_that_went_down_instead_of_failing() {
+    let down = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let (is_down, failures) = (down.clone(), failed.clone());
+    let llm = FakeLlm::start(move |_| {
+        if is_down.load(Ordering::SeqCst) {
+            failures.fetch_add(1, Ordering::SeqCst);
+            Reply::Status(503)
+        } else {
+            Reply::Text("ok".into())
+        }
+    })
+    .await;
+    let mut settings = support::settings(&llm.base_url).llm;
+    (settings.breaker.probe_ms, settings.breaker.max_probe_ms) = (200, 400);
+    let client = LlmClient::new(settings.clone());
+    client.text("", "hi").await.unwrap();
+
+    down.store(true, Ordering::SeqCst);
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.text("", "hi").await })
+        })
+        .collect();
+    // Without the circuit every call would have failed after its 4 tries, 10-80 ms apart.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    down.store(false, Ordering::SeqCst);
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().value, "ok");
+    }
+    let failed = failed.load(Ordering::SeqCst);
+    // The calls in flight (4, `max_concurrency`) fail until the circuit opens; after that only
+    // probes go out, one per 200-400 ms.
+    assert!(failed < 4 * 2 + 3_000 / 160, "{failed} failed requests: the endpoint was hammered, not probed");
+    let opened = lacuna::metrics::METRICS.llm_circuit_opened.with_label_values(&[&settings.base_url]).get();
+    assert!(opened >= 1, "the circuit opened");
+}
+
+#[tokio::test]
+async fn a_call_gives_up_once_the_circuit_was_open_for_max_wait() {
+    let calls = AtomicUsize::new(0);
+    let llm = FakeLlm::start(move |_| match calls.fetch_add(1, Ordering::SeqCst) {
+        0 => Reply::Text("ok".into()),
+        _ => Reply::Status(503),
+    })
+    .await;
+    let mut settings = support::settings(&llm.base_url).llm;
+    (settings.breaker.failures, settings.breaker.probe_ms, settings.breaker.max_wait_ms) = (2, 100, 1_000);
+    let client = LlmClient::new(settings);
+    client.text("", "hi").await.unwrap();
+    let error = client.text("", "hi").await.unwrap_err();
+    assert_eq!(error.error_type(), "llm_unreachable");
+    assert!(error.to_string().contains("circuit open"), "{error}");
 }

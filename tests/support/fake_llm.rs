@@ -23,6 +23,8 @@ pub enum Reply {
     Delayed(std::time::Duration, Box<Reply>),
     /// This text, reported as stopped at `max_tokens` (`finish_reason: "length"`).
     Cut(String),
+    /// HTTP 429 with `Retry-After` in whole seconds.
+    Throttled(u64),
 }
 
 /// Which MIGRES prompt a user message is, recognised by its fixed instructions.
@@ -172,16 +174,21 @@ impl FakeLlm {
                             tokio::time::sleep(pause).await;
                             reply = *inner;
                         }
+                        let mut headers = String::new();
+                        if let Reply::Throttled(seconds) = reply {
+                            headers = format!("retry-after: {seconds}\r\n");
+                            reply = Reply::Status(429);
+                        }
                         let (status, body) = match reply {
                             Reply::Json(value) => (200, completion(&value.to_string(), scored.then_some(-0.5), "stop")),
                             Reply::Text(text) => (200, completion(&text, scored.then_some(-0.5), "stop")),
                             Reply::Scored(text, logprob) => (200, completion(&text, scored.then_some(logprob), "stop")),
                             Reply::Cut(text) => (200, completion(&text, scored.then_some(-0.5), "length")),
                             Reply::Status(status) => (status, json!({"error": {"message": "scripted failure"}}).to_string()),
-                            Reply::Delayed(..) => unreachable!("unwrapped above"),
+                            Reply::Delayed(..) | Reply::Throttled(_) => unreachable!("unwrapped above"),
                         };
                         let response = format!(
-                            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
                             body.len()
                         );
                         let _ = socket.write_all(response.as_bytes()).await;

@@ -1,0 +1,146 @@
+//! A circuit breaker per LLM endpoint, shared by every client in the process. Without it an outage
+//! burns each call's retries and each event's attempts in seconds and turns every question in flight
+//! into an error record. With it, once the endpoint failed `llm.breaker.failures` times in a row,
+//! calls stop going out and wait; one of them at a time probes the endpoint, at growing, jittered
+//! intervals, and the first success lets them all go again. Waiting calls hold their stage's
+//! in-flight slots, so the stages stop consuming: the questions wait on the bus, not in error records.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::settings::BreakerSettings;
+
+#[derive(Debug)]
+enum State {
+    Closed { failures: u32 },
+    /// No call goes out before `retry_at`; then one probe, which may hold the endpoint until
+    /// `probe_until` (its request's timeout) before another is let through.
+    Open { since: Instant, retry_at: Instant, interval: Duration, probe_until: Option<Instant> },
+}
+
+pub struct Breaker {
+    endpoint: String,
+    settings: BreakerSettings,
+    /// How long a probe may take before it counts as lost (the request timeout).
+    probe_timeout: Duration,
+    state: Mutex<State>,
+    /// Whether the endpoint ever answered in this process. One that never did is more likely a
+    /// wrong address or a server still starting than an outage: its calls fail as they always did,
+    /// after their retries, rather than wait for half an hour.
+    ever_up: AtomicBool,
+    closed: Notify,
+}
+
+/// The breaker has been open for longer than `llm.breaker.max_wait_ms`: the call gives up.
+#[derive(Debug)]
+pub struct OpenTooLong(pub Duration);
+
+impl Breaker {
+    /// The process's breaker for `endpoint`, made with these settings on first use.
+    pub fn for_endpoint(endpoint: &str, settings: &BreakerSettings, probe_timeout: Duration) -> Arc<Breaker> {
+        static BREAKERS: LazyLock<Mutex<HashMap<String, Arc<Breaker>>>> = LazyLock::new(Default::default);
+        BREAKERS
+            .lock()
+            .unwrap()
+            .entry(endpoint.to_string())
+            .or_insert_with(|| {
+                Arc::new(Breaker {
+                    endpoint: endpoint.to_string(),
+                    settings: settings.clone(),
+                    probe_timeout,
+                    state: Mutex::new(State::Closed { failures: 0 }),
+                    ever_up: AtomicBool::new(false),
+                    closed: Notify::new(),
+                })
+            })
+            .clone()
+    }
+
+    /// Returns once a call may go out: at once while the endpoint is healthy; while it is not,
+    /// when this call is the next probe or a probe found the endpoint back.
+    pub async fn pass(&self) -> Result<(), OpenTooLong> {
+        loop {
+            let closed = self.closed.notified();
+            tokio::pin!(closed);
+            // Registered before the state is read, so a close in between is not missed.
+            closed.as_mut().enable();
+            let now = Instant::now();
+            let wake_at = match &mut *self.state.lock().unwrap() {
+                State::Closed { .. } => return Ok(()),
+                State::Open { since, .. } if now.duration_since(*since) > self.max_wait() => {
+                    return Err(OpenTooLong(now.duration_since(*since)));
+                }
+                State::Open { retry_at, probe_until, .. } => match *probe_until {
+                    Some(until) if now < until => until,
+                    _ if now < *retry_at => *retry_at,
+                    _ => {
+                        *probe_until = Some(now + self.probe_timeout);
+                        return Ok(());
+                    }
+                },
+            };
+            tokio::select! {
+                _ = closed => {}
+                _ = tokio::time::sleep_until(wake_at.into()) => {}
+            }
+        }
+    }
+
+    /// The endpoint answered (even with an error of the caller's making): it is up.
+    pub fn succeeded(&self) {
+        self.ever_up.store(true, Ordering::Relaxed);
+        let mut state = self.state.lock().unwrap();
+        if let State::Open { since, .. } = *state {
+            tracing::warn!(endpoint = %self.endpoint, down_s = since.elapsed().as_secs(), "LLM endpoint back: circuit closed");
+            crate::metrics::METRICS.llm_circuit_open.with_label_values(&[&self.endpoint]).set(0);
+            self.closed.notify_waiters();
+        }
+        *state = State::Closed { failures: 0 };
+    }
+
+    /// The endpoint failed in a way worth retrying (unreachable, timeout, 429, 5xx); `retry_after`
+    /// is the server's own word on when to come back. True when the circuit is open: the caller
+    /// waits in [`Breaker::pass`] rather than spending one of its retries.
+    pub fn failed(&self, retry_after: Option<Duration>) -> bool {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap();
+        let (since, interval) = match *state {
+            State::Closed { .. } if !self.ever_up.load(Ordering::Relaxed) => return false,
+            State::Closed { failures } if failures + 1 < self.settings.failures => {
+                *state = State::Closed { failures: failures + 1 };
+                return false;
+            }
+            State::Closed { .. } => {
+                tracing::error!(endpoint = %self.endpoint, failures = self.settings.failures, "LLM endpoint failing: circuit open, calls wait for a probe");
+                let m = &crate::metrics::METRICS;
+                m.llm_circuit_open.with_label_values(&[&self.endpoint]).set(1);
+                m.llm_circuit_opened.with_label_values(&[&self.endpoint]).inc();
+                (now, Duration::from_millis(self.settings.probe_ms))
+            }
+            // A call sent before the circuit opened: the wait already set stands.
+            State::Open { probe_until: None, .. } => return true,
+            // A failed probe: wait longer before the next.
+            State::Open { since, interval, .. } => {
+                (since, (interval * 2).min(Duration::from_millis(self.settings.max_probe_ms)))
+            }
+        };
+        let wait = jittered(interval).max(retry_after.unwrap_or_default());
+        *state = State::Open { since, retry_at: now + wait, interval, probe_until: None };
+        true
+    }
+
+    fn max_wait(&self) -> Duration {
+        Duration::from_millis(self.settings.max_wait_ms)
+    }
+}
+
+/// `interval` ±20%, so that many processes probing one endpoint spread out.
+pub fn jittered(interval: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let factor = 0.8 + 0.4 * f64::from(nanos % 1000) / 1000.0;
+    interval.mul_f64(factor)
+}
