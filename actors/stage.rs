@@ -289,6 +289,7 @@ async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>, delivery: 
 
 async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delivery: Delivery) {
     let (m, retry) = (&METRICS, &context.runner.retry);
+    // Tries of this delivery; its own attempt number counts those of earlier dead-letter replays.
     let mut attempt = 1;
     let outcome = loop {
         match stage.process(&delivery.record).await {
@@ -303,6 +304,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
             Err(error) => break Err(error),
         }
     };
+    let tries = delivery.attempt.max(1) + attempt - 1;
     let (outputs, mut failure) = match outcome {
         Ok(outputs) => {
             context.wiring.check(S::NAME, &outputs);
@@ -310,7 +312,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
         }
         Err(error) => {
             tracing::error!(stage = S::NAME, key = %delivery.record.key, error_type = error.error_type(), %error, "event failed");
-            (failure_records(S::NAME, &delivery.record, &error), Some(error.error_type()))
+            (failure_records(S::NAME, &delivery.record, &error, tries), Some(error.error_type()))
         }
     };
     let mut published = publish_all(S::NAME, context, outputs).await;
@@ -319,7 +321,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
         let error = StageError::Bus(BusError::Rejected(reason));
         tracing::error!(stage = S::NAME, key = %delivery.record.key, %error, "an output was rejected: ending its question");
         failure = Some(error.error_type());
-        published = publish_all(S::NAME, context, failure_records(S::NAME, &delivery.record, &error)).await;
+        published = publish_all(S::NAME, context, failure_records(S::NAME, &delivery.record, &error, tries)).await;
     }
     match published {
         Published::All(count) => {
@@ -387,11 +389,11 @@ async fn publish_with_retries(stage: &'static str, context: &Handling<'_>, recor
     }
 }
 
-/// The error record that ends the question, and the dead letter that keeps the failed event. A failed
-/// sub-question or trajectory does not end its root question: its parent hears of it through the
-/// join as a child that found no answer.
-pub fn failure_records(stage: &str, input: &Record, error: &StageError) -> Vec<Record> {
-    let dead_letter = DeadLetter::new(stage, error.error_type(), &error.to_string(), input).to_record();
+/// The error record that ends the question, and the dead letter that keeps the failed event after
+/// `attempts` tries. A failed sub-question or trajectory does not end its root question: its parent
+/// hears of it through the join as a child that found no answer.
+pub fn failure_records(stage: &str, input: &Record, error: &StageError, attempts: u32) -> Vec<Record> {
+    let dead_letter = DeadLetter::new(stage, error.error_type(), &error.to_string(), input, attempts).to_record();
     if let Some(mut memory) = child_memory(&input.payload) {
         memory.record(
             stage,

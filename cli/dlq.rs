@@ -1,5 +1,6 @@
 //! `lacuna dlq replay`: sends dead letters back to the topic they came from, once the cause (an LLM
-//! outage, a bad deploy) is fixed. Their attempt count goes up by one.
+//! outage, a bad deploy) is fixed. Each goes out with its next attempt number: one more than the tries
+//! its dead letter records.
 
 use std::time::Duration;
 
@@ -42,7 +43,8 @@ pub async fn dlq(settings: &Settings, args: DlqArgs) -> anyhow::Result<()> {
             Ok(letter) => {
                 let record =
                     Record { topic: letter.original_topic, key: letter.key, payload: letter.payload.into_bytes() };
-                bus.publish_attempt(record, delivery.attempt + 1).await?;
+                // Letters from before `attempts` was recorded say 0: they were tried at least once.
+                bus.publish_attempt(record, letter.attempts.max(1) + 1).await?;
                 replayed += 1;
             }
             Err(error) => tracing::error!(%error, "unreadable dead letter skipped"),

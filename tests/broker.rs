@@ -405,7 +405,7 @@ async fn dead_letters_are_replayed_once_the_cause_is_fixed() {
     let broken = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let flag = broken.clone();
     let llm = FakeLlm::start(move |prompt| {
-        if flag.load(std::sync::atomic::Ordering::SeqCst) { Reply::Status(400) } else { query_llm()(prompt) }
+        if flag.load(std::sync::atomic::Ordering::SeqCst) { Reply::Status(503) } else { query_llm()(prompt) }
     })
     .await;
     let settings = settings("replay", &llm.base_url);
@@ -413,9 +413,14 @@ async fn dead_letters_are_replayed_once_the_cause_is_fixed() {
     let stage = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;
     let mut dead = bus.subscribe(&[Topic::DeadLetters], "t-dead").await.unwrap();
     let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
+    let mut inputs = bus.subscribe(&[Topic::Missing], "t-missing").await.unwrap();
     bus.publish(missing("needs-replay")).await.unwrap();
     let letter = DeadLetter::from_payload(&next_record(&mut dead).await.payload).unwrap();
     assert_eq!(letter.error_type, "llm_http_status");
+    assert_eq!(letter.attempts, settings.retry.max_attempts, "every try of the event is counted");
+    let first = next(&mut inputs).await;
+    assert_eq!(first.attempt, 1);
+    first.ack();
 
     broken.store(false, std::sync::atomic::Ordering::SeqCst);
     let status = Command::new(env!("CARGO_BIN_EXE_lacuna"))
@@ -427,6 +432,9 @@ async fn dead_letters_are_replayed_once_the_cause_is_fixed() {
     assert!(status.success());
     let replayed = next(&mut queries).await;
     assert_eq!(replayed.record.key, "needs-replay");
+    let again = next(&mut inputs).await;
+    assert_eq!((again.record.key.as_str(), again.attempt), ("needs-replay", settings.retry.max_attempts + 1));
+    again.ack();
     stage.drain().await;
 }
 

@@ -15,13 +15,18 @@ pub struct DeadLetter {
     pub key: String,
     /// The original payload as text (lossy only when it was not UTF-8).
     pub payload: String,
+    /// The tries the stage made on the event, earlier dead-letter replays included: a replay is
+    /// published with the next number in its `lacuna-attempt` header. (A redelivery after a crash is
+    /// not counted: nothing recorded that the first delivery ever started.)
+    #[serde(default)]
+    pub attempts: u32,
     /// Set when the payload was cut to fit `bus.max_event_bytes`: it cannot be replayed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub payload_truncated: bool,
 }
 
 impl DeadLetter {
-    pub fn new(stage: &str, error_type: &str, message: &str, original: &Record) -> Self {
+    pub fn new(stage: &str, error_type: &str, message: &str, original: &Record, attempts: u32) -> Self {
         DeadLetter {
             schema_version: super::SCHEMA_VERSION,
             stage: stage.to_string(),
@@ -30,6 +35,7 @@ impl DeadLetter {
             original_topic: original.topic,
             key: original.key.clone(),
             payload: String::from_utf8_lossy(&original.payload).into_owned(),
+            attempts,
             payload_truncated: false,
         }
     }
