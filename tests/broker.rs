@@ -5,8 +5,7 @@
 mod support;
 
 use std::collections::{BTreeSet, HashSet};
-use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use lacuna::topics::{
     AnswerRecord, Bus, Event, MissingEvent, Record, SCHEMA_VERSION, Subscription, Topic, VersionedAnswer,
 };
 use serde_json::json;
+use support::cluster::{Cluster, answer_ids, bus, settings, write_questions};
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 
 /// The broker tests run one at a time: several clusters of processes at once would only measure
@@ -28,33 +28,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn brokers() -> String {
-    std::env::var("LACUNA_TEST_KAFKA")
-        .expect("LACUNA_TEST_KAFKA is not set: run the tests with scripts/test.sh, which starts a broker")
-}
-
-/// A topic prefix no other test run uses.
-fn prefix(test: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("t{nanos}-{test}.")
-}
-
-fn settings(test: &str, llm_url: &str) -> Settings {
-    let mut settings = support::settings(llm_url);
-    settings.kafka.brokers = brokers();
-    settings.kafka.topic_prefix = prefix(test);
-    settings.kafka.partitions = 4;
-    settings.kafka.session_timeout_ms = 6000;
-    settings.kafka.max_poll_interval_ms = 10000;
-    settings
-}
-
-async fn bus(settings: &Settings) -> Arc<KafkaBus> {
-    let bus = KafkaBus::new(settings.kafka.clone(), settings.bus.max_event_bytes).unwrap();
-    bus.ensure_topics(&lacuna::topics::Topic::ALL).await.unwrap();
-    Arc::new(bus)
 }
 
 /// One stage of `kind` on `bus`, as its declaration builds it (needing no heavy parts).
@@ -221,65 +194,6 @@ async fn a_rebalance_lets_in_flight_work_finish_instead_of_redoing_it() {
     two.drain().await;
 }
 
-/// The six stages as separate `lacuna stage` processes, killed on drop.
-struct Cluster {
-    env: Vec<(String, String)>,
-    stages: Vec<(String, Child)>,
-}
-
-impl Cluster {
-    fn start(settings: &Settings, llm_url: &str) -> Cluster {
-        let env = vec![
-            ("LACUNA__KAFKA__BROKERS".into(), settings.kafka.brokers.clone()),
-            ("LACUNA__KAFKA__TOPIC_PREFIX".into(), settings.kafka.topic_prefix.clone()),
-            ("LACUNA__KAFKA__PARTITIONS".into(), "4".into()),
-            ("LACUNA__KAFKA__SESSION_TIMEOUT_MS".into(), "6000".into()),
-            ("LACUNA__KAFKA__MAX_POLL_INTERVAL_MS".into(), "10000".into()),
-            ("LACUNA__LLM__BASE_URL".into(), llm_url.into()),
-            ("LACUNA__SEARCH__INDEX_DIR".into(), support::hotpot_index().display().to_string()),
-            // One passage per question keeps the re-ranker, which all processes share two cores
-            // with, from dominating the test's time.
-            ("LACUNA__MIGRES__RETRIEVE_TOP_N".into(), "1".into()),
-            // Static membership: a stage restarted under its name takes its partitions back at once.
-            // (The test broker never expires a SIGKILLed member, and a dead group leader would
-            // stall the group; Apache Kafka expires it after session.timeout.ms.)
-            ("LACUNA__KAFKA__INSTANCE_ID".into(), "replica-0".into()),
-        ];
-        let mut cluster = Cluster { env, stages: Vec::new() };
-        for stage in PipelineKind::Migres.stages() {
-            cluster.spawn(stage.name);
-        }
-        cluster
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_lacuna"));
-        command.args(args).envs(self.env.iter().cloned());
-        command
-    }
-
-    fn spawn(&mut self, name: &str) {
-        let child = self.command(&["stage", name]).spawn().unwrap();
-        self.stages.push((name.to_string(), child));
-    }
-
-    fn signal(&mut self, name: &str, signal: &str) -> Child {
-        let index = self.stages.iter().position(|(n, _)| n == name).unwrap();
-        let (_, child) = self.stages.remove(index);
-        Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
-        child
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.stages {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 fn answering_llm() -> impl Fn(&str) -> Reply {
     |prompt| match prompt_kind(prompt) {
         Prompt::Main => Reply::Json(
@@ -289,29 +203,6 @@ fn answering_llm() -> impl Fn(&str) -> Reply {
         Prompt::Knowledge => Reply::Text("I don't know.".into()),
         _ => Reply::Status(400),
     }
-}
-
-fn write_questions(path: &Path, count: usize) -> BTreeSet<String> {
-    let text = std::fs::read_to_string(support::data_dir().join("hotpotqa/questions.jsonl")).unwrap();
-    let questions: Vec<String> = text
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["question"].as_str().unwrap().to_string())
-        .collect();
-    let lines: Vec<String> = (0..count)
-        .map(|n| json!({"id": format!("q{n}"), "question": questions[n % questions.len()]}).to_string())
-        .collect();
-    std::fs::write(path, lines.join("\n")).unwrap();
-    (0..count).map(|n| format!("q{n}")).collect()
-}
-
-fn answer_ids(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        // The sink may be writing the last line right now.
-        .filter_map(|l| serde_json::from_str::<VersionedAnswer>(l).ok())
-        .map(|answer| answer.record.question_id().to_string())
-        .collect()
 }
 
 /// Submits `count` questions to a cluster of stage processes, runs `disrupt` once a quarter of the

@@ -1,6 +1,7 @@
 //! Shared test helpers: the fake OpenAI-protocol LLM, a real index of a shared/data corpus, settings.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod fake_llm;
 pub mod faulty_bus;
 pub mod methods;

@@ -1,0 +1,128 @@
+//! A MIGRES cluster for the broker tests: the real broker's address, per-test topic prefixes, and
+//! each stage as its own `lacuna stage` process.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::sync::Arc;
+
+use lacuna::pipelines::PipelineKind;
+use lacuna::settings::Settings;
+use lacuna::topics::{QuestionEvent, VersionedAnswer};
+use lacuna::topics::kafka::KafkaBus;
+use serde_json::json;
+
+pub fn brokers() -> String {
+    std::env::var("LACUNA_TEST_KAFKA")
+        .expect("LACUNA_TEST_KAFKA is not set: run the tests with scripts/test.sh, which starts a broker")
+}
+
+/// A topic prefix no other test run uses.
+pub fn prefix(test: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("t{nanos}-{test}.")
+}
+
+pub fn settings(test: &str, llm_url: &str) -> Settings {
+    let mut settings = super::settings(llm_url);
+    settings.kafka.brokers = brokers();
+    settings.kafka.topic_prefix = prefix(test);
+    settings.kafka.partitions = 4;
+    settings.kafka.session_timeout_ms = 6000;
+    settings.kafka.max_poll_interval_ms = 10000;
+    settings
+}
+
+pub async fn bus(settings: &Settings) -> Arc<KafkaBus> {
+    let bus = KafkaBus::new(settings.kafka.clone(), settings.bus.max_event_bytes).unwrap();
+    bus.ensure_topics(&lacuna::topics::Topic::ALL).await.unwrap();
+    Arc::new(bus)
+}
+
+/// The six stages as separate `lacuna stage` processes, killed on drop.
+pub struct Cluster {
+    env: Vec<(String, String)>,
+    stages: Vec<(String, Child)>,
+}
+
+impl Cluster {
+    pub fn start(settings: &Settings, llm_url: &str) -> Cluster {
+        let env = vec![
+            ("LACUNA__KAFKA__BROKERS".into(), settings.kafka.brokers.clone()),
+            ("LACUNA__KAFKA__TOPIC_PREFIX".into(), settings.kafka.topic_prefix.clone()),
+            ("LACUNA__KAFKA__PARTITIONS".into(), "4".into()),
+            ("LACUNA__KAFKA__SESSION_TIMEOUT_MS".into(), "6000".into()),
+            ("LACUNA__KAFKA__MAX_POLL_INTERVAL_MS".into(), "10000".into()),
+            ("LACUNA__LLM__BASE_URL".into(), llm_url.into()),
+            ("LACUNA__SEARCH__INDEX_DIR".into(), super::hotpot_index().display().to_string()),
+            // One passage per question keeps the re-ranker, which all processes share two cores
+            // with, from dominating the test's time.
+            ("LACUNA__MIGRES__RETRIEVE_TOP_N".into(), "1".into()),
+            // Static membership: a stage restarted under its name takes its partitions back at once.
+            // (The test broker never expires a SIGKILLed member, and a dead group leader would
+            // stall the group; Apache Kafka expires it after session.timeout.ms.)
+            ("LACUNA__KAFKA__INSTANCE_ID".into(), "replica-0".into()),
+        ];
+        let mut cluster = Cluster { env, stages: Vec::new() };
+        for stage in PipelineKind::Migres.stages() {
+            cluster.spawn(stage.name);
+        }
+        cluster
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lacuna"));
+        command.args(args).envs(self.env.iter().cloned());
+        command
+    }
+
+    pub fn spawn(&mut self, name: &str) {
+        let child = self.command(&["stage", name]).spawn().unwrap();
+        self.stages.push((name.to_string(), child));
+    }
+
+    pub fn signal(&mut self, name: &str, signal: &str) -> Child {
+        let index = self.stages.iter().position(|(n, _)| n == name).unwrap();
+        let (_, child) = self.stages.remove(index);
+        Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+        child
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.stages {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `count` questions of the HotpotQA set (repeated past its end), with ids q0, q1, ...
+pub fn questions(count: usize) -> Vec<QuestionEvent> {
+    let text = std::fs::read_to_string(super::data_dir().join("hotpotqa/questions.jsonl")).unwrap();
+    let questions: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["question"].as_str().unwrap().to_string())
+        .collect();
+    (0..count).map(|n| QuestionEvent::new(format!("q{n}"), questions[n % questions.len()].clone())).collect()
+}
+
+/// Writes [`questions`] as a `lacuna submit` file and returns their ids.
+pub fn write_questions(path: &Path, count: usize) -> BTreeSet<String> {
+    let questions = questions(count);
+    let lines: Vec<String> = questions.iter().map(|q| json!({"id": q.id, "question": q.question}).to_string()).collect();
+    std::fs::write(path, lines.join("\n")).unwrap();
+    questions.into_iter().map(|q| q.id).collect()
+}
+
+pub fn answer_ids(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        // The sink may be writing the last line right now.
+        .filter_map(|l| serde_json::from_str::<VersionedAnswer>(l).ok())
+        .map(|answer| answer.record.question_id().to_string())
+        .collect()
+}
+
