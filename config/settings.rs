@@ -259,6 +259,9 @@ pub struct BusSettings {
     pub queue_capacity: usize,
     /// The largest event published, on either bus (Kafka's `message.max.bytes`).
     pub max_event_bytes: usize,
+    /// The event schema written to Kafka: this build's (0), or the previous one while replicas of
+    /// the previous build still run (see `topics/schema.rs`).
+    pub write_schema_version: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -397,6 +400,9 @@ impl Settings {
         }
         if self.qpaug.top_k < 2 {
             return Err("qpaug.top_k must be at least 2 (K-1 retrieved passages plus the generated one)".into());
+        }
+        if self.bus.write_schema_version != 0 {
+            crate::topics::schema::check_write_version(self.bus.write_schema_version)?;
         }
         if self.run.max_open_questions == 0 || self.run.max_open_questions >= self.bus.queue_capacity {
             return Err(format!(

@@ -101,7 +101,7 @@ impl PipelineKind {
 
     /// The Kafka bus on this pipeline's topics (`[kafka]` as configured), each of them created.
     pub async fn kafka_bus(self, settings: &Settings) -> Result<Arc<KafkaBus>, BusError> {
-        let bus = KafkaBus::new(self.kafka_settings(&settings.kafka), settings.bus.max_event_bytes)?;
+        let bus = KafkaBus::new(self.kafka_settings(&settings.kafka), &settings.bus)?;
         bus.ensure_topics(&graph::topics(self.stages())).await?;
         Ok(Arc::new(bus))
     }

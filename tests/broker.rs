@@ -399,7 +399,7 @@ async fn the_vanilla_baseline_runs_over_kafka_on_its_own_topics() {
     assert!(!answer.passages.is_empty(), "the answer cites the passages it was shown");
 
     // The records went through the pipeline's own answers topic, not MIGRES's.
-    let own = KafkaBus::new(vanilla, settings.bus.max_event_bytes).unwrap();
+    let own = KafkaBus::new(vanilla, &settings.bus).unwrap();
     let mut answers = own.subscribe(&[Topic::Answers], "inspect").await.unwrap();
     let delivery = next(&mut answers).await;
     assert_eq!(delivery.record.key, "kafka-vanilla");
@@ -483,9 +483,33 @@ async fn raisf_fans_out_and_joins_over_kafka() {
     assert_eq!(answer.answer, answers[0]);
     assert_eq!(answer.usage.llm_calls as usize, llm.calls());
 
-    let own = KafkaBus::new(PipelineKind::Raisf.kafka_settings(&settings.kafka), settings.bus.max_event_bytes).unwrap();
+    let own = KafkaBus::new(PipelineKind::Raisf.kafka_settings(&settings.kafka), &settings.bus).unwrap();
     let mut nodes = own.subscribe(&[Topic::Nodes], "inspect").await.unwrap();
     let keys: BTreeSet<String> =
         [next_record(&mut nodes).await, next_record(&mut nodes).await].into_iter().map(|r| r.key).collect();
     assert_eq!(keys, BTreeSet::from(["kafka-raisf#1".to_string(), "kafka-raisf#2".to_string()]), "keyed by node");
+}
+
+/// During a rolling upgrade across a schema version, `bus.write_schema_version` makes the new
+/// replicas write what replicas of the previous build read: its version number, and no trace kind
+/// it does not know.
+#[tokio::test]
+async fn events_written_for_the_previous_schema_version_carry_nothing_it_cannot_read() {
+    let _serial = serial();
+    let mut settings = settings("write-v1", "http://127.0.0.1:1/v1");
+    settings.bus.write_schema_version = lacuna::topics::OLDEST_READABLE_SCHEMA_VERSION;
+    let bus = bus(&settings).await;
+    let mut record = missing("rolling");
+    let mut event = MissingEvent::from_payload(&record.payload).unwrap();
+    event.memory.record("leaf", lacuna::topics::TraceKind::Degraded { cause: "unparsable".into(), message: "x".into() });
+    event.memory.record("main", lacuna::topics::TraceKind::Failed { error_type: "e".into(), message: "m".into() });
+    record.payload = event.to_record().payload;
+    let mut read = bus.subscribe(&[Topic::Missing], "t-read").await.unwrap();
+    bus.publish(record).await.unwrap();
+
+    let written: serde_json::Value = serde_json::from_slice(&next_record(&mut read).await.payload).unwrap();
+    assert_eq!(written["schema_version"], 1);
+    let kinds: Vec<&str> = written["memory"]["trace"].as_array().unwrap().iter().map(|s| s["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["failed"], "the degraded step, which version 1 has no kind for, is left out");
+    MissingEvent::from_payload(&serde_json::to_vec(&written).unwrap()).expect("and this build still reads it");
 }

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 use super::Topic;
 use super::bus::{Bus, BusError, Delivery, DeliveryHooks, Record, Subscription};
-use crate::settings::KafkaSettings;
+use crate::settings::{BusSettings, KafkaSettings};
 
 pub const ATTEMPT_HEADER: &str = "lacuna-attempt";
 pub const QUESTION_HEADER: &str = "lacuna-question-id";
@@ -31,6 +31,8 @@ pub const QUESTION_HEADER: &str = "lacuna-question-id";
 pub struct KafkaBus {
     settings: KafkaSettings,
     producer: FutureProducer,
+    /// `bus.write_schema_version`; 0 for this build's.
+    write_schema_version: u32,
 }
 
 fn transport(error: impl std::fmt::Display) -> BusError {
@@ -60,7 +62,8 @@ fn publish_error(error: KafkaError) -> BusError {
 }
 
 impl KafkaBus {
-    pub fn new(settings: KafkaSettings, max_event_bytes: usize) -> Result<Self, BusError> {
+    pub fn new(settings: KafkaSettings, bus: &BusSettings) -> Result<Self, BusError> {
+        let max_event_bytes = bus.max_event_bytes;
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &settings.brokers)
             // Retries cannot duplicate or reorder records within a partition.
@@ -71,7 +74,7 @@ impl KafkaBus {
             .set("message.max.bytes", (max_event_bytes + 64 * 1024).to_string())
             .create()
             .map_err(transport)?;
-        Ok(KafkaBus { settings, producer })
+        Ok(KafkaBus { settings, producer, write_schema_version: bus.write_schema_version })
     }
 
     pub fn topic_name(&self, topic: Topic) -> String {
@@ -120,10 +123,14 @@ impl KafkaBus {
         let headers = OwnedHeaders::new()
             .insert(Header { key: QUESTION_HEADER, value: Some(record.key.as_bytes()) })
             .insert(Header { key: ATTEMPT_HEADER, value: Some(attempt.as_bytes()) });
+        let payload = match self.write_schema_version {
+            0 => record.payload,
+            version => super::schema::write_as(record.payload, version),
+        };
         let mut future = FutureRecord::to(&name).key(record.key.as_bytes()).headers(headers);
         // An empty payload on a table is a tombstone: Kafka's null value, which compaction removes.
-        if !(record.topic.is_table() && record.payload.is_empty()) {
-            future = future.payload(&record.payload);
+        if !(record.topic.is_table() && payload.is_empty()) {
+            future = future.payload(&payload);
         }
         self.producer
             .send(future, Duration::from_millis(self.settings.message_timeout_ms))

@@ -18,6 +18,7 @@ pub mod node;
 pub mod passages;
 pub mod queries;
 pub mod question;
+pub mod schema;
 pub mod size;
 pub mod trace;
 pub mod verified;
@@ -39,8 +40,7 @@ pub use verified::VerifiedEvent;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// Bumped whenever an event's JSON changes incompatibly; consumers reject versions they do not know.
-pub const SCHEMA_VERSION: u32 = 1;
+pub use schema::{OLDEST_READABLE_SCHEMA_VERSION, SCHEMA_VERSION};
 
 /// One edge of the pipeline graph. Kafka topic names are these with a configurable prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
@@ -125,10 +125,11 @@ pub trait Event: Serialize + DeserializeOwned + Send + 'static {
         }
     }
 
-    /// Parses a record's payload, refusing unknown schema versions rather than misreading them.
+    /// Parses a record's payload: this build's schema version or the one before (see
+    /// `topics/schema.rs`), refusing others rather than misreading them.
     fn from_payload(payload: &[u8]) -> Result<Self, DecodeError> {
         let event: Self = serde_json::from_slice(payload).map_err(|e| DecodeError::Json(e.to_string()))?;
-        if event.schema_version() != SCHEMA_VERSION {
+        if !(OLDEST_READABLE_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&event.schema_version()) {
             return Err(DecodeError::SchemaVersion(event.schema_version()));
         }
         Ok(event)
@@ -139,7 +140,7 @@ pub trait Event: Serialize + DeserializeOwned + Send + 'static {
 pub enum DecodeError {
     #[error("malformed event: {0}")]
     Json(String),
-    #[error("unsupported schema_version {0} (this build reads {SCHEMA_VERSION})")]
+    #[error("unsupported schema_version {0} (this build reads {OLDEST_READABLE_SCHEMA_VERSION} to {SCHEMA_VERSION})")]
     SchemaVersion(u32),
 }
 

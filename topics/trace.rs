@@ -124,6 +124,10 @@ pub enum TraceKind {
         answer: String,
         scores: Vec<(String, f64)>,
     },
+    /// A step of a kind this build does not know, written by a later one during a rolling upgrade:
+    /// read rather than refused, its details are not kept.
+    #[serde(other)]
+    Unknown,
 }
 
 fn is_zero(n: &u32) -> bool {

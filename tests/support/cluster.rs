@@ -34,7 +34,7 @@ pub fn settings(test: &str, llm_url: &str) -> Settings {
 }
 
 pub async fn bus(settings: &Settings) -> Arc<KafkaBus> {
-    let bus = KafkaBus::new(settings.kafka.clone(), settings.bus.max_event_bytes).unwrap();
+    let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap();
     bus.ensure_topics(&lacuna::topics::Topic::ALL).await.unwrap();
     Arc::new(bus)
 }
