@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use prometheus::core::Collector;
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{CounterVec, Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 
 pub struct Metrics {
     pub registry: Registry,
@@ -23,6 +23,7 @@ pub struct Metrics {
     pub llm_cached_tokens: IntCounterVec,
     pub llm_cache_hits: IntCounterVec,
     pub llm_reasks: IntCounterVec,
+    pub llm_cost: CounterVec,
     pub llm_circuit_open: IntGaugeVec,
     pub llm_circuit_opened: IntCounterVec,
     pub degraded: IntCounterVec,
@@ -115,6 +116,11 @@ impl Metrics {
                 "LLM replies that could not be used and were asked again, by cause (unparsable, cut_at_max_tokens).",
                 &["stage", "cause"],
             ),
+            llm_cost: CounterVec::new(
+                Opts::new("lacuna_llm_cost_total", "What the LLM calls cost by llm.prices, in its currency."),
+                s,
+            )
+            .expect("a valid counter"),
             llm_circuit_open: IntGaugeVec::new(
                 Opts::new(
                     "lacuna_llm_circuit_open",
@@ -249,6 +255,7 @@ impl Metrics {
             Box::new(self.llm_cached_tokens.clone()),
             Box::new(self.llm_cache_hits.clone()),
             Box::new(self.llm_reasks.clone()),
+            Box::new(self.llm_cost.clone()),
             Box::new(self.llm_circuit_open.clone()),
             Box::new(self.llm_circuit_opened.clone()),
             Box::new(self.degraded.clone()),

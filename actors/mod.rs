@@ -54,6 +54,13 @@ pub fn note_call(memory: &mut Memory, stage: &str, purpose: &str, stats: &CallSt
     memory.usage.completion_tokens += stats.completion_tokens;
     memory.usage.cached_tokens += stats.cached_tokens;
     memory.usage.cache_hits += u32::from(stats.cache_hit);
+    if stats.cost > 0.0 {
+        memory.usage.cost += stats.cost;
+        // A fanned-out child's `stage@1.2` counts as `stage`.
+        let own = stage.split('@').next().unwrap_or(stage);
+        *memory.usage.cost_by_stage.entry(own.to_string()).or_default() += stats.cost;
+        crate::metrics::METRICS.llm_cost.with_label_values(&[own]).inc_by(stats.cost);
+    }
     memory.record(
         stage,
         TraceKind::LlmCall {

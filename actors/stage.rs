@@ -17,7 +17,7 @@ use crate::actors::answer::error_record;
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
 use crate::actors::fanout::{child_memory, result_record};
 use crate::metrics::METRICS;
-use crate::settings::{RetrySettings, Settings, StageSettings, backoff};
+use crate::settings::{BudgetSettings, RetrySettings, Settings, StageSettings, backoff};
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{Bus, BusError, DecodeError, Delivery, ErrorRecord, Event, Record, Topic, TraceKind, TraceStep};
 
@@ -35,6 +35,9 @@ pub enum StageError {
     Nli(#[from] NliError),
     #[error(transparent)]
     Bus(#[from] BusError),
+    /// The question already spent what `[budget]` allows.
+    #[error("over budget: {0}")]
+    BudgetExceeded(String),
 }
 
 impl StageError {
@@ -50,6 +53,7 @@ impl StageError {
             StageError::Model(_) | StageError::Nli(NliError::Model(_)) => "model",
             StageError::Bus(BusError::Rejected(_)) => "publish_rejected",
             StageError::Bus(_) => "bus",
+            StageError::BudgetExceeded(_) => "budget_exceeded",
         }
     }
 
@@ -138,6 +142,7 @@ pub struct RunnerSettings {
     pub max_in_flight: usize,
     pub retry: RetrySettings,
     pub max_event_bytes: usize,
+    pub budget: BudgetSettings,
 }
 
 impl RunnerSettings {
@@ -146,6 +151,7 @@ impl RunnerSettings {
             max_in_flight: own.max_in_flight.max(1),
             retry: settings.retry.clone(),
             max_event_bytes: settings.bus.max_event_bytes,
+            budget: settings.budget.clone(),
         }
     }
 }
@@ -292,6 +298,9 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
     // Tries of this delivery; its own attempt number counts those of earlier dead-letter replays.
     let mut attempt = 1;
     let outcome = loop {
+        if let Some(reason) = over_budget(&context.runner.budget, &delivery.record.payload) {
+            break Err(StageError::BudgetExceeded(reason));
+        }
         match stage.process(&delivery.record).await {
             Ok(outputs) => break Ok(outputs),
             Err(error) if error.is_transient() && attempt < retry.max_attempts => {
@@ -411,6 +420,20 @@ pub fn failure_records(stage: &str, input: &Record, error: &StageError, attempts
         trace,
     };
     vec![error_record(record), dead_letter]
+}
+
+/// Why the question of an event with memory has no budget left for this stage's calls.
+fn over_budget(budget: &BudgetSettings, payload: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Memory {
+        usage: crate::topics::Usage,
+    }
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        memory: Option<Memory>,
+    }
+    let memory = serde_json::from_slice::<Peek>(payload).ok()?.memory?;
+    budget.exceeded(&memory.usage)
 }
 
 /// The iteration an event belongs to, for log lines (0 for events without memory).

@@ -76,8 +76,9 @@ fn print_answer(a: &Answered) {
         }
     }
     let u = &a.usage;
+    let cost = if u.cost > 0.0 { format!(", cost {:.6}", u.cost) } else { String::new() };
     println!(
-        "LLM calls: {}, tokens: {} prompt ({} cached) + {} completion",
+        "LLM calls: {}, tokens: {} prompt ({} cached) + {} completion{cost}",
         u.llm_calls, u.prompt_tokens, u.cached_tokens, u.completion_tokens
     );
 }

@@ -23,6 +23,7 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     pub log: LogSettings,
     pub retry: RetrySettings,
+    pub budget: BudgetSettings,
     /// `[stages.NAME]` for every stage of every pipeline; the names are the declared stages'
     /// (`pipelines/`), checked by `lacuna`'s start-up and by tests/topology.rs.
     pub stages: BTreeMap<String, StageSettings>,
@@ -144,6 +145,8 @@ pub struct LlmSettings {
     pub reask_temperature: f32,
     /// When an endpoint that keeps failing stops being called (`clients/breaker.rs`).
     pub breaker: BreakerSettings,
+    /// Prices per million tokens by model name, for the cost of each question and stage.
+    pub prices: BTreeMap<String, Price>,
     pub max_concurrency: usize,
     /// Answer repeated calls from a content-addressed response cache (see `clients/llm_cache.rs`).
     pub cache: bool,
@@ -152,6 +155,55 @@ pub struct LlmSettings {
     pub cache_mode: CacheMode,
     /// Empty: <cache>/llm-responses.
     pub cache_dir: PathBuf,
+}
+
+/// What a million tokens of one model cost, in any one currency.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub prompt: f64,
+    pub completion: f64,
+    /// Prompt tokens served from the server's prefix cache; `prompt` when not given.
+    pub cached: Option<f64>,
+}
+
+impl Price {
+    pub fn cost(&self, stats: &crate::actors::clients::CallStats) -> f64 {
+        let cached = stats.cached_tokens.min(stats.prompt_tokens);
+        let fresh = stats.prompt_tokens - cached;
+        (fresh as f64 * self.prompt
+            + cached as f64 * self.cached.unwrap_or(self.prompt)
+            + stats.completion_tokens as f64 * self.completion)
+            / 1e6
+    }
+}
+
+/// Per-question caps on LLM spending (0: none). Checked before each event: a question already over
+/// one ends in a `budget_exceeded` error record instead of making more calls.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSettings {
+    pub max_llm_calls: u32,
+    /// Prompt plus completion tokens.
+    pub max_tokens: u64,
+    /// In the currency of `llm.prices`.
+    pub max_cost: f64,
+}
+
+impl BudgetSettings {
+    /// Why `usage` is over budget, if it is.
+    pub fn exceeded(&self, usage: &crate::topics::Usage) -> Option<String> {
+        if self.max_llm_calls > 0 && usage.llm_calls >= self.max_llm_calls {
+            return Some(format!("{} LLM calls spent, budget.max_llm_calls = {}", usage.llm_calls, self.max_llm_calls));
+        }
+        if self.max_tokens > 0 && usage.tokens() >= self.max_tokens {
+            return Some(format!("{} tokens spent, budget.max_tokens = {}", usage.tokens(), self.max_tokens));
+        }
+        if self.max_cost > 0.0 && usage.cost >= self.max_cost {
+            return Some(format!("a cost of {:.4} spent, budget.max_cost = {}", usage.cost, self.max_cost));
+        }
+        None
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]

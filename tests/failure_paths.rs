@@ -249,3 +249,45 @@ async fn a_five_minute_llm_outage_mid_run_ends_every_question_answered() {
     let failed = failed.load(std::sync::atomic::Ordering::SeqCst);
     assert!((1..60).contains(&failed), "{failed} calls reached the endpoint while it was down");
 }
+
+/// A question that has spent its LLM budget stops there, in an explicit `budget_exceeded` error
+/// record naming the stage that found it spent, with its event kept as a dead letter for a replay
+/// with a larger budget.
+#[actix::test]
+async fn a_question_over_its_llm_budget_ends_in_a_budget_exceeded_record() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let mut settings = migres_settings(&llm);
+    // The Hugo question needs two iterations, about six calls.
+    settings.budget.max_llm_calls = 3;
+    let inner: Arc<dyn Bus> = Arc::new(InProcessBus::new(256));
+    let mut dead_letters = inner.subscribe(&[Topic::DeadLetters], "test").await.unwrap();
+    let record = ask_on(PipelineKind::Migres, inner, &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    let AnswerRecord::Error(error) = record else { panic!("expected an error record, got {record:?}") };
+    assert_eq!(error.error_type, "budget_exceeded");
+    assert!(error.message.contains("budget.max_llm_calls = 3"), "{}", error.message);
+    let calls = error.trace.iter().filter(|s| matches!(s.kind, lacuna::topics::TraceKind::LlmCall { .. })).count();
+    assert!((3..=4).contains(&calls), "stopped at the first stage that found the budget spent: {calls} calls");
+    let letter = tokio::time::timeout(Duration::from_secs(5), dead_letters.next()).await.unwrap().unwrap();
+    let letter: lacuna::topics::dead_letter::DeadLetter =
+        lacuna::topics::Event::from_payload(&letter.into_record().payload).unwrap();
+    assert_eq!(letter.error_type, "budget_exceeded");
+}
+
+/// With a price for the model, every answer says what its LLM calls cost, in all and by stage.
+#[actix::test]
+async fn an_answer_says_what_its_llm_calls_cost_by_stage() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let mut settings = migres_settings(&llm);
+    let price = lacuna::settings::Price { prompt: 1.0, completion: 2.0, cached: Some(0.5) };
+    settings.llm.prices.insert(settings.llm.model.clone(), price);
+    let bus = Arc::new(InProcessBus::new(256));
+    let record = ask_on(PipelineKind::Migres, bus, &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    // Each fake call: 60 fresh prompt tokens at 1, 40 cached at 0.5 and 10 written at 2 per million.
+    let expected = f64::from(answer.usage.llm_calls) * 100.0 / 1e6;
+    assert!((answer.usage.cost - expected).abs() < 1e-12, "{} != {expected}", answer.usage.cost);
+    let stages: Vec<&str> = answer.usage.cost_by_stage.keys().map(String::as_str).collect();
+    assert_eq!(stages, ["leaf", "main", "query_gen", "verify"]);
+    let by_stage: f64 = answer.usage.cost_by_stage.values().sum();
+    assert!((by_stage - answer.usage.cost).abs() < 1e-12);
+}

@@ -36,7 +36,7 @@ pub struct KnownFact {
 }
 
 /// LLM spending of one question so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     pub llm_calls: u32,
     pub prompt_tokens: u64,
@@ -55,6 +55,17 @@ pub struct Usage {
     /// LLM calls answered from Lacuna's response cache (also counted in `llm_calls`).
     #[serde(default)]
     pub cache_hits: u32,
+    /// What the calls cost by `llm.prices`, in its currency (0 for models without a price): the
+    /// tokens of re-asked replies included, cache hits free.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost: f64,
+    /// `cost` by stage.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cost_by_stage: BTreeMap<String, f64>,
+}
+
+fn is_zero(cost: &f64) -> bool {
+    *cost == 0.0
 }
 
 impl Usage {
@@ -68,6 +79,15 @@ impl Usage {
         self.evidence_tokens += other.evidence_tokens;
         self.passages_shown += other.passages_shown;
         self.cache_hits += other.cache_hits;
+        self.cost += other.cost;
+        for (stage, cost) in &other.cost_by_stage {
+            *self.cost_by_stage.entry(stage.clone()).or_default() += cost;
+        }
+    }
+
+    /// Prompt and completion tokens together: what `budget.max_tokens` counts.
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
     }
 }
 

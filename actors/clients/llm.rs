@@ -79,6 +79,9 @@ pub struct CallStats {
     pub reasks: u32,
     /// The reply stopped at `max_tokens` (free-text calls keep it as cut).
     pub truncated: bool,
+    /// The tokens sent and written, re-asks included, at `llm.prices` for this model (0 without a
+    /// price, and for cache hits: nothing was sent).
+    pub cost: f64,
 }
 
 impl CallStats {
@@ -330,6 +333,7 @@ impl LlmClient {
                 m.llm_cached_tokens.with_label_values(stage).inc_by(spent.cached_tokens);
                 let stats = CallStats {
                     latency_ms: started.elapsed().as_millis() as u64,
+                    cost: self.settings.prices.get(&self.settings.model).map_or(0.0, |price| price.cost(&spent)),
                     reasks,
                     logprobs: stats.logprobs,
                     truncated: stats.truncated,
