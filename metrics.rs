@@ -28,6 +28,7 @@ pub struct Metrics {
     pub llm_circuit_opened: IntCounterVec,
     pub degraded: IntCounterVec,
     pub publish_retries: IntCounterVec,
+    pub duplicates_skipped: IntCounterVec,
     pub nacks: IntCounterVec,
     pub dropped_deliveries: IntCounterVec,
     pub stage_failures: IntCounterVec,
@@ -137,6 +138,11 @@ impl Metrics {
             degraded: counter(
                 "lacuna_stage_degraded_total",
                 "Events a stage handled in a degraded way instead of failing their question (docs/operations.md).",
+                s,
+            ),
+            duplicates_skipped: counter(
+                "lacuna_stage_duplicates_skipped_total",
+                "Events a stage acknowledged without processing: it had already finished the same event (bus.dedupe_window).",
                 s,
             ),
             publish_retries: counter(
@@ -260,6 +266,7 @@ impl Metrics {
             Box::new(self.llm_circuit_opened.clone()),
             Box::new(self.degraded.clone()),
             Box::new(self.publish_retries.clone()),
+            Box::new(self.duplicates_skipped.clone()),
             Box::new(self.nacks.clone()),
             Box::new(self.dropped_deliveries.clone()),
             Box::new(self.stage_failures.clone()),

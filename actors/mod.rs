@@ -16,6 +16,7 @@ pub mod augment;
 pub mod clients;
 pub mod compose;
 pub mod decompose;
+pub mod dedupe;
 pub mod evidence;
 pub mod fanout;
 pub mod join;

@@ -14,6 +14,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tracing::Instrument;
 
 use crate::actors::answer::error_record;
+use crate::actors::dedupe::{Window, fingerprint};
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
 use crate::actors::fanout::{child_memory, result_record};
 use crate::metrics::METRICS;
@@ -143,6 +144,7 @@ pub struct RunnerSettings {
     pub retry: RetrySettings,
     pub max_event_bytes: usize,
     pub budget: BudgetSettings,
+    pub dedupe_window: usize,
 }
 
 impl RunnerSettings {
@@ -152,6 +154,7 @@ impl RunnerSettings {
             retry: settings.retry.clone(),
             max_event_bytes: settings.bus.max_event_bytes,
             budget: settings.budget.clone(),
+            dedupe_window: settings.bus.dedupe_window,
         }
     }
 }
@@ -211,6 +214,7 @@ pub struct StageActor<S: Stage> {
     stage: Rc<S>,
     bus: Arc<dyn Bus>,
     runner: RunnerSettings,
+    finished: Rc<Option<Window>>,
     counters: Arc<StageCounters>,
     wiring: Wiring,
     health: Health,
@@ -241,8 +245,10 @@ impl<S: Stage> Handler<Process> for StageActor<S> {
     fn handle(&mut self, message: Process, _ctx: &mut Self::Context) -> Self::Result {
         let (stage, bus, counters) = (self.stage.clone(), self.bus.clone(), self.counters.clone());
         let (runner, wiring, health) = (self.runner.clone(), self.wiring, self.health.clone());
+        let finished = self.finished.clone();
         Box::pin(async move {
-            let context = Handling { bus: &*bus, runner: &runner, counters: &counters, wiring, health: &health };
+            let context =
+                Handling { bus: &*bus, runner: &runner, counters: &counters, wiring, health: &health, finished: &finished };
             handle_delivery(&*stage, &context, message.delivery).await;
             drop(message.slot);
         })
@@ -271,6 +277,8 @@ struct Handling<'a> {
     counters: &'a StageCounters,
     wiring: Wiring,
     health: &'a Health,
+    /// The events this stage finished lately (`None`: it skips nothing).
+    finished: &'a Option<Window>,
 }
 
 async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>, delivery: Delivery) {
@@ -295,6 +303,15 @@ async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>, delivery: 
 
 async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delivery: Delivery) {
     let (m, retry) = (&METRICS, &context.runner.retry);
+    let fingerprint = context.finished.as_ref().and_then(|_| fingerprint(&delivery.record));
+    if let (Some(window), Some(fingerprint)) = (context.finished, fingerprint)
+        && window.contains(fingerprint)
+    {
+        m.duplicates_skipped.with_label_values(&[S::NAME]).inc();
+        tracing::info!(stage = S::NAME, key = %delivery.record.key, "already finished this event: skipped");
+        delivery.ack();
+        return;
+    }
     // Tries of this delivery; its own attempt number counts those of earlier dead-letter replays.
     let mut attempt = 1;
     let outcome = loop {
@@ -337,10 +354,19 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
             // Counted once published: a redelivered event is not counted twice.
             context.counters.sent.fetch_add(count, Ordering::Relaxed);
             m.events_sent.with_label_values(&[S::NAME]).inc_by(count);
-            if let Some(error_type) = failure {
-                bump(&context.counters.failed);
-                m.events_failed.with_label_values(&[S::NAME, error_type]).inc();
-                m.dead_letters.with_label_values(&[S::NAME]).inc();
+            match failure {
+                Some(error_type) => {
+                    bump(&context.counters.failed);
+                    m.events_failed.with_label_values(&[S::NAME, error_type]).inc();
+                    m.dead_letters.with_label_values(&[S::NAME]).inc();
+                }
+                // Only work that went through counts as finished: a dead letter replayed later
+                // must run again.
+                None => {
+                    if let (Some(window), Some(fingerprint)) = (context.finished, fingerprint) {
+                        window.insert(fingerprint);
+                    }
+                }
             }
             delivery.ack();
         }
@@ -520,6 +546,7 @@ pub async fn spawn_stage<S: Stage>(
     let addr = StageActor::start_in_arbiter(&arbiter.handle(), move |_| StageActor {
         stage: Rc::new(stage),
         bus: actor_bus,
+        finished: Rc::new(Window::new(runner.dedupe_window)),
         runner,
         counters: actor_counters,
         wiring,

@@ -314,6 +314,8 @@ pub struct BusSettings {
     /// The event schema written to Kafka: this build's (0), or the previous one while replicas of
     /// the previous build still run (see `topics/schema.rs`).
     pub write_schema_version: u32,
+    /// Events each stage remembers having finished, to skip repeats (`actors/dedupe.rs`); 0: off.
+    pub dedupe_window: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]

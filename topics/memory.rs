@@ -124,6 +124,9 @@ pub struct Memory {
     /// QPaug's self-generated passage ("Your knowledge"), shown beside the retrieved ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generated_passage: Option<String>,
+    /// The question event's `submission`, which sub-questions inherit.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub submission: String,
     pub trace: Vec<TraceStep>,
 }
 
@@ -144,6 +147,7 @@ impl Memory {
             node: None,
             trajectory: Vec::new(),
             generated_passage: None,
+            submission: String::new(),
             trace: Vec::new(),
         }
     }
@@ -164,6 +168,7 @@ impl Memory {
         let mut child = Memory::new(node.key(), question);
         child.yes_no = false;
         child.node = Some(node);
+        child.submission = self.submission.clone();
         child
     }
 

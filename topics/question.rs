@@ -13,11 +13,21 @@ pub struct QuestionEvent {
     /// The answer must be "yes" or "no" (StrategyQA-style questions): the answering prompts say so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub yes_no: bool,
+    /// Unique per submission: the same question asked again is new work, not a duplicate to skip
+    /// (`actors/dedupe.rs`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub submission: String,
 }
 
 impl QuestionEvent {
     pub fn new(id: impl Into<String>, question: impl Into<String>) -> Self {
-        QuestionEvent { schema_version: super::SCHEMA_VERSION, id: id.into(), question: question.into(), yes_no: false }
+        QuestionEvent {
+            schema_version: super::SCHEMA_VERSION,
+            id: id.into(),
+            question: question.into(),
+            yes_no: false,
+            submission: submission_id(),
+        }
     }
 
     pub fn yes_no(self, yes_no: bool) -> Self {
@@ -28,8 +38,17 @@ impl QuestionEvent {
     pub fn memory(&self) -> Memory {
         let mut memory = Memory::new(self.id.clone(), self.question.clone());
         memory.yes_no = self.yes_no;
+        memory.submission = self.submission.clone();
         memory
     }
+}
+
+/// The time in nanoseconds, the process and a counter: unique enough to tell two submissions apart.
+fn submission_id() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{nanos:x}-{:x}-{count:x}", std::process::id())
 }
 
 impl Event for QuestionEvent {

@@ -79,3 +79,37 @@ async fn an_llm_that_keeps_failing_ends_in_an_error_record_after_retries() {
     assert_eq!(lacuna::actors::stage::StageCounters::get(&running.counters.retried), 1);
     running.stop();
 }
+
+/// A crashed stage upstream publishes its unfinished outputs again: the stage after it skips the
+/// repeat (same event, other timings) instead of redoing the question's LLM calls, and still takes
+/// the next iteration and a question asked anew.
+#[actix::test]
+async fn an_event_the_stage_already_finished_is_skipped_not_redone() {
+    let llm = FakeLlm::start(|_| Reply::Json(json!({"queries": ["Where is the place of FC Cartagena?"]}))).await;
+    let settings: Settings = support::settings(&llm.base_url);
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
+    let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
+    let running = support::start_query_gen(&bus, &settings).await;
+    let skipped = || lacuna::metrics::METRICS.duplicates_skipped.with_label_values(&["query_gen"]).get();
+    let before = skipped();
+
+    let first = MissingEvent::from_payload(&missing("dup").payload).unwrap();
+    let mut repeat = first.clone();
+    repeat.memory.record("main", lacuna::topics::TraceKind::Failed { error_type: "x".into(), message: "timing".into() });
+    repeat.memory.usage.prompt_tokens += 7;
+    let mut next_iteration = first.clone();
+    next_iteration.memory.iteration += 1;
+    let mut asked_anew = first.clone();
+    asked_anew.memory.submission = "another submission".into();
+    for event in [&first, &repeat, &next_iteration, &asked_anew] {
+        bus.publish(event.to_record()).await.unwrap();
+    }
+    for _ in 0..3 {
+        next(&mut queries).await;
+    }
+    let wait = tokio::time::timeout(Duration::from_millis(500), queries.next()).await;
+    assert!(wait.is_err(), "the repeat was processed: a fourth output");
+    assert_eq!(llm.calls(), 3, "no LLM call for the repeat");
+    assert_eq!(skipped() - before, 1);
+    running.stop();
+}
