@@ -101,15 +101,47 @@ async fn an_event_the_stage_already_finished_is_skipped_not_redone() {
     next_iteration.memory.iteration += 1;
     let mut asked_anew = first.clone();
     asked_anew.memory.submission = "another submission".into();
-    for event in [&first, &repeat, &next_iteration, &asked_anew] {
+    // One after the other, as a republished output comes after the first copy was finished.
+    bus.publish(first.to_record()).await.unwrap();
+    next(&mut queries).await;
+    for event in [&repeat, &next_iteration, &asked_anew] {
         bus.publish(event.to_record()).await.unwrap();
     }
-    for _ in 0..3 {
+    for _ in 0..2 {
         next(&mut queries).await;
     }
     let wait = tokio::time::timeout(Duration::from_millis(500), queries.next()).await;
     assert!(wait.is_err(), "the repeat was processed: a fourth output");
     assert_eq!(llm.calls(), 3, "no LLM call for the repeat");
     assert_eq!(skipped() - before, 1);
+    running.stop();
+}
+
+/// A stage works on several events at once, up to its `max_in_flight` and its LLM concurrency:
+/// with every LLM reply taking two seconds, the calls of queued events overlap instead of
+/// following one another.
+#[actix::test]
+async fn a_stage_works_on_several_events_at_once() {
+    let arrivals = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = arrivals.clone();
+    let llm = FakeLlm::start(move |_| {
+        seen.lock().unwrap().push(std::time::Instant::now());
+        Reply::Delayed(Duration::from_secs(2), Box::new(Reply::Json(json!({"queries": ["Where is it?"]}))))
+    })
+    .await;
+    let mut settings: Settings = support::settings(&llm.base_url);
+    settings.stages.get_mut("query_gen").unwrap().llm_concurrency = 4;
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
+    let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
+    let running = support::start_query_gen(&bus, &settings).await;
+    for n in 0..4 {
+        bus.publish(missing(&format!("overlap-{n}"))).await.unwrap();
+    }
+    for _ in 0..4 {
+        next(&mut queries).await;
+    }
+    let arrivals = arrivals.lock().unwrap().clone();
+    let overlapping = arrivals.iter().filter(|at| at.duration_since(arrivals[0]) < Duration::from_millis(1500)).count();
+    assert!(overlapping >= 2, "only {overlapping} of the 4 calls were in flight together: one event at a time");
     running.stop();
 }
