@@ -591,8 +591,15 @@ pub async fn spawn_stage<S: Stage>(
             };
             // A record whose partition moved away while it waited is its new owner's to process.
             let Some(delivery) = delivery.claim() else { continue };
-            if addr.send(Process { delivery, slot }).await.is_err() {
-                health.fail("its actor stopped".into());
+            // Handed over, not awaited: `send` would resolve only once the event was handled, and
+            // the stage would take one event at a time whatever its max_in_flight. The slots bound
+            // the mailbox, so it always has room.
+            if let Err(error) = addr.try_send(Process { delivery, slot }) {
+                let reason = match error {
+                    SendError::Full(_) => "its mailbox was full despite the in-flight bound",
+                    SendError::Closed(_) => "its actor stopped",
+                };
+                health.fail(reason.into());
                 break;
             }
         }

@@ -180,8 +180,22 @@ impl Bus for KafkaBus {
             names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
         let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));
         let paused = crate::metrics::METRICS.paused_partitions.with_label_values(&[group]);
-        let poller = tokio::spawn(poll(consumer.clone(), tracker, topic_of, sender, paused));
-        Ok(Box::new(KafkaSubscription { receiver, consumer, poller }))
+        // A thread of its own: a revocation blocks the poll that serves it while the revoked
+        // partitions' work drains (up to kafka.drain_timeout_ms), and on a shared runtime that would
+        // stall every other task there, other stages' pollers included, past max.poll.interval.ms.
+        let polled = consumer.clone();
+        std::thread::Builder::new()
+            .name(format!("poll-{group}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                match runtime {
+                    Ok(runtime) => runtime.block_on(poll(polled, tracker, topic_of, sender, paused)),
+                    // Dropping the sender ends the feed: the stage fails and says so.
+                    Err(error) => tracing::error!(%error, "cannot start the Kafka poller's runtime"),
+                }
+            })
+            .map_err(transport)?;
+        Ok(Box::new(KafkaSubscription { receiver, consumer }))
     }
 
     async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {
@@ -408,16 +422,10 @@ fn is_no_offset(error: &KafkaError) -> bool {
     matches!(error, KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))
 }
 
+/// Dropping it closes the channel its poller thread feeds, which ends that thread.
 pub struct KafkaSubscription {
     receiver: mpsc::Receiver<Delivery>,
     consumer: Arc<StreamConsumer<TrackingContext>>,
-    poller: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for KafkaSubscription {
-    fn drop(&mut self) {
-        self.poller.abort();
-    }
 }
 
 #[async_trait]
