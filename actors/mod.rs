@@ -20,6 +20,7 @@ pub mod dedupe;
 pub mod evidence;
 pub mod fanout;
 pub mod join;
+pub mod key_order;
 pub mod leaf;
 pub mod main_module;
 pub mod prompts;

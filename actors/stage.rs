@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use crate::actors::answer::error_record;
 use crate::actors::dedupe::{Window, fingerprint};
+use crate::actors::key_order::KeyOrder;
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
 use crate::actors::fanout::{child_memory, result_record};
 use crate::metrics::METRICS;
@@ -215,6 +216,8 @@ pub struct StageActor<S: Stage> {
     bus: Arc<dyn Bus>,
     runner: RunnerSettings,
     finished: Rc<Option<Window>>,
+    /// Events of one question wait for its earlier ones.
+    key_order: KeyOrder,
     counters: Arc<StageCounters>,
     wiring: Wiring,
     health: Health,
@@ -239,17 +242,22 @@ pub struct Process {
 }
 
 impl<S: Stage> Handler<Process> for StageActor<S> {
-    // A ResponseFuture is spawned, so several events are processed at once; the slot bounds how many.
+    // A ResponseFuture is spawned, so several events are processed at once (the slot bounds how
+    // many), those of one key one after the other.
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, message: Process, _ctx: &mut Self::Context) -> Self::Result {
         let (stage, bus, counters) = (self.stage.clone(), self.bus.clone(), self.counters.clone());
         let (runner, wiring, health) = (self.runner.clone(), self.wiring, self.health.clone());
         let finished = self.finished.clone();
+        // Taken here, in arrival order, not in the future below, which may first run later.
+        let mut turn = self.key_order.take(&message.delivery.record.key);
         Box::pin(async move {
+            turn.wait().await;
             let context =
                 Handling { bus: &*bus, runner: &runner, counters: &counters, wiring, health: &health, finished: &finished };
             handle_delivery(&*stage, &context, message.delivery).await;
+            drop(turn);
             drop(message.slot);
         })
     }
@@ -547,6 +555,7 @@ pub async fn spawn_stage<S: Stage>(
         stage: Rc::new(stage),
         bus: actor_bus,
         finished: Rc::new(Window::new(runner.dedupe_window)),
+        key_order: KeyOrder::default(),
         runner,
         counters: actor_counters,
         wiring,
