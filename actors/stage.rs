@@ -296,20 +296,28 @@ async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>, delivery: 
     let in_flight = m.in_flight.with_label_values(&[S::NAME]);
     in_flight.inc();
     let timer = m.processing_seconds.with_label_values(&[S::NAME]).start_timer();
+    let memory = peek(&delivery.record.payload);
     // At error level so that any filter keeps it: every line logged inside carries its context.
     let span = tracing::error_span!(
         "event",
         stage = S::NAME,
         question_id = %delivery.record.key,
-        iteration = iteration_of(&delivery.record.payload),
+        iteration = memory.as_ref().map_or(0, |m| m.iteration),
         attempt = delivery.attempt,
     );
-    handle_with_retries(stage, context, delivery).instrument(span).await;
+    // What the question already spent does not change between attempts: checked once.
+    let over_budget = memory.and_then(|m| context.runner.budget.exceeded(&m.usage));
+    handle_with_retries(stage, context, delivery, over_budget).instrument(span).await;
     timer.observe_duration();
     in_flight.dec();
 }
 
-async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delivery: Delivery) {
+async fn handle_with_retries<S: Stage>(
+    stage: &S,
+    context: &Handling<'_>,
+    delivery: Delivery,
+    over_budget: Option<String>,
+) {
     let (m, retry) = (&METRICS, &context.runner.retry);
     let fingerprint = context.finished.as_ref().and_then(|_| fingerprint(&delivery.record));
     if let (Some(window), Some(fingerprint)) = (context.finished, fingerprint)
@@ -323,7 +331,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
     // Tries of this delivery; its own attempt number counts those of earlier dead-letter replays.
     let mut attempt = 1;
     let outcome = loop {
-        if let Some(reason) = over_budget(&context.runner.budget, &delivery.record.payload) {
+        if let Some(reason) = over_budget {
             break Err(StageError::BudgetExceeded(reason));
         }
         match stage.process(&delivery.record).await {
@@ -456,31 +464,22 @@ pub fn failure_records(stage: &str, input: &Record, error: &StageError, attempts
     vec![error_record(record), dead_letter]
 }
 
-/// Why the question of an event with memory has no budget left for this stage's calls.
-fn over_budget(budget: &BudgetSettings, payload: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Memory {
-        usage: crate::topics::Usage,
-    }
-    #[derive(serde::Deserialize)]
-    struct Peek {
-        memory: Option<Memory>,
-    }
-    let memory = serde_json::from_slice::<Peek>(payload).ok()?.memory?;
-    budget.exceeded(&memory.usage)
+/// What the runner reads of an event's memory before the stage decodes it: its iteration for log
+/// lines, and what its question spent for the budget (`None` for events without memory).
+#[derive(serde::Deserialize)]
+struct Peeked {
+    #[serde(default)]
+    iteration: u64,
+    #[serde(default)]
+    usage: crate::topics::Usage,
 }
 
-/// The iteration an event belongs to, for log lines (0 for events without memory).
-fn iteration_of(payload: &[u8]) -> u64 {
+fn peek(payload: &[u8]) -> Option<Peeked> {
     #[derive(serde::Deserialize)]
-    struct Memory {
-        iteration: u64,
+    struct Event {
+        memory: Option<Peeked>,
     }
-    #[derive(serde::Deserialize)]
-    struct Peek {
-        memory: Option<Memory>,
-    }
-    serde_json::from_slice::<Peek>(payload).ok().and_then(|p| p.memory).map_or(0, |m| m.iteration)
+    serde_json::from_slice::<Event>(payload).ok()?.memory
 }
 
 /// Reads what it can of a payload that may not decode as its event type.
