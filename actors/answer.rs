@@ -92,14 +92,36 @@ pub fn deadline_error(memory: Memory, stage: &str, missing: &[String]) -> Record
     })
 }
 
-/// SQuAD normalisation: lower case, punctuation removed, articles removed, white space collapsed.
+/// SQuAD's `normalize_answer`, exactly: lower case, ASCII punctuation removed (not replaced: "U.S."
+/// is "us", "8,515" is "8515"), the words a/an/the removed, white space collapsed.
 pub fn normalize_answer(text: &str) -> String {
-    let lower = text.to_lowercase();
-    let no_punct: String =
-        lower.chars().map(|c| if c.is_ascii_punctuation() || is_quote(c) { ' ' } else { c }).collect();
-    no_punct.split_whitespace().filter(|w| !matches!(*w, "a" | "an" | "the")).collect::<Vec<_>>().join(" ")
+    let no_punct: String = text.to_lowercase().chars().filter(|c| !c.is_ascii_punctuation()).collect();
+    without_articles(&no_punct).split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn is_quote(c: char) -> bool {
-    matches!(c, '\u{2018}' | '\u{2019}' | '\u{201c}' | '\u{201d}')
+/// Python's `re.sub(r"\b(a|an|the)\b", " ", text)`: a run of word characters that is exactly an
+/// article becomes a space. Runs are split at any non-word character, not only at white space, as
+/// `\b` is ("“the" loses its article).
+fn without_articles(text: &str) -> String {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if matches!(run.as_str(), "a" | "an" | "the") {
+            out.push(' ');
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in text.chars() {
+        if is_word(c) {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
 }

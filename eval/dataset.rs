@@ -25,13 +25,28 @@ pub struct EvalQuestion {
 }
 
 impl EvalQuestion {
+    /// A yes/no question by the dataset's own label (StrategyQA): it gets the yes/no instruction in
+    /// its prompts. A comparison question does not, whatever its gold answer: a question in
+    /// production carries no gold, so the prompt must not depend on it.
     pub fn is_yes_no(&self) -> bool {
         self.answer_bool.is_some() || self.kind.as_deref() == Some("yes/no")
     }
 
-    /// The gold polarity of a yes/no question.
+    /// The gold polarity of every question whose gold answer is yes or no (StrategyQA, and the
+    /// comparison questions of HotpotQA and 2Wiki with a yes/no gold): it is scored on polarity.
     pub fn gold_bool(&self) -> Option<bool> {
-        self.answer_bool.or_else(|| self.answers.first().and_then(|a| super::score::polarity(a)))
+        if let Some(gold) = self.answer_bool {
+            return Some(gold);
+        }
+        let first = self.answers.first()?;
+        if self.is_yes_no() {
+            return super::score::polarity(first);
+        }
+        match super::score::normalize(first).as_str() {
+            "yes" => Some(true),
+            "no" => Some(false),
+            _ => None,
+        }
     }
 }
 

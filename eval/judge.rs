@@ -1,6 +1,8 @@
 //! Acc†: an LLM judges whether the prediction implies the gold answer (MIGRES paper Table 15, its
 //! prompt verbatim). As in the MIGRES evaluation, an exact match needs no judge, and yes/no questions
-//! are scored on polarity alone (their Acc† equals EM).
+//! are scored on polarity alone (their Acc† equals EM). The judge sees every gold label (the answer
+//! and its aliases), and its verdict is read from the first yes/no word of a reply given room to
+//! explain itself, so a judge that reasons before it concludes is not scored wrong.
 
 use crate::actors::clients::{LlmClient, LlmError};
 use crate::actors::prompts::fill;
@@ -26,27 +28,50 @@ impl Judge {
         if !eval.judge_api_key_env.is_empty() {
             settings.api_key_env = eval.judge_api_key_env.clone();
         }
-        // "Yes" or "No" and maybe a word more.
-        settings.max_tokens = 16;
+        // Room for a judge that explains before it says Yes or No; a reply cut even so is kept as cut.
+        settings.max_tokens = 256;
         settings.temperature = 0.0;
         Judge { llm: LlmClient::new(settings).for_stage("judge") }
     }
 
-    /// True when the judge says the prediction implies the gold answer (the first label, as the
-    /// paper shows the judge one answer).
+    /// True when the judge says the prediction implies the gold answer or one of its aliases.
     pub async fn implies(&self, question: &str, prediction: &str, labels: &[String]) -> Result<bool, LlmError> {
-        if let Some(label) = labels.first() {
-            let prompt = fill(PROMPT, &[("question", question), ("prediction", prediction), ("answer", label)]);
-            let reply = match self.llm.text("", &prompt).await {
-                Ok(reply) => reply.value,
-                // A verdict cut at max_tokens still starts with its Yes or No.
-                Err(LlmError::BadResponse(message)) if message.contains("cut off") => return Ok(false),
-                Err(error) => return Err(error),
-            };
-            if reply.trim_start().to_lowercase().starts_with("yes") {
-                return Ok(true);
+        let Some(answer) = gold_text(labels) else { return Ok(false) };
+        let prompt = fill(PROMPT, &[("question", question), ("prediction", prediction), ("answer", &answer)]);
+        let reply = self.llm.text("", &prompt).await?.value;
+        match crate::eval::score::polarity(&reply) {
+            Some(verdict) => Ok(verdict),
+            None => {
+                tracing::warn!(reply = %reply.chars().take(200).collect::<String>(), "the judge said neither yes nor no");
+                Ok(false)
             }
         }
-        Ok(false)
+    }
+}
+
+/// The gold answer as the judge reads it: the answer, then its aliases ("Spurs (also given as:
+/// Tottenham Hotspur)"). None without a non-empty label.
+pub fn gold_text(labels: &[String]) -> Option<String> {
+    let mut labels = labels.iter().map(|l| l.trim()).filter(|l| !l.is_empty());
+    let first = labels.next()?;
+    let aliases: Vec<&str> = labels.collect();
+    Some(if aliases.is_empty() {
+        first.to_string()
+    } else {
+        format!("{first} (also given as: {})", aliases.join("; "))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gold_text;
+
+    #[test]
+    fn the_judge_sees_every_gold_label() {
+        // MuSiQue lists aliases; the judge used to see only the first.
+        let labels = ["Nightwing".to_string(), "Dick Grayson".to_string(), " ".to_string()];
+        assert_eq!(gold_text(&labels).unwrap(), "Nightwing (also given as: Dick Grayson)");
+        assert_eq!(gold_text(&["Spurs".to_string()]).unwrap(), "Spurs");
+        assert_eq!(gold_text(&[]), None);
     }
 }

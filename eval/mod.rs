@@ -137,7 +137,7 @@ async fn judge_all(
     let verdicts = futures::stream::iter(records.iter().enumerate())
         .map(|(i, record)| {
             let judge = judge.clone();
-            let yes_no = questions.get(record.id.as_str()).is_some_and(|q| q.is_yes_no());
+            let yes_no = questions.get(record.id.as_str()).is_some_and(|q| q.gold_bool().is_some());
             async move {
                 let verdict = match &record.prediction {
                     None => Some(false),

@@ -61,7 +61,7 @@ impl EvalRecord {
         };
         match record {
             AnswerRecord::Answered(a) => {
-                let score_one = |answer: &str| match question.gold_bool().filter(|_| question.is_yes_no()) {
+                let score_one = |answer: &str| match question.gold_bool() {
                     Some(gold) => score_yes_no(answer, gold),
                     None => score(answer, &question.answers),
                 };

@@ -1,15 +1,19 @@
 //! Answer scoring as the papers report it. Every metric takes the prediction and all gold labels
 //! (answer plus aliases) and keeps the best label.
 //!
-//! - `em`, `f1`: SQuAD-style, after normalisation (lower case, no punctuation, no articles a/an/the,
-//!   single spaces).
+//! - `em`, `f1`: SQuAD's, after SQuAD's normalisation exactly (lower case, ASCII punctuation removed,
+//!   no articles a/an/the, single spaces). F1 has HotpotQA's rule: a prediction or label that is
+//!   "yes", "no" or "noanswer" scores 0 unless both are the same.
 //! - `lenient_em`: the MIGRES evaluation's EM. A label matches when the strings are equal, equal
 //!   without spaces, a true/false label meets a yes/no prediction, or both have the same number of
 //!   words and every label word is among the prediction's (any order).
-//! - `cover_em`: the normalised label is contained in the normalised prediction (any lenient hit counts).
-//! - Yes/no questions (StrategyQA) are scored on the prediction's polarity: the first "yes"/"no"
-//!   (or "true"/"false") word of the answer against the gold answer. All four metrics are that match,
-//!   as in the paper, where EM and Acc† are equal for StrategyQA.
+//! - `cover_em`: the normalised label's words appear, in order and side by side, among the normalised
+//!   prediction's (any lenient hit counts). Whole words only: gold "no" is not covered by "unknown",
+//!   nor "1" by "1990".
+//! - Questions whose gold answer is yes or no (StrategyQA, and HotpotQA's or 2Wiki's comparison
+//!   questions with a yes/no gold) are scored on the prediction's polarity: the first "yes"/"no" (or
+//!   "true"/"false") word of the answer against the gold answer. All four metrics are that match, as in
+//!   the paper, where EM and Acc† are equal for StrategyQA.
 
 use std::collections::HashSet;
 
@@ -30,13 +34,13 @@ pub fn score(prediction: &str, labels: &[String]) -> Scores {
     let prediction_norm = normalize(prediction);
     let mut best = Scores::default();
     for label in labels {
-        let label_norm = normalize(&label.replace('"', ""));
+        let label_norm = normalize(label);
         if label_norm.is_empty() {
             continue;
         }
         let em = f64::from(u8::from(prediction_norm == label_norm));
         let lenient = f64::from(u8::from(lenient_match(&prediction_norm, &label_norm)));
-        let cover = f64::from(u8::from(lenient > 0.0 || prediction_norm.contains(&label_norm)));
+        let cover = f64::from(u8::from(lenient > 0.0 || contains_words(&prediction_norm, &label_norm)));
         let f1 = token_f1(&prediction_norm, &label_norm);
         best.em = best.em.max(em);
         best.f1 = best.f1.max(f1);
@@ -74,7 +78,19 @@ fn lenient_match(prediction: &str, label: &str) -> bool {
     p.len() == l.len() && l.iter().all(|w| p.contains(w))
 }
 
+/// The label's words form a contiguous run of the prediction's words.
+fn contains_words(prediction: &str, label: &str) -> bool {
+    let (p, l): (Vec<&str>, Vec<&str>) = (prediction.split(' ').collect(), label.split(' ').collect());
+    p.windows(l.len()).any(|window| window == l.as_slice())
+}
+
+/// HotpotQA's answer F1: SQuAD's token F1, except that a yes/no/noanswer on either side scores only
+/// when both sides are the same.
 fn token_f1(prediction: &str, label: &str) -> f64 {
+    let special = |s: &str| matches!(s, "yes" | "no" | "noanswer");
+    if (special(prediction) || special(label)) && prediction != label {
+        return 0.0;
+    }
     let p: Vec<&str> = prediction.split_whitespace().collect();
     let l: Vec<&str> = label.split_whitespace().collect();
     if p.is_empty() || l.is_empty() {
@@ -115,9 +131,38 @@ mod tests {
     }
 
     #[test]
-    fn normalisation_drops_case_punctuation_and_articles() {
-        assert_eq!(normalize("The  Eiffel-Tower!"), "eiffel tower");
-        assert_eq!(normalize("“An” apple"), "apple");
+    fn normalisation_is_squads() {
+        // SQuAD removes punctuation rather than splitting at it (MuSiQue gold "A.P.J. Abdul Kalam").
+        assert_eq!(normalize("The  Eiffel-Tower!"), "eiffeltower");
+        assert_eq!(normalize("A.P.J. Abdul Kalam"), "apj abdul kalam");
+        assert_eq!(normalize("U.S. Marshal Rooster Cogburn"), "us marshal rooster cogburn");
+        // Articles are whole words, bounded by any non-word character as Python's \b is.
+        assert_eq!(normalize("“An” apple"), "“ ” apple");
+        assert_eq!(normalize("Theodor W. Adorno"), "theodor w adorno");
+        // MuSiQue gold "8,515": the prediction "8515" is an exact match.
+        assert_eq!(score("8515", &labels(&["8,515"])).em, 1.0);
+        assert_eq!(score("Hewlett-Packard", &labels(&["Hewlett-Packard"])).em, 1.0);
+    }
+
+    #[test]
+    fn cover_em_matches_whole_words_only() {
+        // Raw substring tests took "unknown" for gold "no" and "1990" for gold "1".
+        assert_eq!(score("unknown", &labels(&["no"])).cover_em, 0.0);
+        assert_eq!(score("in 1990", &labels(&["1"])).cover_em, 0.0);
+        // HotpotQA gold "St. Louis, Missouri" inside a longer answer.
+        assert_eq!(
+            score("He was born in St. Louis, Missouri in 1935", &labels(&["St. Louis, Missouri"])).cover_em,
+            1.0
+        );
+        assert_eq!(score("Louis Missouri", &labels(&["St. Louis, Missouri"])).cover_em, 0.0);
+    }
+
+    #[test]
+    fn f1_has_hotpotqas_yes_no_rule() {
+        // A "no" shares its one word with "no man's land" but is not a partial answer.
+        assert_eq!(score("no", &labels(&["no man's land"])).f1, 0.0);
+        assert_eq!(score("Noanswer", &labels(&["no answer"])).f1, 0.0);
+        assert_eq!(score("yes", &labels(&["yes"])).f1, 1.0);
     }
 
     #[test]
