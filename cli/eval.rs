@@ -1,13 +1,16 @@
 //! `lacuna eval`: score a pipeline on a dataset folder, or compare earlier runs (`--compare`).
 
-use std::path::PathBuf;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
+use serde::Serialize;
 
 use crate::cli::run::progress_bar;
-use crate::eval::compare::{markdown_table, svg_plot};
+use crate::eval::compare::{comparison_markdown, svg_plot};
 use crate::eval::dataset::Dataset;
-use crate::eval::report::Report;
+use crate::eval::paired::{Comparison, Run};
+use crate::eval::report::{EvalRecord, Report};
 use crate::eval::{EvalOptions, evaluate};
 use crate::pipelines::{PipelineKind, Transport};
 use crate::settings::Settings;
@@ -37,7 +40,8 @@ pub struct EvalArgs {
     /// Answer repeated LLM calls from the response cache: a rerun is deterministic and free.
     #[arg(long)]
     llm_cache: bool,
-    /// Where records.jsonl, report.json and report.md go (with --compare: comparison.md and .svg).
+    /// Where records.jsonl, report.json and report.md go (with --compare: comparison.md, .json and
+    /// .svg).
     #[arg(long)]
     out: PathBuf,
     /// Compare earlier runs instead: their output folders or report.json files.
@@ -69,21 +73,60 @@ pub async fn eval(settings: &Settings, args: EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn compare(inputs: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
+/// comparison.json: the reports and the paired comparison's numbers, for scripts.
+#[derive(Serialize)]
+struct ComparisonFile<'a> {
+    reports: &'a [Report],
+    #[serde(flatten)]
+    paired: &'a Comparison,
+}
+
+fn compare(inputs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     let mut reports = Vec::new();
+    let mut runs = Vec::new();
+    let mut notes = Vec::new();
     for input in inputs {
         let path = if input.is_dir() { input.join("report.json") } else { input.clone() };
         let text =
             std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
         let report: Report = serde_json::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{} is not an eval report: {e}", path.display()))?;
+        // The paired comparison needs the per-question records beside the report; without them the
+        // run is still in the means table.
+        let records_path = path.with_file_name("records.jsonl");
+        match read_records(&records_path) {
+            Ok(records) => runs.push(Run::new(&report, &records)),
+            Err(e) => {
+                eprintln!("{e}: {} on {} left out of the paired comparison", report.pipeline, report.dataset);
+                notes.push(format!("{} on {}: {e}, left out of the paired sections", report.pipeline, report.dataset));
+            }
+        }
         reports.push(report);
     }
+    let paired = Comparison::new(runs, notes);
     std::fs::create_dir_all(out)?;
-    let table = markdown_table(&reports);
-    std::fs::write(out.join("comparison.md"), &table)?;
+    let markdown = comparison_markdown(&reports, Some(&paired));
+    std::fs::write(out.join("comparison.md"), &markdown)?;
+    let json = ComparisonFile { reports: &reports, paired: &paired };
+    std::fs::write(out.join("comparison.json"), serde_json::to_vec_pretty(&json)?)?;
     std::fs::write(out.join("comparison.svg"), svg_plot(&reports))?;
-    print!("{table}");
-    eprintln!("table and plot in {}", out.display());
+    print!("{markdown}");
+    eprintln!("tables, numbers and plot in {}", out.display());
     Ok(())
+}
+
+/// A run's records.jsonl, one [`EvalRecord`] a line; a malformed line is an error naming it.
+fn read_records(path: &Path) -> anyhow::Result<Vec<EvalRecord>> {
+    let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let mut records = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = serde_json::from_str(&line)
+            .map_err(|e| anyhow::anyhow!("{} line {}: not an eval record: {e}", path.display(), n + 1))?;
+        records.push(record);
+    }
+    Ok(records)
 }

@@ -1,8 +1,12 @@
 //! `lacuna eval --compare`: several reports side by side, as a Markdown table (pipelines x datasets)
 //! and an SVG plot of accuracy against LLM calls per question: what each pipeline's accuracy costs.
+//! When the runs' records.jsonl are at hand, comparison.md also gets the paired sections of
+//! [`super::paired`]: per-question wins and losses with bootstrap intervals, and where gold passages
+//! got lost.
 
 use std::fmt::Write;
 
+use super::paired::Comparison;
 use super::report::Report;
 
 /// The accuracy the comparison plots: Acc† when every report has it, else lenient EM.
@@ -55,6 +59,15 @@ pub fn markdown_table(reports: &[Report]) -> String {
         "\nEach cell: EM / lenient EM / {metric} in %, (LLM calls per question, questions scored); \
          ≤ u: lenient EM had the best candidate been chosen (RQ-RAG's upper bound, any trajectory right)."
     );
+    out
+}
+
+/// comparison.md: the means table, then the paired sections when there is a paired comparison.
+pub fn comparison_markdown(reports: &[Report], paired: Option<&Comparison>) -> String {
+    let mut out = markdown_table(reports);
+    if let Some(paired) = paired {
+        out.push_str(&paired.markdown());
+    }
     out
 }
 
@@ -170,6 +183,28 @@ mod tests {
         assert_eq!(lines[2], "| vanilla | 20.0 / 20.0 / 20.0 (1.0, n=10) | - |");
         assert_eq!(lines[3], "| migres | 40.0 / 40.0 / 40.0 (7.5, n=10) | 10.0 / 10.0 / 10.0 (9.0, n=10) |");
         assert!(table.contains("lenient EM in %"), "without judged reports the plot metric is lenient EM");
+    }
+
+    #[test]
+    fn comparison_md_keeps_the_means_table_and_adds_the_paired_sections() {
+        use crate::eval::paired::{Funnel, Run};
+        let reports = [report("migres", "hotpotqa", 0.5, 7.5), report("vanilla-s", "hotpotqa", 0.25, 1.0)];
+        let run = |name: &str, right: [bool; 4]| Run {
+            name: name.into(),
+            dataset: "hotpotqa".into(),
+            right: (0..4).map(|i| (("hotpotqa".to_string(), format!("q{i}")), right[i])).collect(),
+            funnel: Funnel::default(),
+        };
+        let paired = Comparison::new(
+            vec![run("migres", [true, true, false, false]), run("vanilla-s", [false, true, false, false])],
+            Vec::new(),
+        );
+        let md = comparison_markdown(&reports, Some(&paired));
+        assert!(md.starts_with(&markdown_table(&reports)), "the means table comes first, unchanged");
+        assert!(md.contains("## Paired (EM)"));
+        assert!(md.contains("| migres vs vanilla-s | hotpotqa | 4 | 1 | 0 | 3 (1 / 2) | +25.0 | ["), "{md}");
+        assert!(md.contains("| migres vs vanilla-s | **pooled** (1 dataset) | 4 |"), "{md}");
+        assert_eq!(comparison_markdown(&reports, None), markdown_table(&reports));
     }
 
     #[test]

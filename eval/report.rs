@@ -34,6 +34,10 @@ pub struct EvalRecord {
     pub cache_hits: u32,
     /// Share of the gold passages among those the answer cites.
     pub cited_gold_recall: Option<f64>,
+    /// The dataset's gold passages for the question, so `--compare` can tell where each question
+    /// lost them (retrieved, shown, cited) from records.jsonl alone. Empty in older records.
+    #[serde(default)]
+    pub gold_doc_ids: Vec<String>,
     /// The full answer or error record, trace included.
     pub record: VersionedAnswer,
 }
@@ -57,6 +61,7 @@ impl EvalRecord {
             completion_tokens: 0,
             cache_hits: 0,
             cited_gold_recall: None,
+            gold_doc_ids: question.gold_doc_ids.clone(),
             record: VersionedAnswer::from(record.clone()),
         };
         match record {
