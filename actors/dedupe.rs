@@ -90,8 +90,10 @@ mod tests {
 
     #[test]
     fn timings_and_token_counts_do_not_make_an_event_new() {
-        let first = record(r#"{"memory":{"iteration":1,"trace":[{"latency_ms":3}],"usage":{"llm_calls":1}},"facts":["a"]}"#);
-        let again = record(r#"{"memory":{"iteration":1,"trace":[{"latency_ms":9}],"usage":{"llm_calls":2}},"facts":["a"]}"#);
+        let first =
+            record(r#"{"memory":{"iteration":1,"trace":[{"latency_ms":3}],"usage":{"llm_calls":1}},"facts":["a"]}"#);
+        let again =
+            record(r#"{"memory":{"iteration":1,"trace":[{"latency_ms":9}],"usage":{"llm_calls":2}},"facts":["a"]}"#);
         let next = record(r#"{"memory":{"iteration":2,"trace":[],"usage":{"llm_calls":2}},"facts":["a"]}"#);
         assert_eq!(fingerprint(&first), fingerprint(&again));
         assert_ne!(fingerprint(&first), fingerprint(&next));

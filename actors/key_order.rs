@@ -9,10 +9,13 @@ use std::rc::Rc;
 
 use tokio::sync::oneshot;
 
+/// Per key, the number of the last event taken and the signal that it finished.
+type LastTaken = HashMap<String, (u64, oneshot::Receiver<()>)>;
+
 /// Per key, the last event taken: the next one with that key waits for it to finish.
 #[derive(Clone, Default)]
 pub struct KeyOrder {
-    last: Rc<RefCell<HashMap<String, (u64, oneshot::Receiver<()>)>>>,
+    last: Rc<RefCell<LastTaken>>,
     taken: Rc<RefCell<u64>>,
 }
 

@@ -14,10 +14,10 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tracing::Instrument;
 
 use crate::actors::answer::error_record;
-use crate::actors::dedupe::{Window, fingerprint};
-use crate::actors::key_order::KeyOrder;
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
+use crate::actors::dedupe::{Window, fingerprint};
 use crate::actors::fanout::{child_memory, result_record};
+use crate::actors::key_order::KeyOrder;
 use crate::metrics::METRICS;
 use crate::settings::{BudgetSettings, RetrySettings, Settings, StageSettings, backoff};
 use crate::topics::dead_letter::DeadLetter;
@@ -254,8 +254,14 @@ impl<S: Stage> Handler<Process> for StageActor<S> {
         let mut turn = self.key_order.take(&message.delivery.record.key);
         Box::pin(async move {
             turn.wait().await;
-            let context =
-                Handling { bus: &*bus, runner: &runner, counters: &counters, wiring, health: &health, finished: &finished };
+            let context = Handling {
+                bus: &*bus,
+                runner: &runner,
+                counters: &counters,
+                wiring,
+                health: &health,
+                finished: &finished,
+            };
             handle_delivery(&*stage, &context, message.delivery).await;
             drop(turn);
             drop(message.slot);

@@ -1,6 +1,9 @@
 //! The Kafka transport against a real Kafka-protocol broker (scripts/test.sh starts one and sets
 //! LACUNA_TEST_KAFKA). Only standard client features are used, so these run on Apache Kafka too.
 //! Each test uses its own topic prefix, so topics and groups never collide.
+//!
+//! The tests run one at a time: each holds the `serial()` guard across its awaits on purpose.
+#![allow(clippy::await_holding_lock)]
 
 mod support;
 
@@ -501,7 +504,9 @@ async fn events_written_for_the_previous_schema_version_carry_nothing_it_cannot_
     let bus = bus(&settings).await;
     let mut record = missing("rolling");
     let mut event = MissingEvent::from_payload(&record.payload).unwrap();
-    event.memory.record("leaf", lacuna::topics::TraceKind::Degraded { cause: "unparsable".into(), message: "x".into() });
+    event
+        .memory
+        .record("leaf", lacuna::topics::TraceKind::Degraded { cause: "unparsable".into(), message: "x".into() });
     event.memory.record("main", lacuna::topics::TraceKind::Failed { error_type: "e".into(), message: "m".into() });
     record.payload = event.to_record().payload;
     let mut read = bus.subscribe(&[Topic::Missing], "t-read").await.unwrap();
@@ -509,7 +514,8 @@ async fn events_written_for_the_previous_schema_version_carry_nothing_it_cannot_
 
     let written: serde_json::Value = serde_json::from_slice(&next_record(&mut read).await.payload).unwrap();
     assert_eq!(written["schema_version"], 1);
-    let kinds: Vec<&str> = written["memory"]["trace"].as_array().unwrap().iter().map(|s| s["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> =
+        written["memory"]["trace"].as_array().unwrap().iter().map(|s| s["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["failed"], "the degraded step, which version 1 has no kind for, is left out");
     MissingEvent::from_payload(&serde_json::to_vec(&written).unwrap()).expect("and this build still reads it");
 }

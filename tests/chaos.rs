@@ -38,7 +38,9 @@ fn two_hops(prompt: &str) -> Reply {
                     "explanation": "One source.", "missing_information": "A second source."}))
             }
         }
-        Prompt::QueryGen => Reply::Json(json!({"queries": [format!("more about {}", last_field(prompt, "Question: "))]})),
+        Prompt::QueryGen => {
+            Reply::Json(json!({"queries": [format!("more about {}", last_field(prompt, "Question: "))]}))
+        }
         Prompt::Leaf => {
             let second = last_field(prompt, "Question: ").contains("more about");
             let facts: Vec<_> = passages_in(prompt)
@@ -52,9 +54,9 @@ fn two_hops(prompt: &str) -> Reply {
             Reply::Json(json!({"facts": facts}))
         }
         Prompt::Entailment => Reply::Json(json!({"entailed": true})),
-        Prompt::FinalAnswer => {
-            Reply::Json(json!({"answer": last_field(prompt, "Information: "), "confidence": 2, "explanation": "At the limit."}))
-        }
+        Prompt::FinalAnswer => Reply::Json(
+            json!({"answer": last_field(prompt, "Information: "), "confidence": 2, "explanation": "At the limit."}),
+        ),
         _ => Reply::Text("I don't know.".into()),
     }
 }
@@ -65,7 +67,7 @@ fn faulty(calls: Arc<AtomicUsize>) -> impl Fn(&str) -> Reply {
     move |prompt| {
         let n = calls.fetch_add(1, Ordering::SeqCst);
         let structured = !matches!(prompt_kind(prompt), Prompt::Knowledge | Prompt::Other);
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             Reply::Status(500)
         } else if n % 20 == 5 && structured {
             Reply::Text("{\"answerable\": tru".into())
@@ -123,8 +125,7 @@ fn fault_free(settings: &Settings, questions: &[QuestionEvent]) -> (BTreeMap<Str
     system.block_on(async move {
         let llm = FakeLlm::start(two_hops).await;
         settings.llm.base_url = llm.base_url.clone();
-        let mut pipeline =
-            Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
+        let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
         let mut records = BTreeMap::new();
         pipeline
             .run(questions.to_vec(), |record| {
@@ -152,7 +153,15 @@ fn chaos_loses_nothing_and_changes_no_answer() {
     let expected = write_questions(&questions_file, QUESTIONS);
     let total = QUESTIONS + POISON;
     let mut sink = cluster
-        .command(&["answers", "--out", answers.to_str().unwrap(), "--expect", &total.to_string(), "--idle-timeout-s", "180"])
+        .command(&[
+            "answers",
+            "--out",
+            answers.to_str().unwrap(),
+            "--expect",
+            &total.to_string(),
+            "--idle-timeout-s",
+            "180",
+        ])
         .spawn()
         .unwrap();
     assert!(cluster.command(&["submit", "--questions", questions_file.to_str().unwrap()]).status().unwrap().success());
@@ -228,7 +237,12 @@ fn chaos_loses_nothing_and_changes_no_answer() {
                 AnswerRecord::Answered(a) => !a.degraded.is_empty(),
                 AnswerRecord::Error(_) => true,
             };
-            assert!(explained, "{id} differs from the fault-free run without saying why:\n{}\n{}", essence(record), reference[*id]);
+            assert!(
+                explained,
+                "{id} differs from the fault-free run without saying why:\n{}\n{}",
+                essence(record),
+                reference[*id]
+            );
         }
     }
     assert!(same * 100 >= QUESTIONS * 98, "{same} of {QUESTIONS} records equal the fault-free run's");

@@ -168,10 +168,11 @@ async fn in_flight_events_of_the_previous_version_reach_an_answer() {
         // The pipeline reads the answers itself: the bus shows them to the test as they are published.
         let published = Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = published.clone();
-        let bus = Arc::new(FaultyBus::new(Arc::new(InProcessBus::new(256))).failing(Topic::Answers, move |record, _| {
-            seen.lock().unwrap().push(record.clone());
-            None
-        }));
+        let bus =
+            Arc::new(FaultyBus::new(Arc::new(InProcessBus::new(256))).failing(Topic::Answers, move |record, _| {
+                seen.lock().unwrap().push(record.clone());
+                None
+            }));
         let pipeline =
             Pipeline::start_on(PipelineKind::Migres, bus.clone(), &settings, support::parts(&settings)).await.unwrap();
         let key = event["memory"]["question_id"].as_str().unwrap().to_string();

@@ -230,11 +230,15 @@ async fn a_five_minute_llm_outage_mid_run_ends_every_question_answered() {
     let settings = migres_settings(&llm);
     let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
     let questions: Vec<QuestionEvent> =
-        (0..8).map(|n| QuestionEvent::new(&format!("outage-{n}"), question.clone())).collect();
-    let mut pipeline =
-        Pipeline::start_on(PipelineKind::Migres, Arc::new(InProcessBus::new(256)), &settings, support::parts(&settings))
-            .await
-            .unwrap();
+        (0..8).map(|n| QuestionEvent::new(format!("outage-{n}"), question.clone())).collect();
+    let mut pipeline = Pipeline::start_on(
+        PipelineKind::Migres,
+        Arc::new(InProcessBus::new(256)),
+        &settings,
+        support::parts(&settings),
+    )
+    .await
+    .unwrap();
     let mut records = Vec::new();
     let run = pipeline.run(questions, |record| records.push(record));
     tokio::time::timeout(OUTAGE + Duration::from_secs(120), run).await.expect("the run ends").unwrap();

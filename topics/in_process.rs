@@ -19,10 +19,12 @@ struct Channel {
     receiver: Mutex<Option<mpsc::Receiver<Record>>>,
 }
 
+/// A table topic: key -> (insertion number, payload), so reads keep the order of writes.
+type Table = BTreeMap<String, (u64, Vec<u8>)>;
+
 pub struct InProcessBus {
     channels: HashMap<Topic, Channel>,
-    /// Table topics: key -> (insertion number, payload), so reads keep the order of writes.
-    tables: Mutex<HashMap<Topic, BTreeMap<String, (u64, Vec<u8>)>>>,
+    tables: Mutex<HashMap<Topic, Table>>,
     writes: std::sync::atomic::AtomicU64,
 }
 

@@ -404,10 +404,10 @@ impl ConsumerContext for TrackingContext {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync) {
-            if !is_no_offset(&error) {
-                tracing::warn!(%error, "commit before rebalance failed");
-            }
+        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync)
+            && !is_no_offset(&error)
+        {
+            tracing::warn!(%error, "commit before rebalance failed");
         }
         tracing::info!(
             partitions = partitions.len(),
@@ -527,10 +527,10 @@ fn to_delivery(
     let claim = Box::new(move || claim_tracker.lock().unwrap().claim(&claim_name, partition, offset, generation));
     let ack = Box::new(move || {
         let store = tracker.lock().unwrap().ack(&name, partition, offset, generation);
-        if let Some(next) = store {
-            if let Err(error) = consumer.store_offset(&name, partition, next - 1) {
-                tracing::debug!(%error, "offset not stored (partition moved away)");
-            }
+        if let Some(next) = store
+            && let Err(error) = consumer.store_offset(&name, partition, next - 1)
+        {
+            tracing::debug!(%error, "offset not stored (partition moved away)");
         }
     });
     Some(Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, ack })))

@@ -68,6 +68,7 @@ fn drop_unkept_scores(trace: &mut Vec<Value>) {
 }
 
 /// Each retrieval keeps its five best hits.
+#[allow(clippy::ptr_arg)] // one signature for every pass in PASSES
 fn shorten_hit_lists(trace: &mut Vec<Value>) {
     for step in trace.iter_mut().filter(|s| kind(s) == "retrieved") {
         if let Some(hits) = step["hits"].as_array_mut() {

@@ -16,10 +16,17 @@ use crate::settings::BreakerSettings;
 
 #[derive(Debug)]
 enum State {
-    Closed { failures: u32 },
+    Closed {
+        failures: u32,
+    },
     /// No call goes out before `retry_at`; then one probe, which may hold the endpoint until
     /// `probe_until` (its request's timeout) before another is let through.
-    Open { since: Instant, retry_at: Instant, interval: Duration, probe_until: Option<Instant> },
+    Open {
+        since: Instant,
+        retry_at: Instant,
+        interval: Duration,
+        probe_until: Option<Instant>,
+    },
 }
 
 pub struct Breaker {

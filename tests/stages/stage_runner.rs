@@ -95,7 +95,9 @@ async fn an_event_the_stage_already_finished_is_skipped_not_redone() {
 
     let first = MissingEvent::from_payload(&missing("dup").payload).unwrap();
     let mut repeat = first.clone();
-    repeat.memory.record("main", lacuna::topics::TraceKind::Failed { error_type: "x".into(), message: "timing".into() });
+    repeat
+        .memory
+        .record("main", lacuna::topics::TraceKind::Failed { error_type: "x".into(), message: "timing".into() });
     repeat.memory.usage.prompt_tokens += 7;
     let mut next_iteration = first.clone();
     next_iteration.memory.iteration += 1;
