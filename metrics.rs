@@ -4,7 +4,9 @@
 use std::sync::LazyLock;
 
 use prometheus::core::Collector;
-use prometheus::{CounterVec, Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    CounterVec, Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 pub struct Metrics {
     pub registry: Registry,
@@ -36,6 +38,7 @@ pub struct Metrics {
     pub model_pairs: IntCounterVec,
     pub model_inference_seconds: HistogramVec,
     pub answers: IntCounterVec,
+    pub answers_rejected: IntCounterVec,
     pub answer_iterations: HistogramVec,
     pub answer_llm_calls: HistogramVec,
     pub answer_passages: HistogramVec,
@@ -183,6 +186,11 @@ impl Metrics {
                 "Questions ended, by outcome (answered, answered_at_limit, answered_after_deadline, error).",
                 &["outcome"],
             ),
+            answers_rejected: counter(
+                "lacuna_main_answers_rejected_total",
+                "Answers the main module wrote but did not accept, by reason (not_confident, ungrounded).",
+                &["reason"],
+            ),
             answer_iterations: histogram(
                 "lacuna_answer_iterations",
                 "Iterations per answered question.",
@@ -274,6 +282,7 @@ impl Metrics {
             Box::new(self.model_pairs.clone()),
             Box::new(self.model_inference_seconds.clone()),
             Box::new(self.answers.clone()),
+            Box::new(self.answers_rejected.clone()),
             Box::new(self.answer_iterations.clone()),
             Box::new(self.answer_llm_calls.clone()),
             Box::new(self.answer_passages.clone()),

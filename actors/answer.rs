@@ -28,12 +28,13 @@ pub fn final_schema() -> Schema {
         name: "final_answer",
         schema: json!({
             "type": "object",
+            // Reasoning first: the model explains before it commits to an answer.
             "properties": {
+                "explanation": { "type": "string" },
                 "answer": { "type": "string" },
                 "confidence": confidence_schema(),
-                "explanation": { "type": "string" },
             },
-            "required": ["answer", "confidence", "explanation"],
+            "required": ["explanation", "answer", "confidence"],
             "additionalProperties": false,
         }),
     }

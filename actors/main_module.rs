@@ -1,17 +1,27 @@
-//! main_module: the MIGRES main module (stage `main`). Given only the verified facts it answers (with confidence and
-//! explanation) or says "unanswerable" and names the missing information, which sends the question
-//! round the loop again. At the iteration limit it answers with what is known.
+//! main_module: the MIGRES main module (stage `main`). Given the verified facts (and, with
+//! `migres.main_sees_passages`, the passages they cite) it answers, with confidence and explanation,
+//! or says "unanswerable" and names the missing information, which sends the question round the loop
+//! again. An answer ends the loop only when `migres.acceptance` and the grounding gate let it: a small
+//! model often answers a two-hop question from belief after the first hop. At the iteration limit
+//! it answers with what is known, and guesses rather than answer "None".
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::actors::answer::{FinalAnswer, answer_record, confidence_schema, final_schema, given_answer};
+use std::collections::{BTreeSet, HashSet};
+
+use crate::actors::answer::{
+    FinalAnswer, answer_record, confidence_schema, final_schema, given_answer, normalize_answer,
+};
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
-use crate::settings::MigresSettings;
-use crate::topics::{Event, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
+use crate::metrics::METRICS;
+use crate::settings::{Acceptance, MigresSettings};
+use crate::topics::{
+    Event, FactSource, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent,
+};
 
 pub struct Main {
     llm: LlmClient,
@@ -32,14 +42,15 @@ fn decision_schema() -> Schema {
         name: "main_decision",
         schema: json!({
             "type": "object",
+            // Reasoning first: the model explains and names what is missing before it commits.
             "properties": {
+                "explanation": { "type": "string" },
+                "missing_information": { "type": "string" },
                 "answerable": { "type": "boolean" },
                 "answer": { "type": "string" },
                 "confidence": confidence_schema(),
-                "explanation": { "type": "string" },
-                "missing_information": { "type": "string" },
             },
-            "required": ["answerable", "answer", "confidence", "explanation", "missing_information"],
+            "required": ["explanation", "missing_information", "answerable", "answer", "confidence"],
             "additionalProperties": false,
         }),
     }
@@ -64,50 +75,149 @@ impl Main {
             return Ok(MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information }.to_record());
         }
 
-        let prompt = prompts::fill(
-            prompts::MAIN,
-            &[("facts", &memory.facts_text()), ("question", &memory.question_to_answer())],
-        );
+        let information = self.information(&memory);
+        let prompt =
+            prompts::fill(prompts::MAIN, &[("facts", &information), ("question", &memory.question_to_answer())]);
         let reply = self.llm.structured::<Decision>(prompts::SYSTEM, &prompt, &decision_schema()).await?;
         note_call(&mut memory, Self::NAME, "main", &reply.stats);
         let d = reply.value;
         let answer = d.answer.trim().to_string();
-        // The MIGRES code's test is the word "unanswerable"; the flag alone is not trusted.
-        let answerable = d.answerable && !answer.is_empty() && !answer.to_lowercase().contains("unanswerable");
+        let rejected = self.rejection(&memory, &d, &answer);
+        if let Some(reason) = rejected.filter(|r| *r != "unanswerable") {
+            METRICS.answers_rejected.with_label_values(&[reason]).inc();
+            tracing::debug!(question_id = %memory.question_id, %answer, reason, "answer not accepted");
+        }
         memory.record(
             Self::NAME,
             TraceKind::Decision {
-                answerable,
+                answerable: rejected.is_none(),
                 answer: answer.clone(),
                 confidence: d.confidence,
                 missing_information: d.missing_information.clone(),
                 forced: false,
             },
         );
-        if answerable {
+        if rejected.is_none() {
             return Ok(answer_record(memory, answer, d.confidence, d.explanation, Outcome::Answered));
         }
         if memory.iteration >= self.settings.max_iterations {
+            // An answer held back only for want of confidence or evidence is still the best guess
+            // there is: no need to ask for another.
+            if rejected != Some("unanswerable") {
+                let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
+                return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
+            }
             return self.answer_at_limit(memory).await;
         }
         // A too-short summary says nothing; the explanation names what is missing instead.
         let missing_information =
-            if d.missing_information.trim().chars().count() < 10 { d.explanation } else { d.missing_information };
+            if is_trivial(&d.missing_information) { d.explanation } else { d.missing_information };
         memory.last_missing = missing_information.clone();
         Ok(MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information }.to_record())
     }
 
+    /// Why the decision does not end the loop: "unanswerable" (the model says so; the MIGRES code's
+    /// test is the word, the flag alone is not trusted), "not_confident" (`acceptance = "official"`)
+    /// or "ungrounded" (the grounding gate). None when it does.
+    fn rejection(&self, memory: &Memory, d: &Decision, answer: &str) -> Option<&'static str> {
+        if !d.answerable || answer.is_empty() || answer.to_lowercase().contains("unanswerable") {
+            return Some("unanswerable");
+        }
+        if self.settings.acceptance == Acceptance::Official
+            && (d.confidence < 4.0 || !is_trivial(&d.missing_information))
+        {
+            return Some("not_confident");
+        }
+        if self.settings.grounding_gate && !grounded(memory, answer, self.settings.min_answer_passages) {
+            return Some("ungrounded");
+        }
+        None
+    }
+
+    /// What the answering prompts show as "Information": the known facts, then, with
+    /// `main_sees_passages`, the passages the verified facts cite (their shown text), so the model
+    /// can check a fact's wording against its source.
+    fn information(&self, memory: &Memory) -> String {
+        let facts = memory.facts_text();
+        if !self.settings.main_sees_passages || memory.cited_passages.is_empty() {
+            return facts;
+        }
+        let passages: Vec<String> =
+            memory.cited_passages.values().map(|p| format!("(Title: {}) {}", p.title, p.text)).collect();
+        format!("{facts}\nPassages behind these facts:\n{}", passages.join("\n"))
+    }
+
     /// T iterations passed or no new query can be written: answer from the known facts, and from
-    /// the model's own knowledge where they fall short.
+    /// the model's own knowledge where they fall short. With `best_guess`, a non-answer such as
+    /// "None" is asked for once more as a guess: a guess can be right, "None" never is.
     async fn answer_at_limit(&self, mut memory: Memory) -> Result<Record, StageError> {
-        let prompt = prompts::fill(
-            prompts::FINAL_ANSWER,
-            &[("facts", &memory.facts_text()), ("question", &memory.question_to_answer())],
-        );
+        let information = self.information(&memory);
+        let question = memory.question_to_answer();
+        let prompt = prompts::fill(prompts::FINAL_ANSWER, &[("facts", &information), ("question", &question)]);
         let reply = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
         note_call(&mut memory, Self::NAME, "final_answer", &reply.stats);
-        Ok(given_answer(memory, Self::NAME, reply.value, Outcome::AnsweredAtLimit))
+        if !self.settings.best_guess || !is_non_answer(&reply.value.answer) {
+            return Ok(given_answer(memory, Self::NAME, reply.value, Outcome::AnsweredAtLimit));
+        }
+        let insisting = format!(
+            "{question} (The Information may not settle it: give your best guess anyway, a name, date, number or yes/no. Never answer \"None\" or \"unknown\".)"
+        );
+        let prompt = prompts::fill(prompts::FINAL_ANSWER, &[("facts", &information), ("question", &insisting)]);
+        let guess = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
+        note_call(&mut memory, Self::NAME, "best_guess", &guess.stats);
+        let given = if is_non_answer(&guess.value.answer) { reply.value } else { guess.value };
+        Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit))
     }
+}
+
+/// A missing-information summary that names nothing ("", "None", "N/A").
+fn is_trivial(missing: &str) -> bool {
+    let normalized = normalize_answer(missing);
+    missing.trim().chars().count() < 10 || matches!(normalized.as_str(), "none" | "nothing" | "na" | "not applicable")
+}
+
+/// An answer that answers nothing: empty, "None", "unknown", "not enough information", ...
+pub fn is_non_answer(answer: &str) -> bool {
+    let normalized = normalize_answer(answer);
+    normalized.is_empty()
+        || matches!(normalized.as_str(), "none" | "unknown" | "na" | "no answer" | "not available" | "not applicable")
+        || [
+            "unanswerable",
+            "not enough information",
+            "insufficient information",
+            "cannot be determined",
+            "not mentioned",
+            "not provided",
+            "no information",
+        ]
+        .iter()
+        .any(|marker| normalized.contains(marker))
+}
+
+/// The grounding gate: the verified facts cite at least `min_passages` passages, and every word of
+/// the normalised answer is among the words of those facts or the passages they cite (a yes/no
+/// answer needs only the passages). Facts from model knowledge are not evidence.
+fn grounded(memory: &Memory, answer: &str, min_passages: usize) -> bool {
+    let verified: Vec<_> = memory.facts.iter().filter(|f| f.source == FactSource::Verified).collect();
+    let cited: BTreeSet<&String> = verified.iter().flat_map(|f| &f.citations).collect();
+    if verified.is_empty() || cited.len() < min_passages {
+        return false;
+    }
+    let answer = normalize_answer(answer);
+    if answer.is_empty() {
+        return false;
+    }
+    if matches!(answer.as_str(), "yes" | "no") {
+        return true;
+    }
+    let evidence: String = verified
+        .iter()
+        .map(|f| f.text.as_str())
+        .chain(cited.iter().filter_map(|id| memory.cited_passages.get(*id)).map(|p| p.text.as_str()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let words: HashSet<String> = normalize_answer(&evidence).split(' ').map(str::to_string).collect();
+    answer.split(' ').all(|word| words.contains(word))
 }
 
 #[async_trait(?Send)]
@@ -117,5 +227,61 @@ impl Stage for Main {
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: VerifiedEvent = decode(record)?;
         Ok(vec![self.decide(event.memory).await?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topics::{KnownFact, Passage};
+
+    fn memory_with(facts: &[(&str, &[&str], FactSource)]) -> Memory {
+        let mut memory = Memory::new("q", "Where was the goalkeeper of Harwick Rovers born?");
+        for (text, citations, source) in facts {
+            for id in *citations {
+                memory.cited_passages.insert(
+                    id.to_string(),
+                    Passage { id: id.to_string(), title: id.to_string(), text: format!("passage {id}") },
+                );
+            }
+            memory.facts.push(KnownFact {
+                text: text.to_string(),
+                citations: citations.iter().map(|c| c.to_string()).collect(),
+                source: *source,
+                iteration: 1,
+            });
+        }
+        memory
+    }
+
+    #[test]
+    fn an_answer_from_belief_after_the_first_hop_is_not_grounded() {
+        // The first hop is known; the answer names a place no fact or cited passage mentions.
+        let memory = memory_with(&[("Tom Quill is the goalkeeper of Harwick Rovers.", &["p1"], FactSource::Verified)]);
+        assert!(!grounded(&memory, "Lindon", 1));
+        let memory = memory_with(&[
+            ("Tom Quill is the goalkeeper of Harwick Rovers.", &["p1"], FactSource::Verified),
+            ("Tom Quill was born in Lindon, Vessary.", &["p2"], FactSource::Verified),
+        ]);
+        assert!(grounded(&memory, "Lindon, Vessary", 2));
+        assert!(grounded(&memory, "the Lindon", 2), "normalised as scoring does");
+        assert!(!grounded(&memory, "Lindon", 3), "too few cited passages");
+    }
+
+    #[test]
+    fn model_knowledge_is_not_evidence() {
+        let memory = memory_with(&[("Tom Quill was born in Lindon.", &[], FactSource::ModelKnowledge)]);
+        assert!(!grounded(&memory, "Lindon", 0));
+        assert!(!grounded(&memory, "yes", 0));
+    }
+
+    #[test]
+    fn non_answers_are_recognised() {
+        for answer in ["None", "unknown", "", "Unanswerable", "There is not enough information."] {
+            assert!(is_non_answer(answer), "{answer}");
+        }
+        for answer in ["No", "Lindon", "1923", "None of the Above (film)"] {
+            assert!(!is_non_answer(answer), "{answer}");
+        }
     }
 }

@@ -9,6 +9,9 @@ pub const QUERY_GEN: &str = include_str!("prompts/query_gen.txt");
 pub const LEAF: &str = include_str!("prompts/leaf.txt");
 pub const KNOWLEDGE: &str = include_str!("prompts/knowledge.txt");
 pub const ENTAILMENT: &str = include_str!("prompts/entailment.txt");
+/// The entailment judge for facts written as the leaf prompt asks ("combining the question"): words
+/// that only name the subject as the question did need not be in the passage.
+pub const ENTAILMENT_LENIENT: &str = include_str!("prompts/entailment_lenient.txt");
 /// The baselines' single answer call over the top-k passages (paper Table 3, VANILLA and VANILLA-s).
 pub const READER: &str = include_str!("prompts/reader.txt");
 /// QPaug (paper 002): the question's step-by-step augmentation and the self-generated passage.

@@ -115,7 +115,7 @@ impl Refine {
             prompts::TRAJECTORY_ANSWER,
             &[("documents", &docs), ("question", &memory.question_to_answer())],
         );
-        let reply = self.llm.text_with_logprobs(prompts::SYSTEM, &prompt).await?;
+        let reply = self.llm.line_with_logprobs(prompts::SYSTEM, &prompt).await?;
         note_call(memory, Self::NAME, "answer", &reply.stats);
         let answer = reply.value.trim().lines().next().unwrap_or_default().trim().trim_end_matches('.').to_string();
         let logprobs = reply.stats.logprobs.clone();

@@ -115,7 +115,7 @@ impl SentenceFilter {
             } else {
                 let mut chosen: Vec<&str> = Vec::new();
                 for (sentence, score) in list.iter().zip(&scores) {
-                    if *score >= threshold && !overlaps_kept(sentence, &snippets) {
+                    if *score >= self.settings.sentence_threshold && !overlaps_kept(sentence, &snippets) {
                         chosen.push(sentence);
                     }
                 }
@@ -142,7 +142,12 @@ impl SentenceFilter {
         }
 
         let evidence = self.show_top_k(&mut memory, snippets);
-        if !evidence.is_empty() || !self.settings.knowledge_prompting || !self.mode.knowledge_prompting {
+        // Not in the first iteration by default: its query is the whole question, so the model's
+        // closed-book guess at the answer would come back as a "fact".
+        let knowledge = self.settings.knowledge_prompting
+            && self.mode.knowledge_prompting
+            && memory.iteration >= self.settings.knowledge_from_iteration;
+        if !evidence.is_empty() || !knowledge {
             return Ok(EvidenceEvent { schema_version: SCHEMA_VERSION, memory, queries, evidence });
         }
         let evidence = self.knowledge(&mut memory, &queries).await?.into_iter().collect();
@@ -187,10 +192,12 @@ impl SentenceFilter {
         shown
     }
 
-    /// Knowledge prompting with the first query of the iteration; refusals are discarded.
+    /// Knowledge prompting with every query of the iteration in one call; refusals are discarded.
     async fn knowledge(&self, memory: &mut Memory, queries: &[String]) -> Result<Option<EvidenceItem>, StageError> {
-        let Some(query) = queries.first() else { return Ok(None) };
-        let prompt = prompts::fill(prompts::KNOWLEDGE, &[("query", query)]);
+        if queries.is_empty() {
+            return Ok(None);
+        }
+        let prompt = prompts::fill(prompts::KNOWLEDGE, &[("query", &queries.join(" "))]);
         let reply = self.llm.text(prompts::SYSTEM, &prompt).await?;
         note_call(memory, Self::NAME, "knowledge", &reply.stats);
         memory.usage.knowledge_tokens += reply.stats.completion_tokens;

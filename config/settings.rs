@@ -126,6 +126,32 @@ pub struct MigresSettings {
     pub min_query_chars: usize,
     pub min_snippet_words: usize,
     pub max_snippet_words: usize,
+    /// The sentence filter's own threshold: a passage that passed `rerank_threshold` keeps its
+    /// sentences that score at least this.
+    pub sentence_threshold: f32,
+    /// Which decisions of the main module end the loop with an answer.
+    pub acceptance: Acceptance,
+    /// An accepted answer must be found among the verified facts' words (yes/no answers excepted),
+    /// and those facts must cite at least `min_answer_passages` passages; otherwise the loop goes on.
+    /// Facts from model knowledge do not count: a closed-book guess is not evidence.
+    pub grounding_gate: bool,
+    pub min_answer_passages: usize,
+    /// Knowledge prompting starts at this iteration (the paper: 1, before any query was written).
+    pub knowledge_from_iteration: u32,
+    /// The main module reads the passages its facts cite, not the facts alone.
+    pub main_sees_passages: bool,
+    /// At the iteration limit, a non-answer ("None", "unknown") is asked again for a best guess.
+    pub best_guess: bool,
+}
+
+/// When the main module's decision ends the loop.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Acceptance {
+    /// `answerable` is true and the answer is not "unanswerable".
+    Flag,
+    /// Also a confidence of at least 4 and no missing information (the MIGRES code's rule).
+    Official,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -139,6 +165,9 @@ pub struct LlmSettings {
     pub retry_backoff_ms: u64,
     pub temperature: f32,
     pub max_tokens: u32,
+    /// Structured replies write their reasoning keys (explanation) before the answer, as the
+    /// schemas list them; false sorts the keys alphabetically (the answer first).
+    pub reasoning_first: bool,
     /// Times a reply that does not parse, or stops at `max_tokens`, is asked again.
     pub max_reask: u32,
     /// The least temperature of a re-ask after an unparsable reply (with a new `seed`).
@@ -246,8 +275,18 @@ pub enum NliBackend {
 #[serde(deny_unknown_fields)]
 pub struct NliSettings {
     pub backend: NliBackend,
+    /// The LLM judge's prompt: `strict` (every part of a fact must be in the passage) or `lenient`
+    /// (the fact's new information must be; words that name its subject as the question did need not).
+    pub entailment_prompt: EntailmentPrompt,
     pub entailment_label: usize,
     pub model: ModelSettings,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EntailmentPrompt {
+    Strict,
+    Lenient,
 }
 
 #[derive(Clone, Debug, Deserialize)]

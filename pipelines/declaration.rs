@@ -164,7 +164,7 @@ impl StageStart<'_> {
     pub fn nli(&self) -> Nli {
         match &self.parts.onnx_nli {
             Some(model) => Nli::Onnx(model.clone()),
-            None => Nli::LlmJudge(self.llm()),
+            None => Nli::LlmJudge(self.llm(), self.settings.nli.entailment_prompt),
         }
     }
 

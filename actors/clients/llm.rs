@@ -139,7 +139,23 @@ pub struct Completion<T> {
     pub stats: CallStats,
 }
 
-/// A structured output: its JSON schema goes to the server, which constrains decoding to it.
+/// The schema with every object's keys sorted, as serde_json without `preserve_order` sent them:
+/// a grammar-constrained server then makes the model write the keys in that order, so "answer"
+/// comes before "explanation" (`llm.reasoning_first = false`, kept for the ablation).
+fn alphabetical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), alphabetical(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(alphabetical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A structured output: its JSON schema goes to the server, which constrains decoding to it (in
+/// the order its properties are written: reasoning keys first, see `llm.reasoning_first`).
 pub struct Schema {
     pub name: &'static str,
     pub schema: Value,
@@ -201,9 +217,11 @@ impl LlmClient {
         schema: &Schema,
         logprobs: bool,
     ) -> Result<Completion<T>, LlmError> {
+        let schema_value =
+            if self.settings.reasoning_first { schema.schema.clone() } else { alphabetical(&schema.schema) };
         let response_format = json!({
             "type": "json_schema",
-            "json_schema": { "name": schema.name, "strict": true, "schema": schema.schema },
+            "json_schema": { "name": schema.name, "strict": true, "schema": schema_value },
         });
         let body = self.body(system, user, Some(response_format), logprobs);
         self.complete(body, |text, cut| {
@@ -221,10 +239,14 @@ impl LlmClient {
         self.complete(self.body(system, user, None, false), |text, _| Ok(text.to_string())).await
     }
 
-    /// A free-text call that also asks for the token log-probabilities of the answer (OpenAI's
-    /// `logprobs`): `stats.logprobs` is `None` when the server does not return them.
-    pub async fn text_with_logprobs(&self, system: &str, user: &str) -> Result<Completion<String>, LlmError> {
-        self.complete(self.body(system, user, None, true), |text, _| Ok(text.to_string())).await
+    /// A one-line free-text call that also asks for the token log-probabilities (OpenAI's
+    /// `logprobs`): `stats.logprobs` is `None` when the server does not return them. Generation
+    /// stops at the end of the line, so the log-probabilities are the answer's own (RQ-RAG's Conf),
+    /// not those of whatever the model would write after it.
+    pub async fn line_with_logprobs(&self, system: &str, user: &str) -> Result<Completion<String>, LlmError> {
+        let mut body = self.body(system, user, None, true);
+        body["stop"] = json!(["\n"]);
+        self.complete(body, |text, _| Ok(text.to_string())).await
     }
 
     fn body(&self, system: &str, user: &str, response_format: Option<Value>, logprobs: bool) -> Value {
@@ -440,7 +462,7 @@ impl LlmClient {
 /// A `Retry-After` header in seconds (its HTTP-date form is rare from LLM servers and is ignored).
 fn retry_after_ms(headers: &reqwest::header::HeaderMap) -> Option<u64> {
     let seconds: f64 = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| (seconds * 1000.0) as u64)
+    (seconds.is_finite() && seconds >= 0.0).then_some((seconds * 1000.0) as u64)
 }
 
 /// The sum and count of `logprobs.content[].logprob`, the OpenAI chat format llama.cpp also uses.

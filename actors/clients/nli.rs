@@ -12,7 +12,7 @@ use super::llm::{CallStats, LlmClient, LlmError, Schema};
 use super::onnx::{ModelError, PairClassifier};
 use super::rerank::run_blocking;
 use crate::actors::prompts;
-use crate::settings::{NliSettings, OnnxSettings};
+use crate::settings::{EntailmentPrompt, NliSettings, OnnxSettings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NliError {
@@ -31,14 +31,15 @@ pub struct Verdict {
 
 #[derive(Clone)]
 pub enum Nli {
-    LlmJudge(LlmClient),
+    /// The LLM with one of the two entailment prompts (`nli.entailment_prompt`).
+    LlmJudge(LlmClient, EntailmentPrompt),
     Onnx(OnnxNli),
 }
 
 impl Nli {
     pub async fn judge(&self, premise: &str, hypothesis: &str) -> Result<Verdict, NliError> {
         match self {
-            Nli::LlmJudge(llm) => judge_with_llm(llm, premise, hypothesis).await,
+            Nli::LlmJudge(llm, prompt) => judge_with_llm(llm, *prompt, premise, hypothesis).await,
             Nli::Onnx(model) => Ok(Verdict { entailed: model.entails(premise, hypothesis).await?, llm_call: None }),
         }
     }
@@ -49,7 +50,12 @@ struct JudgeAnswer {
     entailed: bool,
 }
 
-async fn judge_with_llm(llm: &LlmClient, premise: &str, hypothesis: &str) -> Result<Verdict, NliError> {
+async fn judge_with_llm(
+    llm: &LlmClient,
+    prompt: EntailmentPrompt,
+    premise: &str,
+    hypothesis: &str,
+) -> Result<Verdict, NliError> {
     let schema = Schema {
         name: "entailment",
         schema: json!({
@@ -59,7 +65,11 @@ async fn judge_with_llm(llm: &LlmClient, premise: &str, hypothesis: &str) -> Res
             "additionalProperties": false,
         }),
     };
-    let user = prompts::fill(prompts::ENTAILMENT, &[("premise", premise), ("hypothesis", hypothesis)]);
+    let template = match prompt {
+        EntailmentPrompt::Strict => prompts::ENTAILMENT,
+        EntailmentPrompt::Lenient => prompts::ENTAILMENT_LENIENT,
+    };
+    let user = prompts::fill(template, &[("premise", premise), ("hypothesis", hypothesis)]);
     let answer = llm.structured::<JudgeAnswer>(prompts::SYSTEM, &user, &schema).await?;
     Ok(Verdict { entailed: answer.value.entailed, llm_call: Some(answer.stats) })
 }

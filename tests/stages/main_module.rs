@@ -1,8 +1,8 @@
 use lacuna::actors::main_module::Main;
 use lacuna::actors::stage::Stage;
-use lacuna::settings::Settings;
+use lacuna::settings::{Acceptance, MigresSettings, Settings};
 use lacuna::topics::{
-    AnswerRecord, Event, FactSource, KnownFact, Memory, MissingEvent, Outcome, SCHEMA_VERSION, VerifiedEvent,
+    AnswerRecord, Event, FactSource, KnownFact, Memory, MissingEvent, Outcome, Passage, SCHEMA_VERSION, VerifiedEvent,
     VersionedAnswer,
 };
 use serde_json::json;
@@ -19,7 +19,7 @@ fn decision(answerable: bool, answer: &str, missing: &str) -> Reply {
 
 fn with_fact(mut m: Memory, iteration: u32) -> Memory {
     m.facts.push(KnownFact {
-        text: "Hugo plays for FC Cartagena.".into(),
+        text: "Hugo plays for FC Cartagena of Murcia.".into(),
         citations: vec!["p".into()],
         source: FactSource::Verified,
         iteration,
@@ -29,7 +29,11 @@ fn with_fact(mut m: Memory, iteration: u32) -> Memory {
 }
 
 async fn run(llm: &FakeLlm, m: Memory) -> lacuna::topics::Record {
-    let stage = Main::new(support::llm(&llm.base_url), Settings::defaults().migres);
+    run_with(llm, m, Settings::defaults().migres).await
+}
+
+async fn run_with(llm: &FakeLlm, m: Memory, settings: MigresSettings) -> lacuna::topics::Record {
+    let stage = Main::new(support::llm(&llm.base_url), settings);
     let mut out =
         stage.process(&VerifiedEvent { schema_version: SCHEMA_VERSION, memory: m }.to_record()).await.unwrap();
     assert_eq!(out.len(), 1);
@@ -52,7 +56,7 @@ async fn an_answerable_decision_ends_the_question_with_its_facts() {
     assert_eq!(a.facts.len(), 1);
     assert!(
         llm.prompts.lock().unwrap()[0]
-            .ends_with("Information: Hugo plays for FC Cartagena.\nQuestion: Where?\nYour response:")
+            .ends_with("Information: Hugo plays for FC Cartagena of Murcia.\nQuestion: Where?\nYour response:")
     );
 }
 
@@ -123,4 +127,99 @@ async fn a_yes_no_question_is_asked_for_yes_or_no() {
     let plain = FakeLlm::start(|_| decision(true, "Murcia", "")).await;
     run(&plain, with_fact(memory("q"), 1)).await;
     assert!(!plain.prompts.lock().unwrap()[0].contains(r#""yes" or "no""#), "other questions are not");
+}
+
+#[tokio::test]
+async fn an_answer_the_facts_do_not_support_goes_round_the_loop() {
+    // The first hop is known, and the model answers the second from belief (the README's question
+    // was answered Andalusia this way).
+    let llm = FakeLlm::start(|_| decision(true, "Andalusia", "")).await;
+    let mut m = memory("Where?");
+    m.facts.push(KnownFact {
+        text: "Hugo plays for FC Cartagena.".into(),
+        citations: vec!["p".into()],
+        source: FactSource::Verified,
+        iteration: 1,
+    });
+    let missing: MissingEvent = single(vec![run(&llm, m.clone()).await]);
+    assert_eq!(missing.missing_information, "because", "the explanation stands in for an empty summary");
+
+    let mut no_gate = Settings::defaults().migres;
+    no_gate.grounding_gate = false;
+    assert_eq!(answered(run_with(&llm, m, no_gate).await).answer, "Andalusia");
+}
+
+#[tokio::test]
+async fn an_answer_from_model_knowledge_alone_is_not_accepted() {
+    let llm = FakeLlm::start(|_| decision(true, "Murcia", "")).await;
+    let mut m = memory("Where?");
+    m.facts.push(KnownFact {
+        text: "FC Cartagena is based in Murcia.".into(),
+        citations: Vec::new(),
+        source: FactSource::ModelKnowledge,
+        iteration: 1,
+    });
+    let _missing: MissingEvent = single(vec![run(&llm, m).await]);
+}
+
+#[tokio::test]
+async fn the_official_rule_wants_confidence_and_nothing_missing() {
+    let unsure = FakeLlm::start(|_| {
+        Reply::Json(json!({"explanation": "probably", "missing_information": "", "answerable": true, "answer": "Murcia", "confidence": 3}))
+    })
+    .await;
+    let _missing: MissingEvent = single(vec![run(&unsure, with_fact(memory("Where?"), 1)).await]);
+    let still_missing = FakeLlm::start(|_| decision(true, "Murcia", "The province of FC Cartagena's stadium.")).await;
+    let _missing: MissingEvent = single(vec![run(&still_missing, with_fact(memory("Where?"), 1)).await]);
+
+    let mut flag = Settings::defaults().migres;
+    flag.acceptance = Acceptance::Flag;
+    assert_eq!(answered(run_with(&unsure, with_fact(memory("Where?"), 1), flag).await).answer, "Murcia");
+}
+
+#[tokio::test]
+async fn at_the_limit_an_answer_held_back_is_given_without_another_call() {
+    let llm = FakeLlm::start(|_| decision(true, "Andalusia", "")).await;
+    let mut m = memory("Where?");
+    m.iteration = Settings::defaults().migres.max_iterations;
+    let a = answered(run(&llm, m).await);
+    assert_eq!((a.answer.as_str(), a.outcome), ("Andalusia", Outcome::AnsweredAtLimit));
+    assert_eq!(llm.calls(), 1);
+}
+
+#[tokio::test]
+async fn at_the_limit_a_non_answer_is_asked_again_for_a_best_guess() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::FinalAnswer if prompt.contains("best guess") => {
+            Reply::Json(json!({"explanation": "a guess", "answer": "Murcia", "confidence": 2}))
+        }
+        Prompt::FinalAnswer => {
+            Reply::Json(json!({"explanation": "not in the facts", "answer": "None", "confidence": 1}))
+        }
+        _ => Reply::Status(500),
+    })
+    .await;
+    let mut m = memory("Where?");
+    m.exhausted = true;
+    let a = answered(run(&llm, m).await);
+    assert_eq!(a.answer, "Murcia");
+    assert_eq!(a.usage.llm_calls, 2);
+}
+
+#[tokio::test]
+async fn the_main_module_reads_the_passages_its_facts_cite() {
+    let llm = FakeLlm::start(|_| decision(true, "Murcia", "")).await;
+    let mut m = with_fact(memory("Where?"), 1);
+    m.cited_passages.insert(
+        "p".into(),
+        Passage { id: "p".into(), title: "FC Cartagena".into(), text: "FC Cartagena is a club in Murcia.".into() },
+    );
+    answered(run(&llm, m).await);
+    let prompt = llm.prompts.lock().unwrap()[0].clone();
+    assert!(
+        prompt.contains(
+            "Passages behind these facts:\n(Title: FC Cartagena) FC Cartagena is a club in Murcia.\nQuestion: Where?"
+        ),
+        "{prompt}"
+    );
 }

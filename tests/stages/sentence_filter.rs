@@ -78,15 +78,31 @@ async fn at_most_k_passages_are_shown_best_first() {
     assert!(out.evidence.windows(2).all(|w| w[0].score >= w[1].score));
 }
 
+/// A memory in its second iteration: knowledge prompting starts there by default.
+fn second_iteration(question: &str) -> Memory {
+    let mut m = memory(question);
+    m.iteration = 2;
+    m
+}
+
 #[tokio::test]
 async fn knowledge_prompting_when_nothing_survives() {
     let llm = FakeLlm::start(|_| Reply::Text("Hugo Rodríguez Romero plays for FC Cartagena.".into())).await;
-    let out = filter(vec![irrelevant("p1")], memory("q"), &llm.base_url).await;
+    let out = filter(vec![irrelevant("p1")], second_iteration("q"), &llm.base_url).await;
     assert_eq!(out.evidence.len(), 1);
     assert_eq!(out.evidence[0].origin, EvidenceOrigin::ModelKnowledge);
-    assert_eq!(out.evidence[0].id, "knowledge-1");
+    assert_eq!(out.evidence[0].id, "knowledge-2");
     assert_eq!(out.memory.usage.llm_calls, 1);
     assert_eq!(out.memory.usage.knowledge_tokens, 10);
+}
+
+#[tokio::test]
+async fn the_first_iteration_does_not_prompt_for_knowledge() {
+    // Its query is the whole question: the model's closed-book guess would become a "fact".
+    let llm = FakeLlm::start(|_| Reply::Text("Hugo Rodríguez Romero plays for FC Cartagena.".into())).await;
+    let out = filter(vec![irrelevant("p1")], memory("q"), &llm.base_url).await;
+    assert!(out.evidence.is_empty());
+    assert_eq!(llm.calls(), 0);
 }
 
 #[tokio::test]
@@ -112,8 +128,12 @@ async fn filter_in_mode(mode: FilterMode, hits: Vec<RetrievedPassage>, llm_url: 
     settings.rerank_threshold = 100.0;
     settings.top_k = 2;
     let stage = SentenceFilter::new(reranker(), support::llm(llm_url), settings).with_mode(mode);
-    let event =
-        PassagesEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), queries: vec![QUERY.to_string()], hits };
+    let event = PassagesEvent {
+        schema_version: SCHEMA_VERSION,
+        memory: second_iteration("q"),
+        queries: vec![QUERY.to_string()],
+        hits,
+    };
     single(stage.process(&event.to_record()).await.unwrap())
 }
 
@@ -155,8 +175,12 @@ async fn top_k_sentences_mode_cuts_passages_to_their_relevant_sentences() {
     let stage =
         SentenceFilter::new(reranker(), support::llm(&llm.base_url), settings).with_mode(FilterMode::TOP_K_SENTENCES);
     let hits = vec![irrelevant("p1"), hugo()];
-    let event =
-        PassagesEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), queries: vec![QUERY.to_string()], hits };
+    let event = PassagesEvent {
+        schema_version: SCHEMA_VERSION,
+        memory: second_iteration("q"),
+        queries: vec![QUERY.to_string()],
+        hits,
+    };
     let out: EvidenceEvent = single(stage.process(&event.to_record()).await.unwrap());
     let hugo_item = out.evidence.iter().find(|e| e.id == "hugo").expect("hugo is among the top k");
     assert!(hugo_item.text.contains("plays for FC Cartagena"), "{}", hugo_item.text);

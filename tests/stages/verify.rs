@@ -30,7 +30,7 @@ fn fact(text: &str, citations: &[&str]) -> CandidateFact {
 }
 
 async fn verify(llm: &FakeLlm, evidence: Vec<EvidenceItem>, facts: Vec<CandidateFact>) -> VerifiedEvent {
-    let stage = Verify::new(Nli::LlmJudge(support::llm(&llm.base_url)));
+    let stage = Verify::new(Nli::LlmJudge(support::llm(&llm.base_url), lacuna::settings::EntailmentPrompt::Strict));
     let event = FactsEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), evidence, facts };
     single(stage.process(&event.to_record()).await.unwrap())
 }

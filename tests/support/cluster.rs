@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use lacuna::pipelines::PipelineKind;
 use lacuna::settings::Settings;
-use lacuna::topics::{QuestionEvent, VersionedAnswer};
 use lacuna::topics::kafka::KafkaBus;
+use lacuna::topics::{QuestionEvent, VersionedAnswer};
 use serde_json::json;
 
 pub fn brokers() -> String {
@@ -30,6 +30,7 @@ pub fn settings(test: &str, llm_url: &str) -> Settings {
     settings.kafka.partitions = 4;
     settings.kafka.session_timeout_ms = 6000;
     settings.kafka.max_poll_interval_ms = 10000;
+    super::answer_checks_off(&mut settings);
     settings
 }
 
@@ -47,7 +48,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(settings: &Settings, llm_url: &str) -> Cluster {
-        let env = vec![
+        let mut env: Vec<(String, String)> = vec![
             ("LACUNA__KAFKA__BROKERS".into(), settings.kafka.brokers.clone()),
             ("LACUNA__KAFKA__TOPIC_PREFIX".into(), settings.kafka.topic_prefix.clone()),
             ("LACUNA__KAFKA__PARTITIONS".into(), "4".into()),
@@ -63,6 +64,7 @@ impl Cluster {
             // stall the group; Apache Kafka expires it after session.timeout.ms.)
             ("LACUNA__KAFKA__INSTANCE_ID".into(), "replica-0".into()),
         ];
+        env.extend(super::ANSWER_CHECKS_OFF.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut cluster = Cluster { env, stages: Vec::new() };
         for stage in PipelineKind::Migres.stages() {
             cluster.spawn(stage.name);
@@ -111,7 +113,8 @@ pub fn questions(count: usize) -> Vec<QuestionEvent> {
 /// Writes [`questions`] as a `lacuna submit` file and returns their ids.
 pub fn write_questions(path: &Path, count: usize) -> BTreeSet<String> {
     let questions = questions(count);
-    let lines: Vec<String> = questions.iter().map(|q| json!({"id": q.id, "question": q.question}).to_string()).collect();
+    let lines: Vec<String> =
+        questions.iter().map(|q| json!({"id": q.id, "question": q.question}).to_string()).collect();
     std::fs::write(path, lines.join("\n")).unwrap();
     questions.into_iter().map(|q| q.id).collect()
 }
@@ -125,4 +128,3 @@ pub fn answer_ids(path: &Path) -> Vec<String> {
         .map(|answer| answer.record.question_id().to_string())
         .collect()
 }
-

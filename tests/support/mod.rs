@@ -73,6 +73,18 @@ pub fn settings(llm_url: &str) -> Settings {
     settings
 }
 
+/// The main module's answer checks switched off (`acceptance = "flag"`, no grounding gate), as
+/// environment variables for `lacuna` processes. Tests of the delivery machinery use fake LLMs
+/// that answer at once without evidence; the checks have tests of their own (tests/stages).
+pub const ANSWER_CHECKS_OFF: [(&str, &str); 2] =
+    [("LACUNA__MIGRES__ACCEPTANCE", "flag"), ("LACUNA__MIGRES__GROUNDING_GATE", "false")];
+
+/// [`ANSWER_CHECKS_OFF`] on in-process settings.
+pub fn answer_checks_off(settings: &mut Settings) {
+    settings.migres.acceptance = lacuna::settings::Acceptance::Flag;
+    settings.migres.grounding_gate = false;
+}
+
 pub fn llm(url: &str) -> LlmClient {
     LlmClient::new(settings(url).llm)
 }
