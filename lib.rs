@@ -13,13 +13,16 @@
 //!   (`graph.rs`), and the runner of a whole pipeline in one process (`runner.rs`).
 //! - `eval/`: `lacuna eval`, `lacuna calibrate` and `lacuna recall`: scoring, reports, comparisons.
 //! - `cli/`: the `lacuna` command line on top of all of them.
-//! - `config/`: `default.toml` and the typed settings; `metrics.rs`: every metric's name.
+//! - `config/`: `default.toml`, the typed settings, and the evaluation profiles (`paper`);
+//!   `metrics.rs`: every metric's name.
 
 pub mod actors;
 pub mod cli;
 pub mod eval;
 pub mod metrics;
 pub mod pipelines;
+#[path = "config/profiles.rs"]
+pub mod profiles;
 #[path = "config/settings.rs"]
 pub mod settings;
 pub mod topics;

@@ -44,18 +44,31 @@ pub struct EvalArgs {
     /// .svg).
     #[arg(long)]
     out: PathBuf,
+    /// Settings for the dataset from a profile: `paper` (the MIGRES paper's per-dataset settings,
+    /// Table 11, with none of Lacuna's answer levers) or a directory of TOML layers
+    /// (config/profiles.rs). Without it, the one default configuration.
+    #[arg(long, conflicts_with = "compare")]
+    profile: Option<String>,
     /// Compare earlier runs instead: their output folders or report.json files.
     #[arg(long, num_args = 1.., conflicts_with = "dataset")]
     compare: Vec<PathBuf>,
 }
 
-pub async fn eval(settings: &Settings, args: EvalArgs) -> anyhow::Result<()> {
+pub async fn eval(settings: &Settings, config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
     if !args.compare.is_empty() {
         return compare(&args.compare, &args.out);
     }
     let dir = args.dataset.expect("clap requires --dataset without --compare");
     let dataset = Dataset::load(&dir, args.limit)?;
-    let mut settings = settings.clone();
+    let mut settings = match &args.profile {
+        // The profile sits between the defaults and --config, as a layer of configuration.
+        Some(profile) => {
+            let layers = crate::profiles::layers(profile, &dir)?;
+            eprintln!("profile {profile}: {} layers for {}", layers.len(), dataset.name);
+            Settings::load_with(config, &layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?
+        }
+        None => settings.clone(),
+    };
     settings.llm.cache |= args.llm_cache;
     let options = EvalOptions {
         pipeline: args.pipeline,

@@ -70,7 +70,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Submit(args) => submit::submit(&settings, args).await,
         Command::Answers(args) => submit::answers(&settings, args).await,
         Command::Dlq(args) => dlq::dlq(&settings, args).await,
-        Command::Eval(args) => eval::eval(&settings, args).await,
+        Command::Eval(args) => eval::eval(&settings, cli.config.as_deref(), args).await,
         Command::Topics(args) => topics::topics(&settings, args).await,
         Command::Graph(args) => graph::graph(args),
         Command::Calibrate(args) => calibrate::calibrate_command(&settings, args).await,

@@ -449,8 +449,17 @@ impl Settings {
 
     /// Defaults, then `file` if given, then the environment.
     pub fn load(file: Option<&Path>) -> Result<Settings, config::ConfigError> {
+        Self::load_with(file, &[])
+    }
+
+    /// Defaults, then `layers` (a profile's TOML, see `profiles.rs`), then `file` if given, then the
+    /// environment.
+    pub fn load_with(file: Option<&Path>, layers: &[String]) -> Result<Settings, config::ConfigError> {
         let mut builder =
             config::Config::builder().add_source(config::File::from_str(DEFAULT_TOML, config::FileFormat::Toml));
+        for layer in layers {
+            builder = builder.add_source(config::File::from_str(layer, config::FileFormat::Toml));
+        }
         if let Some(path) = file {
             builder = builder.add_source(config::File::from(path.to_path_buf()).required(true));
         }

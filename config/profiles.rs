@@ -1,0 +1,109 @@
+//! Evaluation profiles: layers of settings over config/default.toml chosen by dataset, so a published
+//! method can be reproduced as it was run on each dataset, while Lacuna's default stays one
+//! configuration for every question (a question in production carries no dataset label).
+//!
+//! A profile is up to three TOML layers, applied in order: `common`, then the dataset's group
+//! (`multihop`, `odqa` or `commonsense`, MIGRES Table 11's columns), then the dataset's own (by folder
+//! name). `paper` is compiled in (config/profiles/paper/); `--profile DIR` reads the same file names
+//! from a directory, any of them optional. The group of a dataset the papers used comes from its
+//! folder name; any other dataset folder names its group in a `profile.toml` (`group = "multihop"`).
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+
+pub const GROUPS: [&str; 3] = ["multihop", "odqa", "commonsense"];
+
+/// The `paper` profile's layers by name.
+const PAPER: [(&str, &str); 6] = [
+    ("common", include_str!("profiles/paper/common.toml")),
+    ("multihop", include_str!("profiles/paper/multihop.toml")),
+    ("odqa", include_str!("profiles/paper/odqa.toml")),
+    ("commonsense", include_str!("profiles/paper/commonsense.toml")),
+    ("2wikimultihopqa", include_str!("profiles/paper/2wikimultihopqa.toml")),
+    ("musique", include_str!("profiles/paper/musique.toml")),
+];
+
+/// The TOML layers of `profile` for the dataset folder `dataset_dir`, in the order they apply.
+pub fn layers(profile: &str, dataset_dir: &Path) -> anyhow::Result<Vec<String>> {
+    let dataset = dataset_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let group = group_of(dataset_dir, &dataset)?;
+    let wanted = ["common", group, dataset.as_str()];
+    if profile == "paper" {
+        let layer = |name: &&str| PAPER.iter().find(|(n, _)| n == name).map(|(_, text)| text.to_string());
+        return Ok(wanted.iter().filter_map(layer).collect());
+    }
+    let dir = Path::new(profile);
+    if !dir.is_dir() {
+        bail!("profile {profile}: neither a built-in profile (paper) nor a directory of TOML layers");
+    }
+    let mut out = Vec::new();
+    for name in wanted {
+        let file = dir.join(format!("{name}.toml"));
+        if file.is_file() {
+            out.push(std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?);
+        }
+    }
+    Ok(out)
+}
+
+/// Table 11's column for a dataset: from its `profile.toml`, else from the folder name.
+fn group_of(dataset_dir: &Path, dataset: &str) -> anyhow::Result<&'static str> {
+    let file = dataset_dir.join("profile.toml");
+    if file.is_file() {
+        let group = config::Config::builder()
+            .add_source(config::File::from(file.clone()))
+            .build()
+            .and_then(|c| c.get_string("group"))
+            .with_context(|| {
+                format!("{}: expected group = \"multihop\", \"odqa\" or \"commonsense\"", file.display())
+            })?;
+        return GROUPS
+            .into_iter()
+            .find(|g| *g == group)
+            .with_context(|| format!("{}: unknown group {group:?} (multihop, odqa, commonsense)", file.display()));
+    }
+    Ok(match dataset {
+        "hotpotqa" | "2wikimultihopqa" | "musique" => "multihop",
+        "nq" => "odqa",
+        "strategyqa" => "commonsense",
+        other => bail!(
+            "dataset {other}: no group for a profile; add {}/profile.toml with group = \"multihop\", \"odqa\" or \"commonsense\"",
+            dataset_dir.display()
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{Acceptance, Settings};
+
+    fn with_profile(dataset: &str) -> Settings {
+        let layers = layers("paper", Path::new("/data").join(dataset).as_path()).unwrap();
+        Settings::load_with(None, &layers).unwrap()
+    }
+
+    #[test]
+    fn the_paper_profile_follows_table_11_per_dataset_group() {
+        let hotpot = with_profile("hotpotqa");
+        assert_eq!((hotpot.migres.max_iterations, hotpot.rqrag.max_depth), (5, 2));
+        assert_eq!(hotpot.migres.acceptance, Acceptance::Flag, "none of the answer levers");
+        assert!(!hotpot.migres.grounding_gate && !hotpot.llm.reasoning_first);
+        assert_eq!(with_profile("musique").rqrag.max_depth, 4, "RQ-RAG goes 4 deep on MuSiQue and 2Wiki");
+        assert_eq!(with_profile("nq").migres.max_iterations, 3);
+        assert!(with_profile("strategyqa").migres.rerank_threshold < 0.0);
+    }
+
+    #[test]
+    fn an_unknown_dataset_must_name_its_group() {
+        let error = layers("paper", Path::new("/data/mine")).unwrap_err().to_string();
+        assert!(error.contains("profile.toml"), "{error}");
+        let dir = std::env::temp_dir().join(format!("lacuna-profile-{}", std::process::id())).join("mine");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("profile.toml"), "group = \"odqa\"\n").unwrap();
+        let settings = Settings::load_with(None, &layers("paper", &dir).unwrap()).unwrap();
+        assert_eq!(settings.migres.max_iterations, 3);
+        std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+    }
+}
