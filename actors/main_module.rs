@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashSet};
 use crate::actors::answer::{
     FinalAnswer, answer_record, confidence_schema, final_schema, given_answer, normalize_answer,
 };
-use crate::actors::clients::{LlmClient, Schema};
+use crate::actors::clients::{CallStats, LlmClient, Schema};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
 use crate::metrics::METRICS;
@@ -78,9 +78,10 @@ impl Main {
         let information = self.information(&memory);
         let prompt =
             prompts::fill(prompts::MAIN, &[("facts", &information), ("question", &memory.question_to_answer())]);
-        let reply = self.llm.structured::<Decision>(prompts::SYSTEM, &prompt, &decision_schema()).await?;
-        note_call(&mut memory, Self::NAME, "main", &reply.stats);
-        let d = reply.value;
+        let (d, calls) = self.decision(&prompt).await?;
+        for stats in &calls {
+            note_call(&mut memory, Self::NAME, "main", stats);
+        }
         let answer = d.answer.trim().to_string();
         let rejected = self.rejection(&memory, &d, &answer);
         if let Some(reason) = rejected.filter(|r| *r != "unanswerable") {
@@ -114,6 +115,23 @@ impl Main {
             if is_trivial(&d.missing_information) { d.explanation } else { d.missing_information };
         memory.last_missing = missing_information.clone();
         Ok(MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information }.to_record())
+    }
+
+    /// The decision: one call, or with `decision_samples` > 1 the vote of that many samples, each
+    /// with its own seed.
+    async fn decision(&self, prompt: &str) -> Result<(Decision, Vec<CallStats>), StageError> {
+        let samples = self.settings.decision_samples.max(1);
+        if samples == 1 {
+            let reply = self.llm.structured::<Decision>(prompts::SYSTEM, prompt, &decision_schema()).await?;
+            return Ok((reply.value, vec![reply.stats]));
+        }
+        let calls = (1..=samples).map(|seed| {
+            let llm = self.llm.sampling(self.settings.sample_temperature, u64::from(seed));
+            async move { llm.structured::<Decision>(prompts::SYSTEM, prompt, &decision_schema()).await }
+        });
+        let replies = futures::future::try_join_all(calls).await?;
+        let stats = replies.iter().map(|r| r.stats.clone()).collect();
+        Ok((vote(replies.into_iter().map(|r| r.value).collect()), stats))
     }
 
     /// Why the decision does not end the loop: "unanswerable" (the model says so; the MIGRES code's
@@ -168,6 +186,29 @@ impl Main {
         let given = if is_non_answer(&guess.value.answer) { reply.value } else { guess.value };
         Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit))
     }
+}
+
+/// Self-consistency: answerable when most samples say so, with the answer most of them give
+/// (compared normalised, the earliest on a tie; that sample stands for them); otherwise the first
+/// sample that says what is missing.
+fn vote(mut samples: Vec<Decision>) -> Decision {
+    let says_answerable =
+        |d: &Decision| d.answerable && !d.answer.trim().is_empty() && !d.answer.to_lowercase().contains("unanswerable");
+    let answerable: Vec<usize> = (0..samples.len()).filter(|&i| says_answerable(&samples[i])).collect();
+    let chosen = if answerable.len() * 2 > samples.len() {
+        let key = |i: usize| normalize_answer(&samples[i].answer);
+        let count = |i: usize| answerable.iter().filter(|&&j| key(j) == key(i)).count();
+        let mut best = answerable[0];
+        for &i in &answerable[1..] {
+            if count(i) > count(best) {
+                best = i;
+            }
+        }
+        best
+    } else {
+        (0..samples.len()).find(|&i| !says_answerable(&samples[i])).unwrap_or(0)
+    };
+    samples.swap_remove(chosen)
 }
 
 /// A missing-information summary that names nothing ("", "None", "N/A").
@@ -273,6 +314,29 @@ mod tests {
         let memory = memory_with(&[("Tom Quill was born in Lindon.", &[], FactSource::ModelKnowledge)]);
         assert!(!grounded(&memory, "Lindon", 0));
         assert!(!grounded(&memory, "yes", 0));
+    }
+
+    fn sample(answerable: bool, answer: &str) -> Decision {
+        Decision {
+            answerable,
+            answer: answer.into(),
+            confidence: 4.0,
+            explanation: String::new(),
+            missing_information: if answerable { String::new() } else { format!("not {answer}") },
+        }
+    }
+
+    #[test]
+    fn the_vote_takes_the_majority_answer_or_what_is_missing() {
+        let votes =
+            vec![sample(true, "Lindon"), sample(true, "the Lindon"), sample(true, "Vessary"), sample(false, "x")];
+        assert_eq!(vote(votes).answer, "Lindon", "answers are compared normalised");
+        let votes = vec![sample(true, "Lindon"), sample(false, "a"), sample(false, "b")];
+        let missing = vote(votes);
+        assert!(!missing.answerable);
+        assert_eq!(missing.missing_information, "not a");
+        let tie = vec![sample(true, "Vessary"), sample(true, "Lindon")];
+        assert_eq!(vote(tie).answer, "Vessary", "the earliest answer on a tie");
     }
 
     #[test]

@@ -77,7 +77,12 @@ impl QueryGen {
         let reply =
             self.llm.structured::<NewQueries>(prompts::SYSTEM, &prompt, &schema(self.settings.max_new_queries)).await?;
         note_call(&mut memory, Self::NAME, "query_gen", &reply.stats);
-        let (queries, dropped) = self.filter(&memory, reply.value.queries);
+        let (mut queries, dropped) = self.filter(&memory, reply.value.queries);
+        // Nothing new from the model: the summary of what is missing is a query of its own, often
+        // a better one for BM25 than a rephrasing of the queries already asked.
+        if queries.is_empty() && self.settings.missing_as_query {
+            queries = self.filter(&memory, vec![missing_information.clone()]).0;
+        }
         memory.record(Self::NAME, TraceKind::QueriesWritten { queries: queries.clone(), dropped });
         if queries.is_empty() {
             memory.exhausted = true;

@@ -142,6 +142,13 @@ pub struct MigresSettings {
     pub main_sees_passages: bool,
     /// At the iteration limit, a non-answer ("None", "unknown") is asked again for a best guess.
     pub best_guess: bool,
+    /// Self-consistency: the main module's decision is the vote of this many samples, each at
+    /// `sample_temperature` with its own seed (1: one greedy call).
+    pub decision_samples: u32,
+    pub sample_temperature: f32,
+    /// When the LLM writes no new query, the missing-information summary itself is searched before
+    /// the question is declared exhausted.
+    pub missing_as_query: bool,
 }
 
 /// When the main module's decision ends the loop.

@@ -118,7 +118,8 @@ impl Unusable {
                 body["max_tokens"] = json!(max_tokens.saturating_mul(2));
             }
             Unusable::Unparsable(_) => {
-                body["seed"] = json!(reask);
+                // Another seed than the call's own sample seed (self-consistency sends several).
+                body["seed"] = json!(body["seed"].as_u64().unwrap_or(0) * 100 + u64::from(reask));
                 let temperature = body["temperature"].as_f64().unwrap_or(0.0);
                 body["temperature"] = json!(temperature.max(f64::from(settings.reask_temperature)));
             }
@@ -172,6 +173,8 @@ pub struct LlmClient {
     cache: Option<ResponseCache>,
     /// Shared with every client of the process that calls the same endpoint.
     breaker: Arc<Breaker>,
+    /// A temperature and seed of this client's own (one sample of several), instead of `temperature`.
+    sampling: Option<(f32, u64)>,
 }
 
 impl LlmClient {
@@ -186,12 +189,28 @@ impl LlmClient {
         let cache = settings.cache.then(|| ResponseCache::new(&settings.cache_dir));
         let breaker =
             Breaker::for_endpoint(&settings.base_url, &settings.breaker, Duration::from_millis(settings.timeout_ms));
-        LlmClient { http, settings: Arc::new(settings), api_key, limit, stage: Arc::from("none"), cache, breaker }
+        LlmClient {
+            http,
+            settings: Arc::new(settings),
+            api_key,
+            limit,
+            stage: Arc::from("none"),
+            cache,
+            breaker,
+            sampling: None,
+        }
     }
 
     /// The same client, its metrics labelled with `stage`.
     pub fn for_stage(self, stage: &str) -> Self {
         LlmClient { stage: Arc::from(stage), ..self }
+    }
+
+    /// The same client, drawing one sample at `temperature` with its own `seed`: N samples of one
+    /// prompt are N requests, each cached under its own seed (a cache keyed on the prompt alone would
+    /// turn them into one).
+    pub fn sampling(&self, temperature: f32, seed: u64) -> Self {
+        LlmClient { sampling: Some((temperature, seed)), ..self.clone() }
     }
 
     pub fn settings(&self) -> &LlmSettings {
@@ -266,6 +285,10 @@ impl LlmClient {
         }
         if logprobs {
             body["logprobs"] = json!(true);
+        }
+        if let Some((temperature, seed)) = self.sampling {
+            body["temperature"] = json!(temperature);
+            body["seed"] = json!(seed);
         }
         body
     }

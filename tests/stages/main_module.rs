@@ -223,3 +223,23 @@ async fn the_main_module_reads_the_passages_its_facts_cite() {
         "{prompt}"
     );
 }
+
+#[tokio::test]
+async fn self_consistency_votes_over_samples_with_their_own_seeds() {
+    // Two of three samples answer Murcia: the vote answers Murcia.
+    let llm = FakeLlm::start_on_request(|_, body| match body["seed"].as_u64() {
+        Some(2) => decision(true, "Andalusia", ""),
+        _ => decision(true, "Murcia", ""),
+    })
+    .await;
+    let mut settings = Settings::defaults().migres;
+    settings.decision_samples = 3;
+    let a = answered(run_with(&llm, with_fact(memory("Where?"), 1), settings).await);
+    assert_eq!(a.answer, "Murcia");
+    assert_eq!(a.usage.llm_calls, 3, "each sample is a call");
+    let requests = llm.requests.lock().unwrap().clone();
+    let mut seeds: Vec<u64> = requests.iter().map(|r| r["seed"].as_u64().unwrap()).collect();
+    seeds.sort();
+    assert_eq!(seeds, vec![1, 2, 3]);
+    assert!(requests.iter().all(|r| r["temperature"].as_f64().unwrap() > 0.5), "samples are drawn, not greedy");
+}

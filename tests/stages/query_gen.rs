@@ -11,12 +11,15 @@ use crate::support::fake_llm::{FakeLlm, Reply};
 const QUESTION: &str = "Hugo Rodríguez Romero plays for a team in the autonomous community of what?";
 
 async fn generate(queries: serde_json::Value) -> (FakeLlm, lacuna::topics::Record) {
+    generate_for(queries, "The community.").await
+}
+
+async fn generate_for(queries: serde_json::Value, missing: &str) -> (FakeLlm, lacuna::topics::Record) {
     let llm = FakeLlm::start(move |_| Reply::Json(json!({"queries": queries.clone()}))).await;
     let stage = QueryGen::new(support::llm(&llm.base_url), Settings::defaults().migres);
     let mut m = memory(QUESTION);
     m.queries.push("Which team does Hugo Rodríguez Romero play for?".into());
-    let event =
-        MissingEvent { schema_version: SCHEMA_VERSION, memory: m, missing_information: "The community.".into() };
+    let event = MissingEvent { schema_version: SCHEMA_VERSION, memory: m, missing_information: missing.into() };
     let mut out = stage.process(&event.to_record()).await.unwrap();
     (llm, out.pop().unwrap())
 }
@@ -47,8 +50,17 @@ async fn repeated_trivial_and_surplus_queries_are_dropped() {
 }
 
 #[tokio::test]
-async fn no_new_query_sends_the_question_back_to_main_exhausted() {
+async fn with_no_new_query_the_missing_information_is_searched() {
     let (_, record) = generate(json!([QUESTION])).await;
+    let out: QueriesEvent = single(vec![record]);
+    assert_eq!(out.queries, vec!["The community.".to_string()]);
+    assert_eq!(out.memory.iteration, 2);
+}
+
+#[tokio::test]
+async fn no_new_query_sends_the_question_back_to_main_exhausted() {
+    // The missing information was itself asked already.
+    let (_, record) = generate_for(json!([QUESTION]), QUESTION).await;
     let out: VerifiedEvent = single(vec![record]);
     assert!(out.memory.exhausted);
     assert_eq!(out.memory.iteration, 1);
