@@ -52,6 +52,7 @@ pub fn given_answer(mut memory: Memory, stage: &str, given: FinalAnswer, outcome
             confidence: given.confidence,
             missing_information: String::new(),
             forced: outcome == Outcome::AnsweredAtLimit,
+            held_back: None,
         },
     );
     answer_record(memory, answer, given.confidence, given.explanation, outcome)

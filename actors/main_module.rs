@@ -96,6 +96,7 @@ impl Main {
                 confidence: d.confidence,
                 missing_information: d.missing_information.clone(),
                 forced: false,
+                held_back: rejected.filter(|r| *r != "unanswerable").map(str::to_string),
             },
         );
         if rejected.is_none() {

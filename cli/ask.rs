@@ -115,11 +115,15 @@ pub fn iteration_lines(a: &Answered) -> Vec<String> {
                     TraceKind::KnowledgePrompted { .. } => decision.push_str("knowledge prompted; "),
                     TraceKind::FactKept { .. } => kept += 1,
                     TraceKind::FactDropped { .. } => dropped += 1,
-                    TraceKind::Decision { answerable, answer, forced, .. } => {
-                        decision.push_str(&match (answerable, forced) {
-                            (_, true) => format!("answered at the limit: {answer}"),
-                            (true, false) => format!("answered: {answer}"),
-                            (false, false) => "unanswerable".to_string(),
+                    TraceKind::Decision { answerable, answer, forced, held_back, .. } => {
+                        if !decision.is_empty() && !decision.ends_with("; ") {
+                            decision.push_str("; ");
+                        }
+                        decision.push_str(&match (answerable, forced, held_back) {
+                            (_, true, _) => format!("answered at the limit: {answer}"),
+                            (true, false, _) => format!("answered: {answer}"),
+                            (false, false, Some(reason)) => format!("{answer} held back ({reason})"),
+                            (false, false, None) => "unanswerable".to_string(),
                         })
                     }
                     _ => {}

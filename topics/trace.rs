@@ -82,6 +82,10 @@ pub enum TraceKind {
         confidence: f32,
         missing_information: String,
         forced: bool,
+        /// Why an answer the model gave did not end the loop ("not_confident", "ungrounded"); an
+        /// optional field, so readers of schema version 2 without it read it as absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        held_back: Option<String>,
     },
     QueriesWritten {
         queries: Vec<String>,

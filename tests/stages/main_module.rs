@@ -143,6 +143,11 @@ async fn an_answer_the_facts_do_not_support_goes_round_the_loop() {
     });
     let missing: MissingEvent = single(vec![run(&llm, m.clone()).await]);
     assert_eq!(missing.missing_information, "because", "the explanation stands in for an empty summary");
+    let held_back = missing.memory.trace.iter().find_map(|step| match &step.kind {
+        lacuna::topics::TraceKind::Decision { held_back, .. } => held_back.clone(),
+        _ => None,
+    });
+    assert_eq!(held_back.as_deref(), Some("ungrounded"), "the record says why the answer was held back");
 
     let mut no_gate = Settings::defaults().migres;
     no_gate.grounding_gate = false;
