@@ -17,6 +17,12 @@ fn decision(answerable: bool, answer: &str, missing: &str) -> Reply {
     )
 }
 
+/// A fact of iteration 1; a verified one cites passage "p".
+fn fact(text: &str, source: FactSource) -> KnownFact {
+    let citations = if source == FactSource::Verified { vec!["p".to_string()] } else { Vec::new() };
+    KnownFact { text: text.into(), citations, source, iteration: 1 }
+}
+
 fn with_fact(mut m: Memory, iteration: u32) -> Memory {
     m.facts.push(KnownFact {
         text: "Hugo plays for FC Cartagena of Murcia.".into(),
@@ -135,12 +141,7 @@ async fn an_answer_the_facts_do_not_support_goes_round_the_loop() {
     // was answered Andalusia this way).
     let llm = FakeLlm::start(|_| decision(true, "Andalusia", "")).await;
     let mut m = memory("Where?");
-    m.facts.push(KnownFact {
-        text: "Hugo plays for FC Cartagena.".into(),
-        citations: vec!["p".into()],
-        source: FactSource::Verified,
-        iteration: 1,
-    });
+    m.facts.push(fact("Hugo plays for FC Cartagena.", FactSource::Verified));
     let missing: MissingEvent = single(vec![run(&llm, m.clone()).await]);
     assert_eq!(missing.missing_information, "because", "the explanation stands in for an empty summary");
     let held_back = missing.memory.trace.iter().find_map(|step| match &step.kind {
@@ -158,12 +159,7 @@ async fn an_answer_the_facts_do_not_support_goes_round_the_loop() {
 async fn an_answer_from_model_knowledge_alone_is_not_accepted() {
     let llm = FakeLlm::start(|_| decision(true, "Murcia", "")).await;
     let mut m = memory("Where?");
-    m.facts.push(KnownFact {
-        text: "FC Cartagena is based in Murcia.".into(),
-        citations: Vec::new(),
-        source: FactSource::ModelKnowledge,
-        iteration: 1,
-    });
+    m.facts.push(fact("FC Cartagena is based in Murcia.", FactSource::ModelKnowledge));
     let _missing: MissingEvent = single(vec![run(&llm, m).await]);
 }
 
