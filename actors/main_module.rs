@@ -139,7 +139,7 @@ impl Main {
     /// test is the word, the flag alone is not trusted), "not_confident" (`acceptance = "official"`)
     /// or "ungrounded" (the grounding gate). None when it does.
     fn rejection(&self, memory: &Memory, d: &Decision, answer: &str) -> Option<&'static str> {
-        if !d.answerable || answer.is_empty() || answer.to_lowercase().contains("unanswerable") {
+        if !says_answerable(d) {
             return Some("unanswerable");
         }
         if self.settings.acceptance == Acceptance::Official
@@ -189,12 +189,16 @@ impl Main {
     }
 }
 
+/// The model says the question is answerable: the flag, and an answer that is not the word
+/// "unanswerable" (the MIGRES code's test; the flag alone is not trusted).
+fn says_answerable(d: &Decision) -> bool {
+    d.answerable && !d.answer.trim().is_empty() && !d.answer.to_lowercase().contains("unanswerable")
+}
+
 /// Self-consistency: answerable when most samples say so, with the answer most of them give
 /// (compared normalised, the earliest on a tie; that sample stands for them); otherwise the first
 /// sample that says what is missing.
 fn vote(mut samples: Vec<Decision>) -> Decision {
-    let says_answerable =
-        |d: &Decision| d.answerable && !d.answer.trim().is_empty() && !d.answer.to_lowercase().contains("unanswerable");
     let answerable: Vec<usize> = (0..samples.len()).filter(|&i| says_answerable(&samples[i])).collect();
     let chosen = if answerable.len() * 2 > samples.len() {
         let key = |i: usize| normalize_answer(&samples[i].answer);

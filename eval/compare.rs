@@ -18,7 +18,8 @@ pub fn accuracy_metric(reports: &[Report]) -> (&'static str, fn(&Report) -> f64)
     }
 }
 
-fn ordered<'a>(values: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+/// The values in order of first appearance, each once.
+pub(crate) fn ordered<'a>(values: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
     let mut out: Vec<&str> = Vec::new();
     for v in values {
         if !out.contains(&v) {

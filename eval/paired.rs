@@ -309,7 +309,7 @@ impl Comparison {
     /// and A is always the one that appeared first.
     pub fn new(mut runs: Vec<Run>, mut notes: Vec<String>) -> Comparison {
         name_uniquely(&mut runs);
-        let names = first_appearance(runs.iter().map(|r| r.name.as_str()));
+        let names = super::compare::ordered(runs.iter().map(|r| r.name.as_str()));
         let mut pairs = Vec::new();
         for (i, a) in names.iter().enumerate() {
             for b in &names[i + 1..] {
@@ -432,16 +432,6 @@ fn name_uniquely(runs: &mut [Run]) {
             run.name = format!("{}#{count}", run.name);
         }
     }
-}
-
-fn first_appearance<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for name in names {
-        if !out.iter().any(|n| n == name) {
-            out.push(name.to_string());
-        }
-    }
-    out
 }
 
 fn shares_a_dataset(runs: &[Run], a: &str, b: &str) -> bool {
