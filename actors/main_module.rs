@@ -84,7 +84,9 @@ impl Main {
         }
         let answer = d.answer.trim().to_string();
         let rejected = self.rejection(&memory, &d, &answer);
-        if let Some(reason) = rejected.filter(|r| *r != "unanswerable") {
+        // An answer the model gave that the rule or the gate held back (not a model's "unanswerable").
+        let held_back = rejected.filter(|r| *r != "unanswerable");
+        if let Some(reason) = held_back {
             METRICS.answers_rejected.with_label_values(&[reason]).inc();
             tracing::debug!(question_id = %memory.question_id, %answer, reason, "answer not accepted");
         }
@@ -96,7 +98,7 @@ impl Main {
                 confidence: d.confidence,
                 missing_information: d.missing_information.clone(),
                 forced: false,
-                held_back: rejected.filter(|r| *r != "unanswerable").map(str::to_string),
+                held_back: held_back.map(str::to_string),
             },
         );
         if rejected.is_none() {
@@ -105,7 +107,7 @@ impl Main {
         if memory.iteration >= self.settings.max_iterations {
             // An answer held back only for want of confidence or evidence is still the best guess
             // there is: no need to ask for another.
-            if rejected != Some("unanswerable") {
+            if held_back.is_some() {
                 let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
                 return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
             }
@@ -223,7 +225,7 @@ fn is_trivial(missing: &str) -> bool {
 }
 
 /// An answer that answers nothing: empty, "None", "unknown", "not enough information", ...
-pub fn is_non_answer(answer: &str) -> bool {
+fn is_non_answer(answer: &str) -> bool {
     let normalized = normalize_answer(answer);
     normalized.is_empty()
         || matches!(normalized.as_str(), "none" | "unknown" | "na" | "no answer" | "not available" | "not applicable")
