@@ -18,7 +18,7 @@ use crate::actors::clients::{CallStats, LlmClient, Schema};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
 use crate::metrics::METRICS;
-use crate::settings::{Acceptance, MigresSettings};
+use crate::settings::{Acceptance, DecisionPrompt, MigresSettings};
 use crate::topics::{
     Event, FactSource, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent,
 };
@@ -30,30 +30,51 @@ pub struct Main {
 
 #[derive(Deserialize)]
 struct Decision {
-    answerable: bool,
+    /// Only the `flag` prompt asks for it.
+    #[serde(default)]
+    answerable: Option<bool>,
     answer: String,
     confidence: f32,
     explanation: String,
     missing_information: String,
 }
 
-fn decision_schema() -> Schema {
-    Schema {
-        name: "main_decision",
-        schema: json!({
-            "type": "object",
-            // Reasoning first: the model explains and names what is missing before it commits.
-            "properties": {
-                "explanation": { "type": "string" },
-                "missing_information": { "type": "string" },
-                "answerable": { "type": "boolean" },
-                "answer": { "type": "string" },
-                "confidence": confidence_schema(),
-            },
-            "required": ["explanation", "missing_information", "answerable", "answer", "confidence"],
-            "additionalProperties": false,
-        }),
-    }
+fn decision_schema(prompt: DecisionPrompt) -> Schema {
+    // Reasoning first: the model explains before it commits. The `flag` prompt (the paper's) also
+    // names what is missing before it sets the flag; `attempt` answers first and says what is
+    // missing after.
+    let (name, schema) = match prompt {
+        DecisionPrompt::Flag => (
+            "main_decision",
+            json!({
+                "type": "object",
+                "properties": {
+                    "explanation": { "type": "string" },
+                    "missing_information": { "type": "string" },
+                    "answerable": { "type": "boolean" },
+                    "answer": { "type": "string" },
+                    "confidence": confidence_schema(),
+                },
+                "required": ["explanation", "missing_information", "answerable", "answer", "confidence"],
+                "additionalProperties": false,
+            }),
+        ),
+        DecisionPrompt::Attempt => (
+            "main_attempt",
+            json!({
+                "type": "object",
+                "properties": {
+                    "explanation": { "type": "string" },
+                    "answer": { "type": "string" },
+                    "confidence": confidence_schema(),
+                    "missing_information": { "type": "string" },
+                },
+                "required": ["explanation", "answer", "confidence", "missing_information"],
+                "additionalProperties": false,
+            }),
+        ),
+    };
+    Schema { name, schema }
 }
 
 impl Main {
@@ -76,8 +97,11 @@ impl Main {
         }
 
         let information = self.information(&memory);
-        let prompt =
-            prompts::fill(prompts::MAIN, &[("facts", &information), ("question", &memory.question_to_answer())]);
+        let template = match self.settings.decision_prompt {
+            DecisionPrompt::Flag => prompts::MAIN,
+            DecisionPrompt::Attempt => prompts::MAIN_ATTEMPT,
+        };
+        let prompt = prompts::fill(template, &[("facts", &information), ("question", &memory.question_to_answer())]);
         let (d, calls) = self.decision(&prompt).await?;
         for stats in &calls {
             note_call(&mut memory, Self::NAME, "main", stats);
@@ -124,13 +148,15 @@ impl Main {
     /// with its own seed.
     async fn decision(&self, prompt: &str) -> Result<(Decision, Vec<CallStats>), StageError> {
         let samples = self.settings.decision_samples.max(1);
+        let schema = decision_schema(self.settings.decision_prompt);
         if samples == 1 {
-            let reply = self.llm.structured::<Decision>(prompts::SYSTEM, prompt, &decision_schema()).await?;
+            let reply = self.llm.structured::<Decision>(prompts::SYSTEM, prompt, &schema).await?;
             return Ok((reply.value, vec![reply.stats]));
         }
         let calls = (1..=samples).map(|seed| {
             let llm = self.llm.sampling(self.settings.sample_temperature, u64::from(seed));
-            async move { llm.structured::<Decision>(prompts::SYSTEM, prompt, &decision_schema()).await }
+            let schema = &schema;
+            async move { llm.structured::<Decision>(prompts::SYSTEM, prompt, schema).await }
         });
         let replies = futures::future::try_join_all(calls).await?;
         let stats = replies.iter().map(|r| r.stats.clone()).collect();
@@ -138,15 +164,18 @@ impl Main {
     }
 
     /// Why the decision does not end the loop: "unanswerable" (the model says so; the MIGRES code's
-    /// test is the word, the flag alone is not trusted), "not_confident" (`acceptance = "official"`)
-    /// or "ungrounded" (the grounding gate). None when it does.
+    /// test is the word, the flag alone is not trusted), "not_confident" (`acceptance = "official"`
+    /// or `"confident"`) or "ungrounded" (the grounding gate). None when it does.
     fn rejection(&self, memory: &Memory, d: &Decision, answer: &str) -> Option<&'static str> {
         if !says_answerable(d) {
             return Some("unanswerable");
         }
-        if self.settings.acceptance == Acceptance::Official
-            && (d.confidence < 4.0 || !is_trivial(&d.missing_information))
-        {
+        let confident = match self.settings.acceptance {
+            Acceptance::Flag => true,
+            Acceptance::Official => d.confidence >= 4.0 && is_trivial(&d.missing_information),
+            Acceptance::Confident => d.confidence >= 4.0,
+        };
+        if !confident {
             return Some("not_confident");
         }
         if self.settings.grounding_gate && !grounded(memory, answer, self.settings.min_answer_passages) {
@@ -191,10 +220,11 @@ impl Main {
     }
 }
 
-/// The model says the question is answerable: the flag, and an answer that is not the word
-/// "unanswerable" (the MIGRES code's test; the flag alone is not trusted).
+/// The model says the question is answerable: the flag where the prompt asks for one, and an
+/// answer that answers (not "unanswerable", the MIGRES code's test: the flag alone is not trusted;
+/// nor "None" or "unknown").
 fn says_answerable(d: &Decision) -> bool {
-    d.answerable && !d.answer.trim().is_empty() && !d.answer.to_lowercase().contains("unanswerable")
+    d.answerable.unwrap_or(true) && !is_non_answer(&d.answer)
 }
 
 /// Self-consistency: answerable when most samples say so, with the answer most of them give
@@ -325,7 +355,7 @@ mod tests {
 
     fn sample(answerable: bool, answer: &str) -> Decision {
         Decision {
-            answerable,
+            answerable: Some(answerable),
             answer: answer.into(),
             confidence: 4.0,
             explanation: String::new(),
@@ -340,10 +370,19 @@ mod tests {
         assert_eq!(vote(votes).answer, "Lindon", "answers are compared normalised");
         let votes = vec![sample(true, "Lindon"), sample(false, "a"), sample(false, "b")];
         let missing = vote(votes);
-        assert!(!missing.answerable);
+        assert_eq!(missing.answerable, Some(false));
         assert_eq!(missing.missing_information, "not a");
         let tie = vec![sample(true, "Vessary"), sample(true, "Lindon")];
         assert_eq!(vote(tie).answer, "Vessary", "the earliest answer on a tie");
+    }
+
+    #[test]
+    fn an_attempt_answers_unless_it_is_a_non_answer() {
+        let attempt = |answer: &str| Decision { answerable: None, ..sample(true, answer) };
+        assert!(says_answerable(&attempt("Lindon")));
+        assert!(!says_answerable(&attempt("unanswerable")));
+        assert!(!says_answerable(&attempt("Unknown")));
+        assert!(!says_answerable(&sample(false, "Lindon")), "a flag, where asked for, still counts");
     }
 
     #[test]

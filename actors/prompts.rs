@@ -4,6 +4,7 @@
 
 pub const SYSTEM: &str = "";
 pub const MAIN: &str = include_str!("prompts/main.txt");
+pub const MAIN_ATTEMPT: &str = include_str!("prompts/main_attempt.txt");
 pub const FINAL_ANSWER: &str = include_str!("prompts/final_answer.txt");
 pub const QUERY_GEN: &str = include_str!("prompts/query_gen.txt");
 pub const LEAF: &str = include_str!("prompts/leaf.txt");

@@ -77,7 +77,7 @@ fn group_of(dataset_dir: &Path, dataset: &str) -> anyhow::Result<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::{Acceptance, Settings};
+    use crate::settings::{Acceptance, DecisionPrompt, Settings};
 
     fn with_profile(dataset: &str) -> Settings {
         let layers = layers("paper", Path::new("/data").join(dataset).as_path()).unwrap();
@@ -89,6 +89,7 @@ mod tests {
         let hotpot = with_profile("hotpotqa");
         assert_eq!((hotpot.migres.max_iterations, hotpot.rqrag.max_depth), (5, 2));
         assert_eq!(hotpot.migres.acceptance, Acceptance::Flag, "none of the answer levers");
+        assert_eq!(hotpot.migres.decision_prompt, DecisionPrompt::Flag);
         assert!(!hotpot.migres.grounding_gate && !hotpot.llm.reasoning_first);
         assert_eq!(with_profile("musique").rqrag.max_depth, 4, "RQ-RAG goes 4 deep on MuSiQue and 2Wiki");
         assert_eq!(with_profile("nq").migres.max_iterations, 3);

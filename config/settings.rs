@@ -129,6 +129,8 @@ pub struct MigresSettings {
     /// The sentence filter's own threshold: a passage that passed `rerank_threshold` keeps its
     /// sentences that score at least this.
     pub sentence_threshold: f32,
+    /// What the main module is asked: to set an `answerable` flag, or to attempt an answer.
+    pub decision_prompt: DecisionPrompt,
     /// Which decisions of the main module end the loop with an answer.
     pub acceptance: Acceptance,
     /// An accepted answer must be found among the verified facts' words (yes/no answers excepted),
@@ -159,6 +161,21 @@ pub enum Acceptance {
     Flag,
     /// Also a confidence of at least 4 and no missing information (the MIGRES code's rule).
     Official,
+    /// Also a confidence of at least 4; what the model adds as missing does not matter.
+    Confident,
+}
+
+/// The main module's prompt.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionPrompt {
+    /// The paper's: explanation, missing information, an `answerable` flag, then the answer. A small
+    /// model talks itself out of answering: asked to name what is missing first, it always finds
+    /// something, even when a fact states the answer.
+    Flag,
+    /// An answer attempt: explanation, then the answer or "unanswerable", then what is missing. The
+    /// answer, not a flag, says whether the question is answered.
+    Attempt,
 }
 
 #[derive(Clone, Debug, Deserialize)]

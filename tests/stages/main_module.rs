@@ -1,6 +1,6 @@
 use lacuna::actors::main_module::Main;
 use lacuna::actors::stage::Stage;
-use lacuna::settings::{Acceptance, MigresSettings, Settings};
+use lacuna::settings::{Acceptance, DecisionPrompt, MigresSettings, Settings};
 use lacuna::topics::{
     AnswerRecord, Event, FactSource, KnownFact, Memory, MissingEvent, Outcome, Passage, SCHEMA_VERSION, VerifiedEvent,
     VersionedAnswer,
@@ -164,18 +164,50 @@ async fn an_answer_from_model_knowledge_alone_is_not_accepted() {
 }
 
 #[tokio::test]
-async fn the_official_rule_wants_confidence_and_nothing_missing() {
+async fn an_answer_needs_confidence_and_under_the_official_rule_nothing_missing() {
     let unsure = FakeLlm::start(|_| {
         Reply::Json(json!({"explanation": "probably", "missing_information": "", "answerable": true, "answer": "Murcia", "confidence": 3}))
     })
     .await;
     let _missing: MissingEvent = single(vec![run(&unsure, with_fact(memory("Where?"), 1)).await]);
+    // A small model often adds something "missing" to an answer it is sure of: the default rule
+    // (confident) takes it, the official one does not.
     let still_missing = FakeLlm::start(|_| decision(true, "Murcia", "The province of FC Cartagena's stadium.")).await;
-    let _missing: MissingEvent = single(vec![run(&still_missing, with_fact(memory("Where?"), 1)).await]);
+    assert_eq!(answered(run(&still_missing, with_fact(memory("Where?"), 1)).await).answer, "Murcia");
+    let mut official = Settings::defaults().migres;
+    official.acceptance = Acceptance::Official;
+    let _missing: MissingEvent = single(vec![run_with(&still_missing, with_fact(memory("Where?"), 1), official).await]);
 
     let mut flag = Settings::defaults().migres;
     flag.acceptance = Acceptance::Flag;
     assert_eq!(answered(run_with(&unsure, with_fact(memory("Where?"), 1), flag).await).answer, "Murcia");
+}
+
+#[tokio::test]
+async fn the_attempt_prompt_asks_for_an_answer_not_a_flag() {
+    let llm = FakeLlm::start(|_| {
+        Reply::Json(json!({"explanation": "Hugo plays for FC Cartagena of Murcia.", "answer": "Murcia", "confidence": 5, "missing_information": ""}))
+    })
+    .await;
+    assert_eq!(answered(run(&llm, with_fact(memory("Where?"), 1)).await).answer, "Murcia");
+    let request = llm.requests.lock().unwrap()[0].clone();
+    let schema = &request["response_format"]["json_schema"]["schema"];
+    let keys: Vec<&str> = schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["explanation", "answer", "confidence", "missing_information"], "reasoning first, no flag");
+
+    let unanswerable = FakeLlm::start(|_| {
+        Reply::Json(json!({"explanation": "No team is named.", "answer": "unanswerable", "confidence": 1, "missing_information": "The team of Hugo."}))
+    })
+    .await;
+    let missing: MissingEvent = single(vec![run(&unanswerable, with_fact(memory("Where?"), 1)).await]);
+    assert_eq!(missing.missing_information, "The team of Hugo.");
+
+    let mut paper = Settings::defaults().migres;
+    paper.decision_prompt = DecisionPrompt::Flag;
+    let flag = FakeLlm::start(|_| decision(true, "Murcia", "")).await;
+    answered(run_with(&flag, with_fact(memory("Where?"), 1), paper).await);
+    let request = flag.requests.lock().unwrap()[0].clone();
+    assert!(request["response_format"]["json_schema"]["schema"]["properties"]["answerable"].is_object());
 }
 
 #[tokio::test]
