@@ -432,10 +432,18 @@ pub struct EvalSettings {
     pub judge_api_key_env: String,
 }
 
-/// The pause before retry `attempt` (from 1): `base_ms`, doubled per attempt, at most six times.
-/// Every retry loop (LLM calls, Meilisearch calls, events, publishes) waits this way.
+/// The pause before retry `attempt` (from 1): `base_ms`, doubled per attempt, at most six times,
+/// ±20%. Every retry loop (LLM calls, Meilisearch calls, events, publishes) waits this way; the
+/// jitter keeps the replicas that one outage failed together from retrying together.
 pub fn backoff(base_ms: u64, attempt: u32) -> std::time::Duration {
-    std::time::Duration::from_millis(base_ms.saturating_mul(1 << attempt.saturating_sub(1).min(6)))
+    jittered(std::time::Duration::from_millis(base_ms.saturating_mul(1 << attempt.saturating_sub(1).min(6))))
+}
+
+/// `interval` ±20%, so that many processes waiting on one endpoint spread out.
+pub fn jittered(interval: std::time::Duration) -> std::time::Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let factor = 0.8 + 0.4 * f64::from(nanos % 1000) / 1000.0;
+    interval.mul_f64(factor)
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -536,6 +544,14 @@ impl Settings {
                 self.run.max_open_questions, self.bus.queue_capacity
             ));
         }
+        // The rebalance waits for the drain, and the broker drops a member that keeps it waiting
+        // past max.poll.interval.ms: its partitions would move twice.
+        if self.kafka.drain_timeout_ms >= self.kafka.max_poll_interval_ms {
+            return Err(format!(
+                "kafka.drain_timeout_ms ({}) must be less than kafka.max_poll_interval_ms ({})",
+                self.kafka.drain_timeout_ms, self.kafka.max_poll_interval_ms
+            ));
+        }
         Ok(())
     }
 }
@@ -554,4 +570,28 @@ fn fill(path: &mut PathBuf, env: &str, fallback: PathBuf) {
         return;
     }
     *path = std::env::var_os(env).filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or(fallback);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Settings;
+
+    fn load(layer: &str) -> Result<Settings, String> {
+        Settings::load_with(None, &[layer.to_string()]).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn backoff_doubles_within_a_fifth_either_way() {
+        for (attempt, base) in [(1, 100.0), (2, 200.0), (3, 400.0), (9, 6400.0)] {
+            let ms = super::backoff(100, attempt).as_secs_f64() * 1000.0;
+            assert!((0.8 * base..=1.2 * base).contains(&ms), "attempt {attempt}: {ms} ms");
+        }
+    }
+
+    #[test]
+    fn a_drain_longer_than_the_poll_interval_is_refused() {
+        let err = load("[kafka]\ndrain_timeout_ms = 30000\nmax_poll_interval_ms = 30000").unwrap_err();
+        assert!(err.contains("kafka.drain_timeout_ms (30000) must be less than"), "{err}");
+        assert!(load("[kafka]\ndrain_timeout_ms = 5000\nmax_poll_interval_ms = 30000").is_ok());
+    }
 }

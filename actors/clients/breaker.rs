@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::settings::BreakerSettings;
+use crate::settings::{BreakerSettings, jittered};
 
 #[derive(Debug)]
 enum State {
@@ -143,11 +143,4 @@ impl Breaker {
     fn max_wait(&self) -> Duration {
         Duration::from_millis(self.settings.max_wait_ms)
     }
-}
-
-/// `interval` ±20%, so that many processes probing one endpoint spread out.
-pub fn jittered(interval: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
-    let factor = 0.8 + 0.4 * f64::from(nanos % 1000) / 1000.0;
-    interval.mul_f64(factor)
 }
