@@ -170,13 +170,13 @@ async fn an_answer_needs_confidence_and_under_the_official_rule_nothing_missing(
     })
     .await;
     let _missing: MissingEvent = single(vec![run(&unsure, with_fact(memory("Where?"), 1)).await]);
-    // A small model often adds something "missing" to an answer it is sure of: the default rule
-    // (confident) takes it, the official one does not.
+    // A small model often adds something "missing" to an answer it is sure of: the official rule
+    // (the default) holds it back, "confident" takes it.
     let still_missing = FakeLlm::start(|_| decision(true, "Murcia", "The province of FC Cartagena's stadium.")).await;
-    assert_eq!(answered(run(&still_missing, with_fact(memory("Where?"), 1)).await).answer, "Murcia");
-    let mut official = Settings::defaults().migres;
-    official.acceptance = Acceptance::Official;
-    let _missing: MissingEvent = single(vec![run_with(&still_missing, with_fact(memory("Where?"), 1), official).await]);
+    let _missing: MissingEvent = single(vec![run(&still_missing, with_fact(memory("Where?"), 1)).await]);
+    let mut confident = Settings::defaults().migres;
+    confident.acceptance = Acceptance::Confident;
+    assert_eq!(answered(run_with(&still_missing, with_fact(memory("Where?"), 1), confident).await).answer, "Murcia");
 
     let mut flag = Settings::defaults().migres;
     flag.acceptance = Acceptance::Flag;
@@ -185,11 +185,13 @@ async fn an_answer_needs_confidence_and_under_the_official_rule_nothing_missing(
 
 #[tokio::test]
 async fn the_attempt_prompt_asks_for_an_answer_not_a_flag() {
+    let mut attempt = Settings::defaults().migres;
+    attempt.decision_prompt = DecisionPrompt::Attempt;
     let llm = FakeLlm::start(|_| {
         Reply::Json(json!({"explanation": "Hugo plays for FC Cartagena of Murcia.", "answer": "Murcia", "confidence": 5, "missing_information": ""}))
     })
     .await;
-    assert_eq!(answered(run(&llm, with_fact(memory("Where?"), 1)).await).answer, "Murcia");
+    assert_eq!(answered(run_with(&llm, with_fact(memory("Where?"), 1), attempt.clone()).await).answer, "Murcia");
     let request = llm.requests.lock().unwrap()[0].clone();
     let schema = &request["response_format"]["json_schema"]["schema"];
     let keys: Vec<&str> = schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
@@ -199,13 +201,11 @@ async fn the_attempt_prompt_asks_for_an_answer_not_a_flag() {
         Reply::Json(json!({"explanation": "No team is named.", "answer": "unanswerable", "confidence": 1, "missing_information": "The team of Hugo."}))
     })
     .await;
-    let missing: MissingEvent = single(vec![run(&unanswerable, with_fact(memory("Where?"), 1)).await]);
+    let missing: MissingEvent = single(vec![run_with(&unanswerable, with_fact(memory("Where?"), 1), attempt).await]);
     assert_eq!(missing.missing_information, "The team of Hugo.");
 
-    let mut paper = Settings::defaults().migres;
-    paper.decision_prompt = DecisionPrompt::Flag;
     let flag = FakeLlm::start(|_| decision(true, "Murcia", "")).await;
-    answered(run_with(&flag, with_fact(memory("Where?"), 1), paper).await);
+    answered(run(&flag, with_fact(memory("Where?"), 1)).await);
     let request = flag.requests.lock().unwrap()[0].clone();
     assert!(request["response_format"]["json_schema"]["schema"]["properties"]["answerable"].is_object());
 }
