@@ -30,6 +30,8 @@ pub fn settings(test: &str, llm_url: &str) -> Settings {
     settings.kafka.partitions = 4;
     settings.kafka.session_timeout_ms = 6000;
     settings.kafka.max_poll_interval_ms = 10000;
+    // Settings refuse a drain as long as the poll interval.
+    settings.kafka.drain_timeout_ms = 5000;
     super::answer_checks_off(&mut settings);
     settings
 }
@@ -54,6 +56,7 @@ impl Cluster {
             ("LACUNA__KAFKA__PARTITIONS".into(), "4".into()),
             ("LACUNA__KAFKA__SESSION_TIMEOUT_MS".into(), "6000".into()),
             ("LACUNA__KAFKA__MAX_POLL_INTERVAL_MS".into(), "10000".into()),
+            ("LACUNA__KAFKA__DRAIN_TIMEOUT_MS".into(), "5000".into()),
             ("LACUNA__LLM__BASE_URL".into(), llm_url.into()),
             ("LACUNA__SEARCH__INDEX_DIR".into(), super::hotpot_index().display().to_string()),
             // One passage per question keeps the re-ranker, which all processes share two cores
