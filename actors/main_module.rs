@@ -42,39 +42,29 @@ struct Decision {
 fn decision_schema(prompt: DecisionPrompt) -> Schema {
     // Reasoning first: the model explains before it commits. The `flag` prompt (the paper's) also
     // names what is missing before it sets the flag; `attempt` answers first and says what is
-    // missing after.
-    let (name, schema) = match prompt {
-        DecisionPrompt::Flag => (
-            "main_decision",
-            json!({
-                "type": "object",
-                "properties": {
-                    "explanation": { "type": "string" },
-                    "missing_information": { "type": "string" },
-                    "answerable": { "type": "boolean" },
-                    "answer": { "type": "string" },
-                    "confidence": confidence_schema(),
-                },
-                "required": ["explanation", "missing_information", "answerable", "answer", "confidence"],
-                "additionalProperties": false,
-            }),
-        ),
-        DecisionPrompt::Attempt => (
-            "main_attempt",
-            json!({
-                "type": "object",
-                "properties": {
-                    "explanation": { "type": "string" },
-                    "answer": { "type": "string" },
-                    "confidence": confidence_schema(),
-                    "missing_information": { "type": "string" },
-                },
-                "required": ["explanation", "answer", "confidence", "missing_information"],
-                "additionalProperties": false,
-            }),
-        ),
+    // missing after. The keys go out in this order (serde_json `preserve_order`).
+    let (name, keys): (&'static str, &[&str]) = match prompt {
+        DecisionPrompt::Flag => {
+            ("main_decision", &["explanation", "missing_information", "answerable", "answer", "confidence"])
+        }
+        DecisionPrompt::Attempt => ("main_attempt", &["explanation", "answer", "confidence", "missing_information"]),
     };
-    Schema { name, schema }
+    let property = |key: &str| match key {
+        "answerable" => json!({ "type": "boolean" }),
+        "confidence" => confidence_schema(),
+        _ => json!({ "type": "string" }),
+    };
+    let properties: serde_json::Map<String, serde_json::Value> =
+        keys.iter().map(|key| (key.to_string(), property(key))).collect();
+    Schema {
+        name,
+        schema: json!({
+            "type": "object",
+            "properties": properties,
+            "required": keys,
+            "additionalProperties": false,
+        }),
+    }
 }
 
 impl Main {
