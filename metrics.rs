@@ -20,6 +20,7 @@ pub struct Metrics {
     pub llm_calls: IntCounterVec,
     pub llm_errors: IntCounterVec,
     pub llm_request_seconds: HistogramVec,
+    pub llm_in_flight: IntGaugeVec,
     pub llm_prompt_tokens: IntCounterVec,
     pub llm_completion_tokens: IntCounterVec,
     pub llm_cached_tokens: IntCounterVec,
@@ -36,6 +37,7 @@ pub struct Metrics {
     pub stage_failures: IntCounterVec,
     pub model_batch_size: HistogramVec,
     pub model_pairs: IntCounterVec,
+    pub model_tokens: IntCounterVec,
     pub model_inference_seconds: HistogramVec,
     pub answers: IntCounterVec,
     pub answers_rejected: IntCounterVec,
@@ -103,6 +105,14 @@ impl Metrics {
                 s,
                 seconds(),
             ),
+            llm_in_flight: IntGaugeVec::new(
+                Opts::new(
+                    "lacuna_llm_in_flight",
+                    "LLM calls holding a concurrency slot now (sent or being retried); compare with llm_concurrency.",
+                ),
+                s,
+            )
+            .expect("a valid metric"),
             llm_prompt_tokens: counter("lacuna_llm_prompt_tokens_total", "Prompt tokens sent to the LLM.", s),
             llm_completion_tokens: counter("lacuna_llm_completion_tokens_total", "Tokens the LLM wrote.", s),
             llm_cached_tokens: counter(
@@ -175,6 +185,11 @@ impl Metrics {
                 vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0],
             ),
             model_pairs: counter("lacuna_model_pairs_total", "Text pairs scored by an ONNX model.", &["model"]),
+            model_tokens: counter(
+                "lacuna_model_tokens_total",
+                "Tokens fed to an ONNX model, by kind: real, or padded (real plus padding; the ratio is wasted work).",
+                &["model", "kind"],
+            ),
             model_inference_seconds: histogram(
                 "lacuna_model_inference_seconds",
                 "ONNX inference time per call.",
@@ -264,6 +279,7 @@ impl Metrics {
             Box::new(self.llm_calls.clone()),
             Box::new(self.llm_errors.clone()),
             Box::new(self.llm_request_seconds.clone()),
+            Box::new(self.llm_in_flight.clone()),
             Box::new(self.llm_prompt_tokens.clone()),
             Box::new(self.llm_completion_tokens.clone()),
             Box::new(self.llm_cached_tokens.clone()),
@@ -280,6 +296,7 @@ impl Metrics {
             Box::new(self.stage_failures.clone()),
             Box::new(self.model_batch_size.clone()),
             Box::new(self.model_pairs.clone()),
+            Box::new(self.model_tokens.clone()),
             Box::new(self.model_inference_seconds.clone()),
             Box::new(self.answers.clone()),
             Box::new(self.answers_rejected.clone()),

@@ -284,8 +284,14 @@ pub struct ModelSettings {
     pub model_dir: PathBuf,
     pub batch_size: usize,
     pub max_length: usize,
+    /// Sessions scoring at once, each on its own worker thread; 0: one per CPU of the quota.
+    pub sessions: usize,
+    /// Intra-op threads per session; 0: the CPU quota shared out among the sessions.
     pub threads: usize,
-    pub max_queued_jobs: usize,
+    /// How long a worker waits for more calls to fill a round; 0: one call per round.
+    pub coalesce_ms: u64,
+    /// The most pairs a round gathers.
+    pub coalesce_max_pairs: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -317,6 +323,16 @@ pub enum EntailmentPrompt {
 #[serde(deny_unknown_fields)]
 pub struct OnnxSettings {
     pub library_path: PathBuf,
+    pub execution_provider: ExecutionProvider,
+}
+
+/// Where ONNX models run.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionProvider {
+    Cpu,
+    /// CUDA, falling back to the CPU with a warning when the runtime or the GPU is missing.
+    Cuda,
 }
 
 #[derive(Clone, Debug, Deserialize)]

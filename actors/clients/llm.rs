@@ -329,6 +329,7 @@ impl LlmClient {
         }
 
         let _permit = self.limit.acquire().await.expect("the semaphore is never closed");
+        let _in_flight = InFlight::new(m.llm_in_flight.with_label_values(stage));
         let started = Instant::now();
         let mut spent = CallStats::default();
         let mut reasks = 0;
@@ -515,4 +516,29 @@ pub fn parse_lenient<T: DeserializeOwned>(text: &str) -> Result<T, LlmError> {
 
 fn truncate(text: &str, max_chars: usize) -> String {
     text.chars().take(max_chars).collect()
+}
+
+/// LLM calls holding a slot now, across every client of the process (`lacuna bench` samples it).
+static CALLS_IN_FLIGHT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+pub fn calls_in_flight() -> i64 {
+    CALLS_IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts a call in `lacuna_llm_in_flight` while it lives, however the call ends.
+struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    fn new(gauge: prometheus::IntGauge) -> Self {
+        gauge.inc();
+        CALLS_IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlight(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+        CALLS_IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }

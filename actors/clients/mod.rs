@@ -1,6 +1,7 @@
 //! What the stages talk to: the LLM endpoint, the cross-encoder, the NLI check and the search index.
 
 pub mod breaker;
+pub mod gpu;
 pub mod llm;
 pub mod llm_cache;
 pub mod nli;

@@ -4,15 +4,12 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
-use serde_json::json;
-use tokio::sync::Semaphore;
-
 use super::llm::{CallStats, LlmClient, LlmError, Schema};
 use super::onnx::{ModelError, PairClassifier};
-use super::rerank::run_blocking;
 use crate::actors::prompts;
 use crate::settings::{EntailmentPrompt, NliSettings, OnnxSettings};
+use serde::Deserialize;
+use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NliError {
@@ -77,26 +74,18 @@ async fn judge_with_llm(
 #[derive(Clone)]
 pub struct OnnxNli {
     model: Arc<PairClassifier>,
-    slots: Arc<Semaphore>,
     entailment_label: usize,
 }
 
 impl OnnxNli {
     pub fn load(settings: &NliSettings, onnx: &OnnxSettings) -> Result<Self, ModelError> {
-        let m = &settings.model;
-        let model =
-            PairClassifier::load("nli", &m.model_dir, &onnx.library_path, m.threads, m.batch_size, m.max_length)?;
-        Ok(OnnxNli {
-            model: Arc::new(model),
-            slots: Arc::new(Semaphore::new(m.max_queued_jobs.max(1))),
-            entailment_label: settings.entailment_label,
-        })
+        let model = PairClassifier::load("nli", &settings.model, onnx)?;
+        Ok(OnnxNli { model: Arc::new(model), entailment_label: settings.entailment_label })
     }
 
     /// Entailed when the entailment label has the highest logit (premise first, as NLI models expect).
     pub async fn entails(&self, premise: &str, hypothesis: &str) -> Result<bool, ModelError> {
-        let rows =
-            run_blocking(&self.slots, self.model.clone(), vec![(premise.to_string(), hypothesis.to_string())]).await?;
+        let rows = self.model.classify(vec![(premise.to_string(), hypothesis.to_string())]).await?;
         let row = rows.into_iter().next().unwrap_or_default();
         let Some(best) = argmax(&row) else {
             return Err(ModelError::Inference("NLI model returned no logits".into()));

@@ -1,14 +1,26 @@
 //! A text-pair classifier on ONNX Runtime: the shared engine of the cross-encoder re-ranker and the
-//! ONNX NLI verifier. Inference is CPU-bound and blocking: callers run it on the blocking pool.
+//! ONNX NLI verifier.
+//!
+//! Inference is CPU-bound and blocking, so it runs on worker threads of its own, each owning one
+//! ONNX session (`sessions`, each with `threads` intra-op threads). A worker forms a *round* from
+//! the calls waiting for it: with `coalesce_ms = 0` one call, as before batching across events
+//! existed; otherwise every call that arrives within `coalesce_ms` (up to `coalesce_max_pairs`
+//! pairs), so the pairs of several events fill whole batches of similar length. A round's pairs are
+//! sorted by length and cut into batches of `batch_size`, and each call gets its own rows back.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use ort::environment::Environment;
 use ort::session::{Session, SessionInputValue};
 use ort::value::Tensor;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokio::sync::oneshot;
+
+use crate::settings::{ExecutionProvider, ModelSettings, OnnxSettings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -30,38 +42,75 @@ pub fn init_runtime(library: &Path) -> Result<Environment, ModelError> {
     outcome.clone().map_err(|message| ModelError::Runtime { path: library.to_path_buf(), message })
 }
 
-pub struct PairClassifier {
-    // `Session::run` takes `&mut self`; one inference at a time per model, the caller bounds the queue.
-    session: Mutex<Session>,
-    tokenizer: Tokenizer,
-    wants_token_types: bool,
-    batch_size: usize,
-    /// The `model` label of this model's metrics.
-    label: &'static str,
+/// The CPUs this process may use: its cgroup quota or CPU affinity when set (a pod's `limits.cpu`),
+/// not the node's core count, which would oversubscribe a small pod many times over.
+pub fn cpu_quota() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-impl PairClassifier {
-    /// Loads `model.onnx` and `tokenizer.json` from `dir`.
-    pub fn load(
+/// How many sessions, and intra-op threads each, a model runs with. 0 means derived from the CPU
+/// quota: sessions of up to 4 threads until every CPU is used. On 2 CPUs one session of 2 threads
+/// scored 16% faster than two sessions of one (docs/performance.md); past 4 threads a small
+/// cross-encoder's batches no longer split well, so more CPUs get more sessions.
+pub fn resolve_parallelism(settings: &ModelSettings) -> (usize, usize) {
+    const THREADS_PER_SESSION: usize = 4;
+    let quota = cpu_quota();
+    let (sessions, threads) = match (settings.sessions, settings.threads) {
+        (0, 0) => {
+            let threads = quota.min(THREADS_PER_SESSION);
+            (quota / threads, threads)
+        }
+        (0, threads) => (quota / threads.max(1), threads),
+        (sessions, 0) => (sessions, quota / sessions),
+        fixed => fixed,
+    };
+    (sessions.max(1), threads.max(1))
+}
+
+/// One model's ONNX session, built the same way for the workers and for `lacuna bench rerank`, and
+/// the provider it runs on (`cuda` falls back to the CPU with a warning).
+pub fn open_session(
+    model_path: &Path,
+    runtime: &Path,
+    threads: usize,
+    provider: ExecutionProvider,
+) -> Result<(Session, ExecutionProvider), ModelError> {
+    let environment = init_runtime(runtime)?;
+    let load_error = |message: String| ModelError::Load { path: model_path.to_path_buf(), message };
+    // `ort::Error<SessionBuilder>` is not Send: turn it into a string at once.
+    let builder = Session::builder(&environment)
+        .map_err(|e| load_error(e.to_string()))?
+        .with_intra_threads(threads.max(1))
+        .map_err(|e| load_error(e.to_string()))?;
+    let (mut builder, used) = super::gpu::with_provider(builder, provider).map_err(load_error)?;
+    Ok((builder.commit_from_file(model_path).map_err(|e| load_error(e.to_string()))?, used))
+}
+
+/// The tokenizer side of a pair classifier: turns a batch of pairs into the model's inputs.
+pub struct PairEncoder {
+    tokenizer: Tokenizer,
+    wants_token_types: bool,
+    pub batch_size: usize,
+    /// The `model` label of this model's metrics.
+    pub label: &'static str,
+}
+
+/// One batch's model inputs, and how many of its tokens are real (not padding).
+pub struct Encoded {
+    pub inputs: Vec<(Cow<'static, str>, SessionInputValue<'static>)>,
+    pub pairs: usize,
+    pub real_tokens: usize,
+    pub padded_tokens: usize,
+}
+
+impl PairEncoder {
+    fn load(
         label: &'static str,
         dir: &Path,
-        runtime: &Path,
-        threads: usize,
         batch_size: usize,
         max_length: usize,
+        session: &Session,
     ) -> Result<Self, ModelError> {
-        let environment = init_runtime(runtime)?;
-        let model_path = dir.join("model.onnx");
-        let load_error = |message: String| ModelError::Load { path: model_path.clone(), message };
-        // `ort::Error<SessionBuilder>` is not Send: turn it into a string at once.
-        let session = Session::builder(&environment)
-            .map_err(|e| load_error(e.to_string()))?
-            .with_intra_threads(threads.max(1))
-            .map_err(|e| load_error(e.to_string()))?
-            .commit_from_file(&model_path)
-            .map_err(|e| load_error(e.to_string()))?;
-        let wants_token_types = session.inputs().iter().any(|input| input.name() == "token_type_ids");
-
         let tokenizer_path = dir.join("tokenizer.json");
         let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
             .map_err(|e| ModelError::Load { path: tokenizer_path.clone(), message: e.to_string() })?;
@@ -73,13 +122,8 @@ impl PairClassifier {
         tokenizer
             .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
             .map_err(|e| ModelError::Load { path: tokenizer_path, message: e.to_string() })?;
-        Ok(PairClassifier {
-            session: Mutex::new(session),
-            tokenizer,
-            wants_token_types,
-            batch_size: batch_size.max(1),
-            label,
-        })
+        let wants_token_types = session.inputs().iter().any(|input| input.name() == "token_type_ids");
+        Ok(PairEncoder { tokenizer, wants_token_types, batch_size: batch_size.max(1), label })
     }
 
     /// Word pieces in `text` (no special tokens; long texts count up to the truncation length).
@@ -87,48 +131,207 @@ impl PairClassifier {
         self.tokenizer.encode(text, false).map(|e| e.get_ids().len()).unwrap_or(0)
     }
 
-    /// The logits row of every pair, in input order.
-    pub fn classify(&self, pairs: &[(String, String)]) -> Result<Vec<Vec<f32>>, ModelError> {
-        // Batching pairs of similar length keeps padding (wasted compute) small.
+    /// The order in which pairs are batched: by length, so a batch pads little.
+    pub fn length_order(pairs: &[(String, String)]) -> Vec<usize> {
         let mut order: Vec<usize> = (0..pairs.len()).collect();
         order.sort_by_key(|&i| pairs[i].0.len() + pairs[i].1.len());
-        let mut rows = vec![Vec::new(); pairs.len()];
-        for chunk in order.chunks(self.batch_size) {
-            let batch: Vec<(String, String)> = chunk.iter().map(|&i| pairs[i].clone()).collect();
-            for (row, &i) in self.classify_batch(batch)?.into_iter().zip(chunk) {
-                rows[i] = row;
-            }
-        }
-        Ok(rows)
+        order
     }
 
-    fn classify_batch(&self, batch: Vec<(String, String)>) -> Result<Vec<Vec<f32>>, ModelError> {
-        let inference = |e: &dyn std::fmt::Display| ModelError::Inference(e.to_string());
+    pub fn encode(&self, batch: Vec<(String, String)>) -> Result<Encoded, ModelError> {
         let n = batch.len();
         let encodings = self.tokenizer.encode_batch(batch, true).map_err(|e| inference(&e))?;
         let seq = encodings.first().map_or(0, |e| e.get_ids().len());
         let flatten = |f: fn(&tokenizers::Encoding) -> &[u32]| -> Vec<i64> {
             encodings.iter().flat_map(|e| f(e).iter().map(|&v| v as i64)).collect()
         };
-        let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = vec![
+        let real_tokens = encodings.iter().map(|e| e.get_attention_mask().iter().filter(|&&m| m == 1).count()).sum();
+        let mut inputs: Vec<(Cow<'static, str>, SessionInputValue<'static>)> = vec![
             ("input_ids".into(), tensor(n, seq, flatten(|e| e.get_ids()))?.into()),
             ("attention_mask".into(), tensor(n, seq, flatten(|e| e.get_attention_mask()))?.into()),
         ];
         if self.wants_token_types {
             inputs.push(("token_type_ids".into(), tensor(n, seq, flatten(|e| e.get_type_ids()))?.into()));
         }
+        Ok(Encoded { inputs, pairs: n, real_tokens, padded_tokens: n * seq })
+    }
+
+    /// Scores one encoded batch on `session`: the logits row of every pair, in batch order.
+    pub fn run(&self, session: &mut Session, encoded: Encoded) -> Result<Vec<Vec<f32>>, ModelError> {
         let m = &crate::metrics::METRICS;
-        m.model_batch_size.with_label_values(&[self.label]).observe(n as f64);
-        m.model_pairs.with_label_values(&[self.label]).inc_by(n as u64);
+        m.model_batch_size.with_label_values(&[self.label]).observe(encoded.pairs as f64);
+        m.model_pairs.with_label_values(&[self.label]).inc_by(encoded.pairs as u64);
+        m.model_tokens.with_label_values(&[self.label, "real"]).inc_by(encoded.real_tokens as u64);
+        m.model_tokens.with_label_values(&[self.label, "padded"]).inc_by(encoded.padded_tokens as u64);
         let _timer = m.model_inference_seconds.with_label_values(&[self.label]).start_timer();
-        let mut session = self.session.lock().unwrap();
-        let outputs = session.run(inputs).map_err(|e| inference(&e))?;
+        let outputs = session.run(encoded.inputs).map_err(|e| inference(&e))?;
         let (shape, logits) = outputs[0].try_extract_tensor::<f32>().map_err(|e| inference(&e))?;
         let width = shape.get(1).copied().unwrap_or(1).max(1) as usize;
         Ok(logits.chunks(width).map(|row| row.to_vec()).collect())
     }
+
+    /// Every pair's logits row, in input order: sorted by length, cut into batches, scored.
+    fn classify(&self, session: &mut Session, pairs: &[(String, String)]) -> Result<Vec<Vec<f32>>, ModelError> {
+        let mut rows = vec![Vec::new(); pairs.len()];
+        for chunk in Self::length_order(pairs).chunks(self.batch_size) {
+            let batch: Vec<(String, String)> = chunk.iter().map(|&i| pairs[i].clone()).collect();
+            for (row, &i) in self.run(session, self.encode(batch)?)?.into_iter().zip(chunk) {
+                rows[i] = row;
+            }
+        }
+        Ok(rows)
+    }
+}
+
+fn inference(e: &dyn std::fmt::Display) -> ModelError {
+    ModelError::Inference(e.to_string())
 }
 
 fn tensor(rows: usize, cols: usize, data: Vec<i64>) -> Result<Tensor<i64>, ModelError> {
     Tensor::from_array(([rows, cols], data)).map_err(|e| ModelError::Inference(e.to_string()))
+}
+
+/// One caller's pairs and where its rows go.
+struct Job {
+    pairs: Vec<(String, String)>,
+    reply: oneshot::Sender<Result<Vec<Vec<f32>>, ModelError>>,
+}
+
+/// How a worker gathers a round.
+#[derive(Clone, Copy)]
+struct Coalescing {
+    wait: Duration,
+    max_pairs: usize,
+}
+
+pub struct PairClassifier {
+    encoder: Arc<PairEncoder>,
+    jobs: Sender<Job>,
+    sessions: usize,
+    threads: usize,
+    provider: ExecutionProvider,
+}
+
+impl PairClassifier {
+    /// Loads `model.onnx` and `tokenizer.json` from `settings.model_dir` and starts the workers.
+    pub fn load(label: &'static str, settings: &ModelSettings, onnx: &OnnxSettings) -> Result<Self, ModelError> {
+        let (sessions, threads) = resolve_parallelism(settings);
+        let model_path = settings.model_dir.join("model.onnx");
+        let mut opened = Vec::new();
+        let mut provider = onnx.execution_provider;
+        for _ in 0..sessions {
+            let (session, used) = open_session(&model_path, &onnx.library_path, threads, onnx.execution_provider)?;
+            provider = used;
+            opened.push(session);
+        }
+        let encoder = Arc::new(PairEncoder::load(
+            label,
+            &settings.model_dir,
+            settings.batch_size,
+            settings.max_length,
+            &opened[0],
+        )?);
+        let coalescing = Coalescing {
+            wait: Duration::from_millis(settings.coalesce_ms),
+            max_pairs: settings.coalesce_max_pairs.max(1),
+        };
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        // Workers take turns at the queue: while one scores a round, the next gathers its own.
+        let queue = Arc::new(Mutex::new(queue));
+        for (n, session) in opened.into_iter().enumerate() {
+            let (encoder, queue) = (encoder.clone(), queue.clone());
+            std::thread::Builder::new()
+                .name(format!("{label}-{n}"))
+                .spawn(move || work(session, &encoder, &queue, coalescing))
+                .map_err(|e| ModelError::Load {
+                    path: model_path.clone(),
+                    message: format!("cannot start a worker: {e}"),
+                })?;
+        }
+        Ok(PairClassifier { encoder, jobs, sessions, threads, provider })
+    }
+
+    pub fn encoder(&self) -> &PairEncoder {
+        &self.encoder
+    }
+
+    /// (sessions, intra-op threads per session) as resolved from the settings and the CPU quota.
+    pub fn parallelism(&self) -> (usize, usize) {
+        (self.sessions, self.threads)
+    }
+
+    /// Where the sessions run: `cuda` only when the CUDA provider started.
+    pub fn provider(&self) -> ExecutionProvider {
+        self.provider
+    }
+
+    /// Word pieces in `text` (no special tokens; long texts count up to the truncation length).
+    pub fn count_tokens(&self, text: &str) -> usize {
+        self.encoder.count_tokens(text)
+    }
+
+    /// The logits row of every pair, in input order. Waits for a worker; never blocks the caller's
+    /// thread.
+    pub async fn classify(&self, pairs: Vec<(String, String)>) -> Result<Vec<Vec<f32>>, ModelError> {
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, rows) = oneshot::channel();
+        let stopped = || ModelError::Inference(format!("the {} workers have stopped", self.encoder.label));
+        self.jobs.send(Job { pairs, reply }).map_err(|_| stopped())?;
+        rows.await.map_err(|_| stopped())?
+    }
+}
+
+/// A worker's life: gather a round, score it, hand each job its rows; ends when every
+/// [`PairClassifier`] handle is gone.
+fn work(mut session: Session, encoder: &PairEncoder, queue: &Mutex<Receiver<Job>>, coalescing: Coalescing) {
+    while let Some(round) = gather(queue, coalescing) {
+        let pairs: Vec<(String, String)> = round.iter().flat_map(|job| job.pairs.iter().cloned()).collect();
+        match encoder.classify(&mut session, &pairs) {
+            Ok(rows) => {
+                let mut rows = rows.into_iter();
+                for job in round {
+                    let own: Vec<Vec<f32>> = rows.by_ref().take(job.pairs.len()).collect();
+                    // A caller that gave up (its event was cancelled) no longer wants its rows.
+                    let _ = job.reply.send(Ok(own));
+                }
+            }
+            Err(error) => {
+                for job in round {
+                    let _ = job.reply.send(Err(ModelError::Inference(error.to_string())));
+                }
+            }
+        }
+    }
+}
+
+/// The next round: the first job waiting, then with coalescing every job arriving within the wait,
+/// up to the pair cap. `None` once the queue is closed and empty.
+fn gather(queue: &Mutex<Receiver<Job>>, coalescing: Coalescing) -> Option<Vec<Job>> {
+    // A worker that panicked poisons nothing it held mid-update: the receiver is still whole.
+    let queue = queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let first = queue.recv().ok()?;
+    let mut pairs = first.pairs.len();
+    let mut round = vec![first];
+    if coalescing.wait.is_zero() {
+        return Some(round);
+    }
+    let deadline = Instant::now() + coalescing.wait;
+    while pairs < coalescing.max_pairs {
+        // Jobs already waiting join at once: under load a round fills without waiting at all.
+        let next = match queue.try_recv() {
+            Ok(job) => Ok(job),
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => queue.recv_timeout(deadline.saturating_duration_since(Instant::now())),
+        };
+        match next {
+            Ok(job) => {
+                pairs += job.pairs.len();
+                round.push(job);
+            }
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    Some(round)
 }

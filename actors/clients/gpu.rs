@@ -1,0 +1,45 @@
+//! The execution provider ONNX sessions run on: the CPU, or CUDA for production re-ranking.
+//!
+//! CUDA needs the GPU build of ONNX Runtime (`LACUNA_ORT=gpu scripts/setup.sh`, onnxruntime-gpu from
+//! PyPI) and the CUDA libraries it links. When either is missing, or no GPU is found, the model runs
+//! on the CPU and says so once per session in the log: a slower stage, never a silent one.
+
+use ort::ep::{CUDA, ExecutionProvider as _};
+use ort::session::builder::SessionBuilder;
+
+use crate::settings::ExecutionProvider;
+
+/// `builder` with `wanted` registered, and the provider the session will actually run on.
+pub fn with_provider(
+    builder: SessionBuilder,
+    wanted: ExecutionProvider,
+) -> Result<(SessionBuilder, ExecutionProvider), String> {
+    match wanted {
+        ExecutionProvider::Cpu => Ok((builder, ExecutionProvider::Cpu)),
+        ExecutionProvider::Cuda => {
+            if !CUDA::is_available().unwrap_or(false) {
+                tracing::warn!(
+                    "onnx.execution_provider = \"cuda\", but this ONNX Runtime has no CUDA provider (install the GPU \
+                     build with LACUNA_ORT=gpu scripts/setup.sh): the model runs on the CPU"
+                );
+                return Ok((builder, ExecutionProvider::Cpu));
+            }
+            match builder.with_execution_providers([CUDA::default().build().error_on_failure()]) {
+                Ok(builder) => Ok((builder, ExecutionProvider::Cuda)),
+                Err(error) => {
+                    tracing::warn!(
+                        %error,
+                        "onnx.execution_provider = \"cuda\", but the CUDA provider did not start (no GPU, or the CUDA \
+                         libraries are missing): the model runs on the CPU"
+                    );
+                    Ok((error.recover(), ExecutionProvider::Cpu))
+                }
+            }
+        }
+    }
+}
+
+/// Whether the loaded ONNX Runtime has the CUDA provider (the GPU build; a GPU may still be absent).
+pub fn cuda_in_runtime() -> bool {
+    CUDA::is_available().unwrap_or(false)
+}
