@@ -12,11 +12,13 @@
 //!   `raisf.rs`, `rqrag.rs`), what a declaration is (`declaration.rs`), the topology read off it
 //!   (`graph.rs`), and the runner of a whole pipeline in one process (`runner.rs`).
 //! - `eval/`: `lacuna eval`, `lacuna calibrate` and `lacuna recall`: scoring, reports, comparisons.
+//! - `bench/`: `lacuna bench`: a pipeline's throughput and the re-ranker's speed, with a fake LLM.
 //! - `cli/`: the `lacuna` command line on top of all of them.
 //! - `config/`: `default.toml`, the typed settings, and the evaluation profiles (`paper`);
 //!   `metrics.rs`: every metric's name.
 
 pub mod actors;
+pub mod bench;
 pub mod cli;
 pub mod eval;
 pub mod metrics;

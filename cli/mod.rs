@@ -1,6 +1,7 @@
 //! The `lacuna` command line.
 
 mod ask;
+mod bench;
 mod calibrate;
 mod dlq;
 mod eval;
@@ -55,6 +56,8 @@ enum Command {
     Calibrate(calibrate::CalibrateArgs),
     /// Recall@5/20/50 of gold passages and indexing time, per dataset and search backend.
     Recall(recall::RecallArgs),
+    /// Throughput figures: a pipeline in process (with a real or fake LLM), or the re-ranker alone.
+    Bench(bench::BenchArgs),
 }
 
 pub async fn main() -> anyhow::Result<()> {
@@ -75,6 +78,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Graph(args) => graph::graph(args),
         Command::Calibrate(args) => calibrate::calibrate_command(&settings, args).await,
         Command::Recall(args) => recall::recall(&settings, args).await,
+        Command::Bench(args) => bench::bench(&settings, args).await,
     }
 }
 

@@ -131,3 +131,38 @@ async fn json_logs_carry_the_stage_question_id_and_iteration() {
     assert_eq!(retry["span"]["iteration"], 1);
     assert_eq!(retry["level"], "WARN");
 }
+
+/// `lacuna bench` with its own fake LLM: the figures it promises are there and the run lost nothing.
+#[test]
+fn bench_reports_a_pipeline_run_and_the_rerankers_ways() {
+    let dir = support::scratch_dir("bench");
+    let dataset = support::data_dir().join("hotpotqa");
+    let (pipeline_json, rerank_json) = (dir.join("pipeline.json"), dir.join("rerank.json"));
+    let status = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .args(["bench", "pipeline", "--dataset", dataset.to_str().unwrap(), "--limit", "3", "--fake-llm-ms", "1,1"])
+        .args(["--retrieve-top-n", "5", "--json", pipeline_json.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let runs: Value = serde_json::from_str(&std::fs::read_to_string(&pipeline_json).unwrap()).unwrap();
+    let run = &runs[0];
+    assert_eq!(run["questions"], 3, "one record per question: {run}");
+    assert_eq!(run["errors"], 0, "the fake's schema-valid replies carry every question through: {run}");
+    assert!(run["llm_calls"].as_u64().unwrap() >= 3 * 3, "MIGRES makes several calls per question: {run}");
+    assert!(run["rerank_pairs"].as_u64().unwrap() > 0 && run["questions_per_second"].as_f64().unwrap() > 0.0);
+    assert!(run["stage_busy_seconds"]["sentence_filter"].as_f64().unwrap() > 0.0, "{run}");
+
+    let status = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .args(["bench", "rerank", "--dataset", dataset.to_str().unwrap(), "--pairs", "40"])
+        .args(["--json", rerank_json.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let bench: Value = serde_json::from_str(&std::fs::read_to_string(&rerank_json).unwrap()).unwrap();
+    assert_eq!(bench["pairs"], 40);
+    let ways = bench["ways"].as_array().unwrap();
+    assert!(ways.len() >= 5, "bare arrival, bare sorted, the stage three ways: {bench}");
+    let padded = |name: &str| ways.iter().find(|w| w["name"] == name).unwrap()["padded_per_real"].as_f64().unwrap();
+    assert!(padded("bare session, length-sorted") < padded("bare session, arrival order"), "sorting cuts padding");
+    assert!(bench["flips"].as_u64().unwrap() <= 40);
+}

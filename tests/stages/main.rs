@@ -11,6 +11,7 @@ mod llm_client;
 mod main_module;
 mod memory_rules;
 mod query_gen;
+mod reranker;
 mod retrieve;
 mod sentence_filter;
 mod stage_runner;

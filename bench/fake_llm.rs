@@ -1,0 +1,239 @@
+//! A fake LLM for `lacuna bench`: an OpenAI-compatible chat-completions server on 127.0.0.1 that
+//! answers after a set latency, so the real client (schemas, retries, connection pool) runs and the
+//! pipeline's own costs show without a GPU.
+//!
+//! A structured call gets an instance of the JSON schema it sent, built from the prompt: strings are
+//! the prompt's question (so generated queries retrieve real passages and the re-ranker does real
+//! work), integers their minimum (passage 0, which a leaf prompt always shows), booleans a hash bit
+//! of the request (so loops neither all stop at once nor all run to the limit). Plain calls get the
+//! question back. Every token gets log-probability -0.5 when the request asks for them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The latency of each answer: `mean` ± uniform `jitter`.
+#[derive(Clone, Copy, Debug)]
+pub struct Latency {
+    pub mean: Duration,
+    pub jitter: Duration,
+}
+
+impl std::str::FromStr for Latency {
+    type Err = String;
+
+    /// `MEAN[,JITTER]` in milliseconds, e.g. `300` or `300,100`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let ms = |part: &str| {
+            part.trim().parse::<f64>().ok().filter(|v| *v >= 0.0).map(|v| Duration::from_secs_f64(v / 1000.0))
+        };
+        let (mean, jitter) = text.split_once(',').unwrap_or((text, "0"));
+        match (ms(mean), ms(jitter)) {
+            (Some(mean), Some(jitter)) => Ok(Latency { mean, jitter }),
+            _ => Err(format!("`{text}`: expected MEAN[,JITTER] in milliseconds, e.g. 300 or 300,100")),
+        }
+    }
+}
+
+pub struct FakeLlm {
+    pub base_url: String,
+    calls: Arc<AtomicU64>,
+}
+
+impl FakeLlm {
+    /// Serves on a thread of its own (its own runtime), so the fake's work never waits behind the
+    /// pipeline's and outlives whichever runtime started it.
+    pub fn start(latency: Latency) -> std::io::Result<FakeLlm> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let base_url = format!("http://{}/v1", listener.local_addr()?);
+        let calls = Arc::new(AtomicU64::new(0));
+        let counter = calls.clone();
+        std::thread::Builder::new().name("fake-llm".into()).spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            runtime.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(listener) else { return };
+                while let Ok((socket, _)) = listener.accept().await {
+                    tokio::spawn(serve(socket, latency, counter.clone()));
+                }
+            });
+        })?;
+        Ok(FakeLlm { base_url, calls })
+    }
+
+    /// Chat completions answered so far.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+}
+
+/// One keep-alive connection: requests in turn until the client closes it.
+async fn serve(mut socket: TcpStream, latency: Latency, calls: Arc<AtomicU64>) {
+    let mut buffer = Vec::new();
+    while let Some((head, body)) = read_request(&mut socket, &mut buffer).await {
+        let (status, reply) = if head.starts_with("GET") {
+            (200, json!({"object": "list", "data": [{"id": "fake", "object": "model"}]}).to_string())
+        } else {
+            match serde_json::from_slice::<Value>(&body) {
+                Ok(request) => {
+                    tokio::time::sleep(pause(latency, &body)).await;
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    (200, completion(&request))
+                }
+                Err(e) => (400, json!({"error": {"message": format!("not JSON: {e}")}}).to_string()),
+            }
+        };
+        let response = format!(
+            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+            reply.len()
+        );
+        if socket.write_all(response.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn pause(latency: Latency, body: &[u8]) -> Duration {
+    let spread = latency.jitter.as_secs_f64();
+    let unit = (hash(body) % 10_000) as f64 / 10_000.0; // uniform in [0, 1)
+    Duration::from_secs_f64((latency.mean.as_secs_f64() + spread * (2.0 * unit - 1.0)).max(0.0))
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    // FNV-1a: deterministic across runs, unlike the std hasher.
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// The head (request line and headers) and body of the next request, or `None` when the
+/// connection ends. Bytes past the body stay in `buffer` for the next request.
+async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<(String, Vec<u8>)> {
+    let mut chunk = [0u8; 16384];
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).to_string();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if buffer.len() >= end + 4 + length {
+                let body = buffer[end + 4..end + 4 + length].to_vec();
+                buffer.drain(..end + 4 + length);
+                return Some((head, body));
+            }
+        }
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A chat completion answering `request`.
+fn completion(request: &Value) -> String {
+    let user = request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
+    let question = question_of(user);
+    let seed = hash(request.to_string().as_bytes());
+    let content = match request["response_format"]["json_schema"]["schema"].as_object() {
+        Some(_) => instance(&request["response_format"]["json_schema"]["schema"], &question, seed).to_string(),
+        None => question.clone(),
+    };
+    let logprobs = (request["logprobs"] == true).then(|| {
+        let tokens: Vec<Value> =
+            content.split_whitespace().map(|t| json!({"token": t, "logprob": -0.5, "top_logprobs": []})).collect();
+        json!({"content": tokens})
+    });
+    let prompt_tokens = user.split_whitespace().count() as u64;
+    let completion_tokens = content.split_whitespace().count() as u64;
+    json!({
+        "id": "fake",
+        "object": "chat.completion",
+        "model": "fake",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+    })
+    .to_string()
+}
+
+/// The question a prompt is about: its last `Question:` line (after the examples), else its first
+/// words.
+fn question_of(prompt: &str) -> String {
+    let line = prompt.lines().rev().find_map(|l| l.trim().strip_prefix("Question:")).map(str::trim);
+    match line {
+        Some(q) if !q.is_empty() => q.to_string(),
+        _ => prompt.split_whitespace().take(12).collect::<Vec<_>>().join(" "),
+    }
+}
+
+/// A value valid under `schema` (the subset of JSON Schema the stages send).
+pub fn instance(schema: &Value, text: &str, seed: u64) -> Value {
+    if let Some(first) = schema["enum"].as_array().and_then(|values| values.first()) {
+        return first.clone();
+    }
+    match schema["type"].as_str() {
+        Some("object") => {
+            let mut object = Map::new();
+            if let Some(properties) = schema["properties"].as_object() {
+                for (n, (key, property)) in properties.iter().enumerate() {
+                    object.insert(key.clone(), instance(property, text, seed.rotate_left(n as u32 + 1)));
+                }
+            }
+            Value::Object(object)
+        }
+        Some("array") => {
+            let min = schema["minItems"].as_u64().unwrap_or(0);
+            let max = schema["maxItems"].as_u64().unwrap_or(u64::MAX);
+            let items = min.max(1).min(max);
+            Value::Array((0..items).map(|i| instance(&schema["items"], text, seed.rotate_left(i as u32 + 7))).collect())
+        }
+        Some("integer") => json!(schema["minimum"].as_i64().unwrap_or(0)),
+        Some("number") => json!(schema["minimum"].as_f64().unwrap_or(0.0)),
+        Some("boolean") => json!(seed & 1 == 1),
+        Some("null") => Value::Null,
+        _ => json!(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_follows_the_schema_it_was_built_from() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "facts": {"type": "array", "maxItems": 3, "items": {"type": "object", "properties": {
+                    "fact": {"type": "string"},
+                    "passages": {"type": "array", "items": {"type": "integer"}, "minItems": 1},
+                }}},
+                "confidence": {"type": "integer", "minimum": 1, "maximum": 5},
+                "label": {"type": "string", "enum": ["yes", "no"]},
+                "answerable": {"type": "boolean"},
+            },
+        });
+        let value = instance(&schema, "Who wrote it?", 3);
+        assert_eq!(value["facts"][0]["fact"], "Who wrote it?");
+        assert_eq!(value["facts"][0]["passages"], json!([0]));
+        assert_eq!(value["confidence"], 1);
+        assert_eq!(value["label"], "yes");
+        assert!(value["answerable"].is_boolean());
+    }
+
+    #[test]
+    fn latency_reads_mean_and_jitter_in_milliseconds() {
+        let l: Latency = "300,100".parse().unwrap();
+        assert_eq!((l.mean, l.jitter), (Duration::from_millis(300), Duration::from_millis(100)));
+        assert_eq!("1".parse::<Latency>().unwrap().jitter, Duration::ZERO);
+        assert!("fast".parse::<Latency>().is_err());
+    }
+}

@@ -1,0 +1,259 @@
+//! `lacuna bench pipeline`: a pipeline run in process over a dataset folder, against a real LLM
+//! endpoint or the fake one, reporting where the time goes: questions/s, LLM calls in flight against
+//! a fixed limit, busy seconds per stage, re-ranker pairs/s and padding, latency percentiles and
+//! peak memory.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::eval::dataset::Dataset;
+use crate::metrics::METRICS;
+use crate::pipelines::parts::Parts;
+use crate::pipelines::{Pipeline, PipelineKind};
+use crate::settings::Settings;
+use crate::topics::{AnswerRecord, QuestionEvent};
+
+/// The limit LLM concurrency is reported against, whatever the stages' own limits.
+pub const LLM_LIMIT: f64 = 32.0;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PipelineBench {
+    pub label: String,
+    pub pipeline: String,
+    pub dataset: String,
+    pub questions: usize,
+    pub errors: usize,
+    pub open_questions: usize,
+    pub seconds: f64,
+    pub questions_per_second: f64,
+    pub llm_calls: u64,
+    /// Mean LLM calls in flight between the first and the last answer, and that over [`LLM_LIMIT`].
+    pub llm_in_flight: f64,
+    pub llm_concurrency: f64,
+    /// Seconds spent processing events, per stage (events in parallel add up).
+    pub stage_busy_seconds: BTreeMap<String, f64>,
+    /// Seconds spent waiting on LLM replies, per stage.
+    pub stage_llm_seconds: BTreeMap<String, f64>,
+    pub rerank_pairs: u64,
+    /// Pairs per second of inference time (one worker's view) and of wall time.
+    pub rerank_pairs_per_inference_second: f64,
+    pub rerank_pairs_per_second: f64,
+    pub rerank_inference_seconds: f64,
+    pub padded_per_real: f64,
+    pub latency_p50: f64,
+    pub latency_p95: f64,
+    /// The process's peak resident memory so far (VmHWM), in MiB.
+    pub peak_rss_mib: f64,
+}
+
+/// Runs `questions` of `dataset` through `kind` once with `settings` (whose LLM endpoint is already
+/// the real or the fake one).
+pub async fn run(
+    label: &str,
+    kind: PipelineKind,
+    settings: &Settings,
+    dataset: &Dataset,
+) -> anyhow::Result<PipelineBench> {
+    let mut settings = settings.clone();
+    settings.search.index_dir = dataset.index_dir()?;
+    settings.bus.queue_capacity = settings.bus.queue_capacity.max(settings.run.max_open_questions + 1);
+    let parts = Parts::load(&settings, kind)?;
+    let before = Snapshot::take();
+    let mut pipeline = Pipeline::start(kind, &settings, parts).await?;
+
+    // Sample the LLM calls in flight every 5 ms until the run ends.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let sampling = sampling.clone();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while sampling.load(Ordering::Relaxed) {
+                samples.push((started.elapsed().as_secs_f64(), crate::actors::clients::llm::calls_in_flight()));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            samples
+        })
+    };
+    let started = Instant::now();
+    let submitted: Arc<std::sync::Mutex<BTreeMap<String, f64>>> = Default::default();
+    let questions = dataset.questions.iter().map(|q| {
+        // Called as the runner admits the question: its latency starts here.
+        submitted.lock().unwrap().insert(q.id.clone(), started.elapsed().as_secs_f64());
+        QuestionEvent::new(q.id.clone(), q.question.clone()).yes_no(q.is_yes_no())
+    });
+    let mut finished: Vec<(f64, f64)> = Vec::new(); // (answered at, latency)
+    let mut errors = 0;
+    pipeline
+        .run(questions, |record| {
+            let at = started.elapsed().as_secs_f64();
+            let since = submitted.lock().unwrap().get(record.question_id()).copied().unwrap_or(0.0);
+            finished.push((at, at - since));
+            errors += matches!(record, AnswerRecord::Error(_)) as usize;
+        })
+        .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    pipeline.stop();
+    sampling.store(false, Ordering::Relaxed);
+    let samples = sampler.join().unwrap_or_default();
+    let after = Snapshot::take();
+
+    let first = finished.iter().map(|f| f.0).fold(f64::INFINITY, f64::min);
+    let last = finished.iter().map(|f| f.0).fold(0.0, f64::max);
+    let window: Vec<f64> = samples.iter().filter(|(t, _)| *t >= first && *t <= last).map(|(_, v)| *v as f64).collect();
+    // Fewer than two answers leave no window: the whole run stands in for it.
+    let in_flight = match window.is_empty() {
+        true => samples.iter().map(|(_, v)| *v as f64).sum::<f64>() / samples.len().max(1) as f64,
+        false => window.iter().sum::<f64>() / window.len() as f64,
+    };
+    let mut latencies: Vec<f64> = finished.iter().map(|f| f.1).collect();
+    latencies.sort_by(f64::total_cmp);
+    let pairs = after.pairs - before.pairs;
+    let inference = after.inference_seconds - before.inference_seconds;
+    Ok(PipelineBench {
+        label: label.into(),
+        pipeline: kind.name().into(),
+        dataset: dataset.name.clone(),
+        questions: finished.len(),
+        errors,
+        open_questions: settings.run.max_open_questions,
+        seconds,
+        questions_per_second: finished.len() as f64 / seconds,
+        llm_calls: after.llm_calls - before.llm_calls,
+        llm_in_flight: in_flight,
+        llm_concurrency: in_flight / LLM_LIMIT,
+        stage_busy_seconds: difference(&after.busy, &before.busy),
+        stage_llm_seconds: difference(&after.llm_seconds, &before.llm_seconds),
+        rerank_pairs: pairs,
+        rerank_pairs_per_inference_second: pairs as f64 / inference.max(1e-9),
+        rerank_pairs_per_second: pairs as f64 / seconds,
+        rerank_inference_seconds: inference,
+        padded_per_real: (after.padded - before.padded) as f64 / (after.real - before.real).max(1) as f64,
+        latency_p50: percentile(&latencies, 0.50),
+        latency_p95: percentile(&latencies, 0.95),
+        peak_rss_mib: peak_rss_mib(),
+    })
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn difference(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+/// The peak resident set of this process (VmHWM in /proc/self/status), in MiB; 0 where unknown.
+pub fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+/// The process-wide counters a run moves; a run's figures are the differences.
+struct Snapshot {
+    busy: BTreeMap<String, f64>,
+    llm_seconds: BTreeMap<String, f64>,
+    llm_calls: u64,
+    pairs: u64,
+    inference_seconds: f64,
+    real: u64,
+    padded: u64,
+}
+
+impl Snapshot {
+    fn take() -> Snapshot {
+        let sums = |name: &str| -> BTreeMap<String, f64> {
+            let mut out = BTreeMap::new();
+            for family in METRICS.registry.gather().iter().filter(|f| f.name() == name) {
+                for metric in family.get_metric() {
+                    let stage = metric.get_label().iter().find(|l| l.name() == "stage").map(|l| l.value().to_string());
+                    if let Some(stage) = stage {
+                        *out.entry(stage).or_insert(0.0) += metric.get_histogram().get_sample_sum();
+                    }
+                }
+            }
+            out
+        };
+        let m = &METRICS;
+        let tokens = |kind: &str| m.model_tokens.with_label_values(&["reranker", kind]).get();
+        let inference = m.model_inference_seconds.with_label_values(&["reranker"]);
+        let llm_calls = METRICS
+            .registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "lacuna_llm_calls_total")
+            .flat_map(|f| f.get_metric().iter().map(|m| m.get_counter().get_value() as u64).collect::<Vec<_>>())
+            .sum();
+        Snapshot {
+            busy: sums("lacuna_stage_processing_seconds"),
+            llm_seconds: sums("lacuna_llm_request_seconds"),
+            llm_calls,
+            pairs: m.model_pairs.with_label_values(&["reranker"]).get(),
+            inference_seconds: inference.get_sample_sum(),
+            real: tokens("real"),
+            padded: tokens("padded"),
+        }
+    }
+}
+
+impl PipelineBench {
+    pub fn markdown(runs: &[PipelineBench]) -> String {
+        let Some(first) = runs.first() else { return String::new() };
+        let mut out = format!(
+            "# lacuna bench pipeline: {} on {}, {} questions, {} open\n\n\
+             | run | questions/s | × first | LLM calls | LLM in flight (of {LLM_LIMIT}) | re-ranker pairs/s (inference) | padded/real | p50 s | p95 s | peak RSS MiB | errors |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|\n",
+            first.pipeline, first.dataset, first.questions, first.open_questions
+        );
+        for r in runs {
+            out += &format!(
+                "| {} | {:.3} | {:.2} | {} | {:.2} ({:.1}%) | {:.1} | {:.2} | {:.1} | {:.1} | {:.0} | {} |\n",
+                r.label,
+                r.questions_per_second,
+                r.questions_per_second / first.questions_per_second,
+                r.llm_calls,
+                r.llm_in_flight,
+                100.0 * r.llm_concurrency,
+                r.rerank_pairs_per_inference_second,
+                r.padded_per_real,
+                r.latency_p50,
+                r.latency_p95,
+                r.peak_rss_mib,
+                r.errors
+            );
+        }
+        out += "\nBusy seconds per stage (events processed in parallel add up; LLM seconds in brackets):\n\n| run | ";
+        let stages: std::collections::BTreeSet<&String> =
+            runs.iter().flat_map(|r| r.stage_busy_seconds.keys()).collect();
+        out += &stages.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" | ");
+        out += " | wall |\n|---|";
+        out += &"---|".repeat(stages.len() + 1);
+        out += "\n";
+        for r in runs {
+            out += &format!("| {} |", r.label);
+            for stage in &stages {
+                let busy = r.stage_busy_seconds.get(*stage).copied().unwrap_or(0.0);
+                let llm = r.stage_llm_seconds.get(*stage).copied().unwrap_or(0.0);
+                out += &format!(" {busy:.1} ({llm:.1}) |");
+            }
+            out += &format!(" {:.1} |\n", r.seconds);
+        }
+        out
+    }
+}

@@ -1,0 +1,212 @@
+//! `lacuna bench rerank`: the same (question, passage) pairs scored three ways at the same batch size
+//! and CPU budget: a bare ONNX session in arrival order, a bare session with length-sorted pairs, and
+//! the re-rank stage's own path (workers, coalescing across events). It also checks what coalescing
+//! does to the scores: the largest change and the keep/drop decisions it flips at the threshold.
+
+use std::time::Instant;
+
+use futures::future::join_all;
+use ort::session::Session;
+use serde::Serialize;
+
+use crate::actors::clients::onnx::{PairEncoder, open_session};
+use crate::actors::clients::rerank::titled;
+use crate::actors::clients::{ModelError, Reranker, TantivySearch};
+use crate::eval::dataset::Dataset;
+use crate::settings::{ModelSettings, Settings};
+
+/// One way of scoring the pairs, and how fast it went.
+#[derive(Clone, Debug, Serialize)]
+pub struct Way {
+    pub name: String,
+    pub sessions: usize,
+    pub threads: usize,
+    pub seconds: f64,
+    pub pairs_per_second: f64,
+    /// Tokens fed to the model (padding included) per real token.
+    pub padded_per_real: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RerankBench {
+    pub dataset: String,
+    pub events: usize,
+    pub pairs: usize,
+    pub batch_size: usize,
+    pub cpus: usize,
+    pub execution_provider: String,
+    pub ways: Vec<Way>,
+    /// Coalesced scores against the per-event scores (each event its own batches).
+    pub max_abs_delta: f32,
+    pub threshold: f32,
+    pub flips: usize,
+}
+
+/// The events of the bench: each question's retrieved passages, as the re-rank stage gets them.
+pub fn events(settings: &Settings, dataset: &Dataset, pairs: usize) -> anyhow::Result<Vec<Vec<(String, String)>>> {
+    let search = TantivySearch::open(&dataset.index_dir()?)?;
+    let mut events = Vec::new();
+    let mut total = 0;
+    for question in &dataset.questions {
+        if total >= pairs {
+            break;
+        }
+        let hits = search.search(&question.question, settings.migres.retrieve_top_n)?;
+        let event: Vec<(String, String)> = hits
+            .into_iter()
+            .take(pairs - total)
+            .map(|(p, _)| (question.question.clone(), titled(&p.title, &p.text)))
+            .collect();
+        total += event.len();
+        events.push(event);
+    }
+    anyhow::ensure!(total > 0, "{}: no passages retrieved", dataset.name);
+    Ok(events)
+}
+
+pub async fn run(settings: &Settings, dataset: &Dataset, pairs: usize) -> anyhow::Result<RerankBench> {
+    let events = events(settings, dataset, pairs)?;
+    let all: Vec<(String, String)> = events.iter().flatten().cloned().collect();
+    let cpus = crate::actors::clients::onnx::cpu_quota();
+    let model = &settings.rerank;
+    let batch_size = model.batch_size.max(1);
+    let mut ways = Vec::new();
+
+    // The stage's path as configured, then its other arrangement of the same CPUs, then without
+    // coalescing: one event per round, each sorted within itself (the behaviour before coalescing).
+    let configured = Reranker::load(model, &settings.onnx)?;
+    let (sessions, threads) = configured.model().parallelism();
+    let provider = format!("{:?}", configured.model().provider()).to_lowercase();
+    let encoder = configured.model().encoder();
+
+    let mut bare = open_session(
+        &model.model_dir.join("model.onnx"),
+        &settings.onnx.library_path,
+        sessions * threads,
+        settings.onnx.execution_provider,
+    )?
+    .0;
+    let arrival: Vec<usize> = (0..all.len()).collect();
+    ways.push(bare_way("bare session, arrival order", encoder, &mut bare, &all, &arrival, sessions * threads)?);
+    let sorted = PairEncoder::length_order(&all);
+    ways.push(bare_way("bare session, length-sorted", encoder, &mut bare, &all, &sorted, sessions * threads)?);
+    drop(bare);
+
+    let (coalesced, way) = stage_way("stage path (as configured)", &configured, &events).await?;
+    ways.push(way);
+    drop(configured);
+    let swapped = if sessions > 1 { (1, sessions * threads) } else { (sessions * threads, 1) };
+    if swapped != (sessions, threads) {
+        let other = Reranker::load(&with(model, swapped.0, swapped.1, model.coalesce_ms), &settings.onnx)?;
+        ways.push(stage_way("stage path, sessions and threads swapped", &other, &events).await?.1);
+    }
+    let per_event = Reranker::load(&with(model, sessions, threads, 0), &settings.onnx)?;
+    let (alone, way) = stage_way("stage path, coalesce_ms = 0", &per_event, &events).await?;
+    ways.push(way);
+    drop(per_event);
+    let today = Reranker::load(&with(model, 1, 1, 0), &settings.onnx)?;
+    ways.push(stage_way("stage path, 41ae80c (1 session, 1 thread, coalesce_ms = 0)", &today, &events).await?.1);
+
+    let threshold = settings.migres.rerank_threshold;
+    let max_abs_delta = coalesced.iter().zip(&alone).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    let flips = coalesced.iter().zip(&alone).filter(|(a, b)| (**a >= threshold) != (**b >= threshold)).count();
+    Ok(RerankBench {
+        dataset: dataset.name.clone(),
+        events: events.len(),
+        pairs: all.len(),
+        batch_size,
+        cpus,
+        execution_provider: provider,
+        ways,
+        max_abs_delta,
+        threshold,
+        flips,
+    })
+}
+
+fn with(model: &ModelSettings, sessions: usize, threads: usize, coalesce_ms: u64) -> ModelSettings {
+    ModelSettings { sessions, threads, coalesce_ms, ..model.clone() }
+}
+
+fn bare_way(
+    name: &str,
+    encoder: &PairEncoder,
+    session: &mut Session,
+    pairs: &[(String, String)],
+    order: &[usize],
+    threads: usize,
+) -> Result<Way, ModelError> {
+    let (mut real, mut padded) = (0, 0);
+    let started = Instant::now();
+    for chunk in order.chunks(encoder.batch_size) {
+        let encoded = encoder.encode(chunk.iter().map(|&i| pairs[i].clone()).collect())?;
+        (real, padded) = (real + encoded.real_tokens, padded + encoded.padded_tokens);
+        encoder.run(session, encoded)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Way {
+        name: name.into(),
+        sessions: 1,
+        threads,
+        seconds,
+        pairs_per_second: pairs.len() as f64 / seconds,
+        padded_per_real: padded as f64 / real.max(1) as f64,
+    })
+}
+
+/// Every event scored at once through `reranker`, as events waiting at the stage would be.
+async fn stage_way(
+    name: &str,
+    reranker: &Reranker,
+    events: &[Vec<(String, String)>],
+) -> anyhow::Result<(Vec<f32>, Way)> {
+    let tokens = |kind: &str| crate::metrics::METRICS.model_tokens.with_label_values(&["reranker", kind]).get();
+    let (real, padded) = (tokens("real"), tokens("padded"));
+    let started = Instant::now();
+    let scores = join_all(events.iter().map(|event| reranker.score(event.clone()))).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let scores: Vec<f32> = scores.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect();
+    let (sessions, threads) = reranker.model().parallelism();
+    let way = Way {
+        name: name.into(),
+        sessions,
+        threads,
+        seconds,
+        pairs_per_second: scores.len() as f64 / seconds,
+        padded_per_real: (tokens("padded") - padded) as f64 / (tokens("real") - real).max(1) as f64,
+    };
+    Ok((scores, way))
+}
+
+impl RerankBench {
+    pub fn markdown(&self) -> String {
+        let sorted =
+            self.ways.iter().find(|w| w.name == "bare session, length-sorted").map_or(1.0, |w| w.pairs_per_second);
+        let mut out = format!(
+            "# lacuna bench rerank: {} pairs of {} ({} events), batch {}, {} CPUs, {}\n\n\
+             | way | sessions × threads | seconds | pairs/s | × bare sorted | padded/real tokens |\n|---|---|---|---|---|---|\n",
+            self.pairs, self.dataset, self.events, self.batch_size, self.cpus, self.execution_provider
+        );
+        for w in &self.ways {
+            out += &format!(
+                "| {} | {} × {} | {:.2} | {:.1} | {:.2} | {:.2} |\n",
+                w.name,
+                w.sessions,
+                w.threads,
+                w.seconds,
+                w.pairs_per_second,
+                w.pairs_per_second / sorted,
+                w.padded_per_real
+            );
+        }
+        out += &format!(
+            "\nCoalesced against per-event scores: max |Δscore| {:.4}; {} of {} keep/drop decisions flip at the threshold {:.2} ({:.2}%).\n",
+            self.max_abs_delta,
+            self.flips,
+            self.pairs,
+            self.threshold,
+            100.0 * self.flips as f64 / self.pairs.max(1) as f64
+        );
+        out
+    }
+}

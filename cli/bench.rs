@@ -1,0 +1,130 @@
+//! `lacuna bench`: throughput figures and ratios for a pipeline and for the re-ranker.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use crate::bench::fake_llm::{FakeLlm, Latency};
+use crate::bench::pipeline::PipelineBench;
+use crate::eval::dataset::Dataset;
+use crate::pipelines::PipelineKind;
+use crate::settings::Settings;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Subcommand)]
+enum What {
+    /// Run a pipeline in process over a dataset folder and report where the time goes.
+    Pipeline(PipelineArgs),
+    /// Score the same pairs with a bare ONNX session (arrival order, length-sorted) and through the
+    /// re-rank stage's path, and what coalescing does to the scores.
+    Rerank(RerankArgs),
+}
+
+#[derive(Args)]
+struct PipelineArgs {
+    /// A dataset folder with questions.jsonl and corpus.jsonl.
+    #[arg(long)]
+    dataset: PathBuf,
+    #[arg(long, default_value = "migres")]
+    pipeline: PipelineKind,
+    /// Only the first N questions.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Questions inside the pipeline at once (default: run.max_open_questions).
+    #[arg(long)]
+    open: Option<usize>,
+    /// Answer LLM calls with the built-in fake server after MEAN[,JITTER] milliseconds instead of
+    /// calling llm.base_url.
+    #[arg(long, value_name = "MEAN[,JITTER]")]
+    fake_llm_ms: Option<Latency>,
+    /// Set every stage's llm_concurrency (and llm.max_concurrency) to N.
+    #[arg(long)]
+    llm_concurrency: Option<usize>,
+    /// Set migres.retrieve_top_n (passages retrieved per query, all re-ranked).
+    #[arg(long)]
+    retrieve_top_n: Option<usize>,
+    /// First run with the re-ranking of 41ae80c (one session, one thread, no coalescing), then as
+    /// configured, and print the ratio.
+    #[arg(long)]
+    against_today: bool,
+    /// Also write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct RerankArgs {
+    /// A dataset folder: each question's retrieved passages make one event's pairs.
+    #[arg(long)]
+    dataset: PathBuf,
+    /// How many pairs to score.
+    #[arg(long, default_value_t = 500)]
+    pairs: usize,
+    /// Also write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub async fn bench(settings: &Settings, args: BenchArgs) -> anyhow::Result<()> {
+    match args.what {
+        What::Pipeline(args) => pipeline(settings, args).await,
+        What::Rerank(args) => {
+            let dataset = Dataset::load(&args.dataset, None)?;
+            let bench = crate::bench::rerank::run(settings, &dataset, args.pairs).await?;
+            print!("{}", bench.markdown());
+            write_json(args.json.as_ref(), &bench)
+        }
+    }
+}
+
+async fn pipeline(settings: &Settings, args: PipelineArgs) -> anyhow::Result<()> {
+    let dataset = Dataset::load(&args.dataset, args.limit)?;
+    let mut settings = settings.clone();
+    settings.llm.cache = false;
+    let fake = match args.fake_llm_ms {
+        Some(latency) => Some(FakeLlm::start(latency)?),
+        None => None,
+    };
+    if let Some(fake) = &fake {
+        settings.llm.base_url = fake.base_url.clone();
+    }
+    if let Some(open) = args.open {
+        settings.run.max_open_questions = open.max(1);
+    }
+    if let Some(n) = args.llm_concurrency {
+        settings.llm.max_concurrency = n;
+        for stage in settings.stages.values_mut() {
+            stage.llm_concurrency = n;
+        }
+    }
+    if let Some(n) = args.retrieve_top_n {
+        settings.migres.retrieve_top_n = n;
+    }
+    let mut runs = Vec::new();
+    if args.against_today {
+        let mut today = settings.clone();
+        (today.rerank.sessions, today.rerank.threads, today.rerank.coalesce_ms) = (1, 1, 0);
+        eprintln!("running with the re-ranking of 41ae80c ...");
+        runs.push(crate::bench::pipeline::run("41ae80c re-ranking", args.pipeline, &today, &dataset).await?);
+    }
+    eprintln!("running as configured ...");
+    runs.push(crate::bench::pipeline::run("as configured", args.pipeline, &settings, &dataset).await?);
+    print!("{}", PipelineBench::markdown(&runs));
+    if let Some(fake) = &fake {
+        println!("\nThe fake LLM answered {} calls.", fake.calls());
+    }
+    write_json(args.json.as_ref(), &runs)
+}
+
+fn write_json(path: Option<&PathBuf>, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        std::fs::write(path, serde_json::to_vec_pretty(value)?)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}

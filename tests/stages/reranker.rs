@@ -1,0 +1,93 @@
+//! The re-ranker's own path (worker sessions, rounds, coalescing across events) against a bare ONNX
+//! session: the same batches give the same scores, and callers sharing a round each get their own.
+
+use lacuna::actors::clients::Reranker;
+use lacuna::actors::clients::onnx::{PairEncoder, open_session};
+use lacuna::settings::{ExecutionProvider, ModelSettings, Settings};
+
+/// Pairs of many lengths: a query against passages of one to twelve sentences.
+fn pairs(query: &str, n: usize) -> Vec<(String, String)> {
+    let sentence = "Hugo Rodríguez Romero is a Spanish footballer who plays for FC Cartagena as a winger.";
+    let other = "The town hall of Seville was renovated in 1890 with a new marble staircase.";
+    (0..n)
+        .map(|i| {
+            let text: Vec<&str> = (0..=(i * 7) % 12).map(|k| if (i + k) % 3 == 0 { sentence } else { other }).collect();
+            (query.to_string(), format!("Passage {i}. {}", text.join(" ")))
+        })
+        .collect()
+}
+
+fn model(sessions: usize, coalesce_ms: u64) -> ModelSettings {
+    ModelSettings { sessions, threads: 1, coalesce_ms, coalesce_max_pairs: 1000, ..Settings::defaults().rerank }
+}
+
+/// What a bare session scores for `pairs` batched as the stage batches one round: sorted by length,
+/// cut at the batch size.
+fn bare_scores(reranker: &Reranker, pairs: &[(String, String)]) -> Vec<f32> {
+    let settings = Settings::defaults();
+    let path = settings.rerank.model_dir.join("model.onnx");
+    let (mut session, _) = open_session(&path, &settings.onnx.library_path, 1, ExecutionProvider::Cpu).unwrap();
+    let encoder = reranker.model().encoder();
+    let mut scores = vec![f32::NAN; pairs.len()];
+    for chunk in PairEncoder::length_order(pairs).chunks(encoder.batch_size) {
+        let encoded = encoder.encode(chunk.iter().map(|&i| pairs[i].clone()).collect()).unwrap();
+        for (row, &i) in encoder.run(&mut session, encoded).unwrap().into_iter().zip(chunk) {
+            scores[i] = row[0];
+        }
+    }
+    scores
+}
+
+fn assert_close(stage: &[f32], bare: &[f32]) {
+    assert_eq!(stage.len(), bare.len());
+    for (i, (a, b)) in stage.iter().zip(bare).enumerate() {
+        assert!((a - b).abs() <= 1e-4, "pair {i}: stage {a}, bare session {b}");
+    }
+}
+
+#[tokio::test]
+async fn the_stage_scores_equal_a_bare_session_given_the_same_batches() {
+    let reranker = Reranker::load(&model(1, 0), &Settings::defaults().onnx).unwrap();
+    let pairs = pairs("Which club does Hugo play for?", 45);
+    let scores = reranker.score(pairs.clone()).await.unwrap();
+    assert_close(&scores, &bare_scores(&reranker, &pairs));
+    assert!(scores.iter().any(|s| *s != scores[0]), "real scores differ from pair to pair: {scores:?}");
+}
+
+#[tokio::test]
+async fn events_sharing_a_round_each_get_their_own_scores_back() {
+    // A long wait and a high pair cap put all three events into one round on the one session.
+    let reranker = Reranker::load(&model(1, 3000), &Settings::defaults().onnx).unwrap();
+    let (a, b, c) =
+        (pairs("Which club does Hugo play for?", 20), pairs("Where is Seville?", 7), pairs("Who is Hugo?", 33));
+    let (sa, sb, sc) = tokio::join!(reranker.score(a.clone()), reranker.score(b.clone()), reranker.score(c.clone()));
+    let (sa, sb, sc) = (sa.unwrap(), sb.unwrap(), sc.unwrap());
+    // The bare session sees the round the workers saw: the three events' pairs together.
+    let round: Vec<(String, String)> = a.iter().chain(&b).chain(&c).cloned().collect();
+    let bare = bare_scores(&reranker, &round);
+    assert_close(&sa, &bare[..20]);
+    assert_close(&sb, &bare[20..27]);
+    assert_close(&sc, &bare[27..]);
+}
+
+#[tokio::test]
+async fn cuda_runs_on_a_gpu_and_falls_back_to_the_cpu_elsewhere() {
+    let mut onnx = Settings::defaults().onnx;
+    onnx.execution_provider = ExecutionProvider::Cuda;
+    let on_cuda = Reranker::load(&model(1, 0), &onnx).unwrap();
+    let on_cpu = Reranker::load(&model(1, 0), &Settings::defaults().onnx).unwrap();
+    let pairs = pairs("Which club does Hugo play for?", 12);
+    let (gpu, cpu) = (on_cuda.score(pairs.clone()).await.unwrap(), on_cpu.score(pairs).await.unwrap());
+    let gpu_here = lacuna::actors::clients::gpu::cuda_in_runtime() && std::path::Path::new("/dev/nvidia0").exists();
+    if gpu_here {
+        assert_eq!(on_cuda.model().provider(), ExecutionProvider::Cuda, "a GPU and the CUDA runtime are here");
+        for (g, c) in gpu.iter().zip(&cpu) {
+            // The int8 kernels differ between providers: close, not equal.
+            assert!((g - c).abs() < 0.3, "CUDA {g} against CPU {c}");
+        }
+    } else {
+        println!("SKIPPED: no GPU or no CUDA build of ONNX Runtime here (LACUNA_ORT=gpu); checked the CPU fallback");
+        assert_eq!(on_cuda.model().provider(), ExecutionProvider::Cpu, "without a GPU, cuda falls back to the CPU");
+        assert_close(&gpu, &cpu);
+    }
+}
