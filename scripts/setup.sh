@@ -17,7 +17,9 @@
 #   --verify  re-hash the installed files instead of trusting the markers
 #
 # Environment: LACUNA_CACHE (default ~/.cache/lacuna), LACUNA_MODEL (default
-# qwen1.5b).
+# qwen1.5b), LACUNA_ORT (cpu, the default, or gpu: the CUDA build of ONNX
+# Runtime and the CUDA 13 libraries it loads, about 2 GB, for
+# onnx.execution_provider = "cuda"; see docs/performance.md).
 set -euo pipefail
 
 ENV_ONLY=0
@@ -38,6 +40,13 @@ PYTHON="${PYTHON:-python3}"
 ORT_VERSION=1.31.1
 ORT_WHEEL_SHA=5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f
 ORT_LIB_SHA=fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3
+ORT_KIND="${LACUNA_ORT:-cpu}"
+# onnxruntime-gpu 1.31.1 links CUDA 13 (cudart, cublas, nvrtc), cuFFT 12, cuRAND 10 and cuDNN 9;
+# NVIDIA ships them as wheels too. Only the onnxruntime-gpu wheel is pinned by hash (the library
+# files inside every wheel are checked against its RECORD).
+ORT_GPU_WHEEL_SHA=e26c475fe361b2015f45b4b824bd13f0bb20204e59b62814e6f0acd5f3d491a6
+CUDA_WHEELS=(nvidia-cuda-runtime==13.5.37 nvidia-cublas==13.10.0.20 nvidia-cuda-nvrtc==13.5.37
+    nvidia-cufft==12.5.0.14 nvidia-curand==10.4.5.25 nvidia-cudnn-cu13==9.28.1.4)
 
 RERANKER_WHEEL_SHA=cd60cfb0ad5ae74950f1b73eaa9d34eb8438210b099a275bfa5b667a9b689e44
 RERANKER_MODEL_SHA=1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1
@@ -161,6 +170,34 @@ install_ort() {
     log "onnxruntime: installed $ORT_LIB ($((SECONDS - t0))s)"
 }
 
+# --- ONNX Runtime with CUDA (LACUNA_ORT=gpu only) ------------------------------
+ORT_GPU_DIR="$CACHE/onnxruntime-gpu"
+CUDA_LIB_DIR="$ORT_GPU_DIR/cuda"
+
+install_ort_gpu() {
+    local t0=$SECONDS marker="$ORT_GPU_DIR/.complete-$ORT_VERSION"
+    [ -f "$marker" ] && { log "onnxruntime-gpu: ok"; return; }
+    log "onnxruntime-gpu $ORT_VERSION: downloading the wheel and the CUDA libraries (about 2 GB)"
+    local dir="$DL/onnxruntime-gpu" whl member
+    pip_download "$dir" --platform manylinux_2_28_x86_64 --python-version 3.11 \
+        --implementation cp --abi cp311 "onnxruntime-gpu==$ORT_VERSION"
+    whl=$(ls "$dir"/onnxruntime_gpu-"$ORT_VERSION"-*.whl)
+    check_sha "$whl" "$ORT_GPU_WHEEL_SHA"
+    # The providers sit beside libonnxruntime: ONNX Runtime loads them from its own folder.
+    extract "$whl" "$ORT_GPU_DIR" "onnxruntime/capi/libonnxruntime.so.$ORT_VERSION" \
+        onnxruntime/capi/libonnxruntime_providers_shared.so onnxruntime/capi/libonnxruntime_providers_cuda.so
+    # py3-none manylinux wheels of this machine's platform (x86_64 Linux, checked above).
+    pip_download "$dir/cuda" "${CUDA_WHEELS[@]}"
+    for whl in "$dir"/cuda/*.whl; do
+        for member in $("$PYTHON" -c 'import sys, zipfile; print("\n".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if "/lib/" in n and ".so" in n))' "$whl"); do
+            extract "$whl" "$CUDA_LIB_DIR" "$member"
+        done
+    done
+    touch "$marker"
+    rm -rf "$dir"
+    log "onnxruntime-gpu: installed in $ORT_GPU_DIR ($((SECONDS - t0))s)"
+}
+
 # --- Re-ranker (cross-encoder/ms-marco-MiniLM-L-12-v2, ONNX) ----------------
 RERANKER_DIR="$CACHE/reranker"
 
@@ -269,6 +306,11 @@ install_venv() {
 }
 
 install_ort
+case "$ORT_KIND" in
+    cpu) ;;
+    gpu) install_ort_gpu; ORT_LIB="$ORT_GPU_DIR/libonnxruntime.so.$ORT_VERSION" ;;
+    *) die "LACUNA_ORT=$ORT_KIND: expected cpu or gpu" ;;
+esac
 install_reranker
 install_model
 install_venv
@@ -276,6 +318,7 @@ rmdir "$DL" 2>/dev/null || true
 
 if [ "$ENV_ONLY" = 1 ]; then
     printf 'export ORT_DYLIB_PATH=%q\n' "$ORT_LIB"
+    [ "$ORT_KIND" = gpu ] && printf 'export LD_LIBRARY_PATH=%q\n' "$CUDA_LIB_DIR:$ORT_GPU_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     printf 'export LACUNA_RERANKER_DIR=%q\n' "$RERANKER_DIR"
     printf 'export LACUNA_MODEL_PATH=%q\n' "$MODEL_PATH"
 else

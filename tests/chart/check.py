@@ -195,6 +195,22 @@ def main():
         checksums.append({d["spec"]["template"]["metadata"]["annotations"]["checksum/config"] for d in docs})
     check(len(checksums[0]) == 1 and len(checksums[1]) == 1 and checksums[0] != checksums[1],
           f"config checksums do not follow the config: {checksums}")
+    # GPU re-ranking: the stage asks for the GPU, lands on GPU nodes and runs its models on CUDA;
+    # the other stages stay on CPUs.
+    gpu = [d for d in yaml.safe_load_all(render(default, "--set", "stages.sentence_filter.gpu=1",
+                                                "--set", "stages.sentence_filter.nodeSelector.gpu=nvidia").stdout)
+           if d and d["kind"] == "Deployment"]
+    for d in gpu:
+        component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+        container = d["spec"]["template"]["spec"]["containers"][0]
+        on_gpu = container["resources"].get("limits", {}).get("nvidia.com/gpu") == 1
+        cuda = any(e["name"] == "LACUNA__ONNX__EXECUTION_PROVIDER" and e["value"] == "cuda" for e in container.get("env", []))
+        if component == "sentence-filter":
+            check(on_gpu and cuda and d["spec"]["template"]["spec"].get("nodeSelector") == {"gpu": "nvidia"},
+                  f"gpu=1: sentence_filter does not get a GPU, CUDA and its node selector: {container}")
+            check(container["resources"]["limits"].get("cpu") == "2", "gpu=1 dropped the stage's CPU limit")
+        else:
+            check(not on_gpu and not cuda, f"gpu=1 on sentence_filter put {component} on a GPU")
     # Settings for a stage no pipeline has (a typo) are refused with a message that says so.
     wrong = render(default, "--set", "stages.leef.replicas=2")
     check(wrong.returncode != 0 and 'stages.leef: no pipeline has a stage "leef"' in wrong.stderr,
