@@ -151,7 +151,9 @@ pub struct RunnerSettings {
 impl RunnerSettings {
     pub fn new(own: &StageSettings, settings: &Settings) -> Self {
         RunnerSettings {
-            max_in_flight: own.max_in_flight.max(1),
+            // An event makes at least one call at a time: fewer events than LLM slots would leave
+            // slots that no event can fill (the cap `lacuna bench` found behind idle LLMs).
+            max_in_flight: own.max_in_flight.max(own.llm_concurrency).max(1),
             retry: settings.retry.clone(),
             max_event_bytes: settings.bus.max_event_bytes,
             budget: settings.budget.clone(),

@@ -474,7 +474,8 @@ pub struct RetrySettings {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StageSettings {
-    /// Events processed at once: the stage's one bound on taken, unfinished work.
+    /// Events processed at once: the stage's one bound on taken, unfinished work. Never below
+    /// `llm_concurrency`, so every LLM slot can be in use.
     pub max_in_flight: usize,
     /// LLM calls in flight at once.
     pub llm_concurrency: usize,

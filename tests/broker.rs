@@ -345,7 +345,8 @@ async fn a_full_stage_pauses_and_keeps_its_partitions_while_the_llm_is_slow() {
     let mut settings = settings("slow", &llm.base_url);
     settings.llm.timeout_ms = 30_000;
     settings.kafka.max_poll_interval_ms = 6000;
-    settings.stages.get_mut("query_gen").unwrap().max_in_flight = 1;
+    let query_gen = settings.stages.get_mut("query_gen").unwrap();
+    (query_gen.max_in_flight, query_gen.llm_concurrency) = (1, 1);
     settings.kafka.prefetch = 1;
     let bus = bus(&settings).await;
     let paused = lacuna::metrics::METRICS.paused_partitions.with_label_values(&["query_gen"]);

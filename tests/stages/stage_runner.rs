@@ -121,7 +121,7 @@ async fn an_event_the_stage_already_finished_is_skipped_not_redone() {
 
 /// A stage works on several events at once, up to its `max_in_flight` and its LLM concurrency:
 /// with every LLM reply taking two seconds, the calls of queued events overlap instead of
-/// following one another.
+/// following one another. A `max_in_flight` below `llm_concurrency` does not leave LLM slots idle.
 #[actix::test]
 async fn a_stage_works_on_several_events_at_once() {
     let arrivals = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -132,7 +132,8 @@ async fn a_stage_works_on_several_events_at_once() {
     })
     .await;
     let mut settings: Settings = support::settings(&llm.base_url);
-    settings.stages.get_mut("query_gen").unwrap().llm_concurrency = 4;
+    let query_gen = settings.stages.get_mut("query_gen").unwrap();
+    (query_gen.max_in_flight, query_gen.llm_concurrency) = (1, 4);
     let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
     let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
     let running = support::start_query_gen(&bus, &settings).await;
