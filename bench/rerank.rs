@@ -36,7 +36,7 @@ pub struct RerankBench {
     pub cpus: usize,
     pub execution_provider: String,
     pub ways: Vec<Way>,
-    /// Coalesced scores against the per-event scores (each event its own batches).
+    /// The stage's scores as configured against 41ae80c's (batches of 32 within each event).
     pub max_abs_delta: f32,
     pub threshold: f32,
     pub flips: usize,
@@ -79,20 +79,24 @@ pub async fn run(settings: &Settings, dataset: &Dataset, pairs: usize) -> anyhow
     let provider = format!("{:?}", configured.model().provider()).to_lowercase();
     let encoder = configured.model().encoder();
 
-    let mut bare = open_session(
-        &model.model_dir.join("model.onnx"),
-        &settings.onnx.library_path,
-        sessions * threads,
-        settings.onnx.execution_provider,
-    )?
-    .0;
+    let model_path = model.model_dir.join("model.onnx");
+    let cpus_used = sessions * threads;
+    let mut bare =
+        open_session(&model_path, &settings.onnx.library_path, cpus_used, settings.onnx.execution_provider)?.0;
     let arrival: Vec<usize> = (0..all.len()).collect();
-    ways.push(bare_way("bare session, arrival order", encoder, &mut bare, &all, &arrival, sessions * threads)?);
+    ways.push(bare_way("bare session, arrival order", encoder, &mut bare, &all, &arrival, cpus_used)?);
     let sorted = PairEncoder::length_order(&all);
-    ways.push(bare_way("bare session, length-sorted", encoder, &mut bare, &all, &sorted, sessions * threads)?);
+    ways.push(bare_way("bare session, length-sorted", encoder, &mut bare, &all, &sorted, cpus_used)?);
+
+    if batch_size != TODAY_BATCH {
+        // What batching itself is worth on this machine: the bare session at 41ae80c's batch size.
+        let today_encoder = encoder.with_batch_size(TODAY_BATCH);
+        let name = format!("bare session, length-sorted, batch {TODAY_BATCH}");
+        ways.push(bare_way(&name, &today_encoder, &mut bare, &all, &sorted, sessions * threads)?);
+    }
     drop(bare);
 
-    let (coalesced, way) = stage_way("stage path (as configured)", &configured, &events).await?;
+    let (configured_scores, way) = stage_way("stage path (as configured)", &configured, &events).await?;
     ways.push(way);
     drop(configured);
     let swapped = if sessions > 1 { (1, sessions * threads) } else { (sessions * threads, 1) };
@@ -100,16 +104,19 @@ pub async fn run(settings: &Settings, dataset: &Dataset, pairs: usize) -> anyhow
         let other = Reranker::load(&with(model, swapped.0, swapped.1, model.coalesce_ms), &settings.onnx)?;
         ways.push(stage_way("stage path, sessions and threads swapped", &other, &events).await?.1);
     }
-    let per_event = Reranker::load(&with(model, sessions, threads, 0), &settings.onnx)?;
-    let (alone, way) = stage_way("stage path, coalesce_ms = 0", &per_event, &events).await?;
+    if model.coalesce_ms > 0 {
+        let per_event = Reranker::load(&with(model, sessions, threads, 0), &settings.onnx)?;
+        ways.push(stage_way("stage path, coalesce_ms = 0", &per_event, &events).await?.1);
+    }
+    let today = Reranker::load(&as_in_41ae80c(model), &settings.onnx)?;
+    let name = format!("stage path as in 41ae80c (1 session, 1 thread, batch {TODAY_BATCH} per event)");
+    let (today_scores, way) = stage_way(&name, &today, &events).await?;
     ways.push(way);
-    drop(per_event);
-    let today = Reranker::load(&with(model, 1, 1, 0), &settings.onnx)?;
-    ways.push(stage_way("stage path, 41ae80c (1 session, 1 thread, coalesce_ms = 0)", &today, &events).await?.1);
 
     let threshold = settings.migres.rerank_threshold;
-    let max_abs_delta = coalesced.iter().zip(&alone).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-    let flips = coalesced.iter().zip(&alone).filter(|(a, b)| (**a >= threshold) != (**b >= threshold)).count();
+    let pairs = configured_scores.iter().zip(&today_scores);
+    let max_abs_delta = pairs.clone().map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    let flips = pairs.filter(|(a, b)| (**a >= threshold) != (**b >= threshold)).count();
     Ok(RerankBench {
         dataset: dataset.name.clone(),
         events: events.len(),
@@ -122,6 +129,14 @@ pub async fn run(settings: &Settings, dataset: &Dataset, pairs: usize) -> anyhow
         threshold,
         flips,
     })
+}
+
+/// The batch size of 41ae80c, which batched each event's pairs by 32.
+const TODAY_BATCH: usize = 32;
+
+/// `model` re-ranking as 41ae80c did: one session of one thread, batches of 32 within each event.
+pub fn as_in_41ae80c(model: &ModelSettings) -> ModelSettings {
+    ModelSettings { batch_size: TODAY_BATCH, ..with(model, 1, 1, 0) }
 }
 
 fn with(model: &ModelSettings, sessions: usize, threads: usize, coalesce_ms: u64) -> ModelSettings {
@@ -200,7 +215,7 @@ impl RerankBench {
             );
         }
         out += &format!(
-            "\nCoalesced against per-event scores: max |Δscore| {:.4}; {} of {} keep/drop decisions flip at the threshold {:.2} ({:.2}%).\n",
+            "\nThe stage's scores as configured against 41ae80c's: max |Δscore| {:.4}; {} of {} keep/drop decisions flip at the threshold {:.2} ({:.2}%).\n",
             self.max_abs_delta,
             self.flips,
             self.pairs,

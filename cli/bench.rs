@@ -48,8 +48,8 @@ struct PipelineArgs {
     /// Set migres.retrieve_top_n (passages retrieved per query, all re-ranked).
     #[arg(long)]
     retrieve_top_n: Option<usize>,
-    /// First run with the re-ranking of 41ae80c (one session, one thread, no coalescing), then as
-    /// configured, and print the ratio.
+    /// First run with the re-ranking of 41ae80c (one session, one thread, batches of 32 within each
+    /// event), then as configured, and print the ratio.
     #[arg(long)]
     against_today: bool,
     /// Also write the figures as JSON here.
@@ -108,7 +108,7 @@ async fn pipeline(settings: &Settings, args: PipelineArgs) -> anyhow::Result<()>
     let mut runs = Vec::new();
     if args.against_today {
         let mut today = settings.clone();
-        (today.rerank.sessions, today.rerank.threads, today.rerank.coalesce_ms) = (1, 1, 0);
+        today.rerank = crate::bench::rerank::as_in_41ae80c(&today.rerank);
         eprintln!("running with the re-ranking of 41ae80c ...");
         runs.push(crate::bench::pipeline::run("41ae80c re-ranking", args.pipeline, &today, &dataset).await?);
     }

@@ -87,6 +87,7 @@ pub fn open_session(
 }
 
 /// The tokenizer side of a pair classifier: turns a batch of pairs into the model's inputs.
+#[derive(Clone)]
 pub struct PairEncoder {
     tokenizer: Tokenizer,
     wants_token_types: bool,
@@ -124,6 +125,11 @@ impl PairEncoder {
             .map_err(|e| ModelError::Load { path: tokenizer_path, message: e.to_string() })?;
         let wants_token_types = session.inputs().iter().any(|input| input.name() == "token_type_ids");
         Ok(PairEncoder { tokenizer, wants_token_types, batch_size: batch_size.max(1), label })
+    }
+
+    /// The same encoder, batching by `batch_size`.
+    pub fn with_batch_size(&self, batch_size: usize) -> PairEncoder {
+        PairEncoder { batch_size: batch_size.max(1), ..self.clone() }
     }
 
     /// Word pieces in `text` (no special tokens; long texts count up to the truncation length).

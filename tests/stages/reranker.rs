@@ -17,8 +17,16 @@ fn pairs(query: &str, n: usize) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Batches of 32, where batch-mates matter (a GPU's settings): what a test of batching needs.
 fn model(sessions: usize, coalesce_ms: u64) -> ModelSettings {
-    ModelSettings { sessions, threads: 1, coalesce_ms, coalesce_max_pairs: 1000, ..Settings::defaults().rerank }
+    ModelSettings {
+        sessions,
+        threads: 1,
+        batch_size: 32,
+        coalesce_ms,
+        coalesce_max_pairs: 1000,
+        ..Settings::defaults().rerank
+    }
 }
 
 /// What a bare session scores for `pairs` batched as the stage batches one round: sorted by length,
@@ -90,4 +98,15 @@ async fn cuda_runs_on_a_gpu_and_falls_back_to_the_cpu_elsewhere() {
         assert_eq!(on_cuda.model().provider(), ExecutionProvider::Cpu, "without a GPU, cuda falls back to the CPU");
         assert_close(&gpu, &cpu);
     }
+}
+
+/// With the default settings a pair's score is its own: the same whatever else is scored with it or
+/// at the same time, so an answer never depends on which events happened to share the re-ranker.
+#[tokio::test]
+async fn by_default_a_pairs_score_does_not_depend_on_what_else_is_scored() {
+    let reranker = Reranker::load(&Settings::defaults().rerank, &Settings::defaults().onnx).unwrap();
+    let crowd = pairs("Where is Seville?", 30);
+    let alone = reranker.score(crowd[7..9].to_vec()).await.unwrap();
+    let (together, _) = tokio::join!(reranker.score(crowd.clone()), reranker.score(pairs("Who is Hugo?", 20)));
+    assert_close(&alone, &together.unwrap()[7..9]);
 }
