@@ -49,17 +49,13 @@ pub fn cpu_quota() -> usize {
 }
 
 /// How many sessions, and intra-op threads each, a model runs with. 0 means derived from the CPU
-/// quota: sessions of up to 4 threads until every CPU is used. On 2 CPUs one session of 2 threads
-/// scored 16% faster than two sessions of one (docs/performance.md); past 4 threads a small
-/// cross-encoder's batches no longer split well, so more CPUs get more sessions.
+/// quota: one single-threaded session per CPU. Pairs scored one at a time (the default batch size)
+/// are small matrix products that split poorly across threads: on 2 CPUs two sessions of one thread
+/// scored 25.0 pairs/s against 19.7 for one session of two (docs/performance.md).
 pub fn resolve_parallelism(settings: &ModelSettings) -> (usize, usize) {
-    const THREADS_PER_SESSION: usize = 4;
     let quota = cpu_quota();
     let (sessions, threads) = match (settings.sessions, settings.threads) {
-        (0, 0) => {
-            let threads = quota.min(THREADS_PER_SESSION);
-            (quota / threads, threads)
-        }
+        (0, 0) => (quota, 1),
         (0, threads) => (quota / threads.max(1), threads),
         (sessions, 0) => (sessions, quota / sessions),
         fixed => fixed,
