@@ -178,34 +178,27 @@ struct Snapshot {
 
 impl Snapshot {
     fn take() -> Snapshot {
-        let sums = |name: &str| -> BTreeMap<String, f64> {
+        let families = METRICS.registry.gather();
+        // A metric family's value per `stage` label.
+        let per_stage = |name: &str, value: fn(&prometheus::proto::Metric) -> f64| -> BTreeMap<String, f64> {
             let mut out = BTreeMap::new();
-            for family in METRICS.registry.gather().iter().filter(|f| f.name() == name) {
-                for metric in family.get_metric() {
-                    let stage = metric.get_label().iter().find(|l| l.name() == "stage").map(|l| l.value().to_string());
-                    if let Some(stage) = stage {
-                        *out.entry(stage).or_insert(0.0) += metric.get_histogram().get_sample_sum();
-                    }
+            for metric in families.iter().filter(|f| f.name() == name).flat_map(|f| f.get_metric()) {
+                if let Some(stage) = metric.get_label().iter().find(|l| l.name() == "stage") {
+                    *out.entry(stage.value().to_string()).or_insert(0.0) += value(metric);
                 }
             }
             out
         };
+        let sum = |m: &prometheus::proto::Metric| m.get_histogram().get_sample_sum();
         let m = &METRICS;
         let tokens = |kind: &str| m.model_tokens.with_label_values(&["reranker", kind]).get();
-        let inference = m.model_inference_seconds.with_label_values(&["reranker"]);
-        let llm_calls = METRICS
-            .registry
-            .gather()
-            .iter()
-            .filter(|f| f.name() == "lacuna_llm_calls_total")
-            .flat_map(|f| f.get_metric().iter().map(|m| m.get_counter().get_value() as u64).collect::<Vec<_>>())
-            .sum();
         Snapshot {
-            busy: sums("lacuna_stage_processing_seconds"),
-            llm_seconds: sums("lacuna_llm_request_seconds"),
-            llm_calls,
+            busy: per_stage("lacuna_stage_processing_seconds", sum),
+            llm_seconds: per_stage("lacuna_llm_request_seconds", sum),
+            llm_calls: per_stage("lacuna_llm_calls_total", |m| m.get_counter().get_value()).values().sum::<f64>()
+                as u64,
             pairs: m.model_pairs.with_label_values(&["reranker"]).get(),
-            inference_seconds: inference.get_sample_sum(),
+            inference_seconds: m.model_inference_seconds.with_label_values(&["reranker"]).get_sample_sum(),
             real: tokens("real"),
             padded: tokens("padded"),
         }

@@ -72,8 +72,8 @@ pub async fn run(settings: &Settings, dataset: &Dataset, pairs: usize) -> anyhow
     let batch_size = model.batch_size.max(1);
     let mut ways = Vec::new();
 
-    // The stage's path as configured, then its other arrangement of the same CPUs, then without
-    // coalescing: one event per round, each sorted within itself (the behaviour before coalescing).
+    // Bare sessions on the CPUs the stage uses; then the stage as configured, with its sessions and
+    // threads swapped, without coalescing (when on), and as 41ae80c batched.
     let configured = Reranker::load(model, &settings.onnx)?;
     let (sessions, threads) = configured.model().parallelism();
     let provider = format!("{:?}", configured.model().provider()).to_lowercase();
@@ -92,14 +92,14 @@ pub async fn run(settings: &Settings, dataset: &Dataset, pairs: usize) -> anyhow
         // What batching itself is worth on this machine: the bare session at 41ae80c's batch size.
         let today_encoder = encoder.with_batch_size(TODAY_BATCH);
         let name = format!("bare session, length-sorted, batch {TODAY_BATCH}");
-        ways.push(bare_way(&name, &today_encoder, &mut bare, &all, &sorted, sessions * threads)?);
+        ways.push(bare_way(&name, &today_encoder, &mut bare, &all, &sorted, cpus_used)?);
     }
     drop(bare);
 
     let (configured_scores, way) = stage_way("stage path (as configured)", &configured, &events).await?;
     ways.push(way);
     drop(configured);
-    let swapped = if sessions > 1 { (1, sessions * threads) } else { (sessions * threads, 1) };
+    let swapped = if sessions > 1 { (1, cpus_used) } else { (cpus_used, 1) };
     if swapped != (sessions, threads) {
         let other = Reranker::load(&with(model, swapped.0, swapped.1, model.coalesce_ms), &settings.onnx)?;
         ways.push(stage_way("stage path, sessions and threads swapped", &other, &events).await?.1);

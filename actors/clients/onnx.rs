@@ -51,7 +51,7 @@ pub fn cpu_quota() -> usize {
 /// How many sessions, and intra-op threads each, a model runs with. 0 means derived from the CPU
 /// quota: one single-threaded session per CPU. Pairs scored one at a time (the default batch size)
 /// are small matrix products that split poorly across threads: on 2 CPUs two sessions of one thread
-/// scored 25.0 pairs/s against 19.7 for one session of two (docs/performance.md).
+/// scored 26.2 pairs/s against 18.8 for one session of two (docs/performance.md).
 pub fn resolve_parallelism(settings: &ModelSettings) -> (usize, usize) {
     let quota = cpu_quota();
     let (sessions, threads) = match (settings.sessions, settings.threads) {
@@ -190,7 +190,7 @@ fn inference(e: &dyn std::fmt::Display) -> ModelError {
 }
 
 fn tensor(rows: usize, cols: usize, data: Vec<i64>) -> Result<Tensor<i64>, ModelError> {
-    Tensor::from_array(([rows, cols], data)).map_err(|e| ModelError::Inference(e.to_string()))
+    Tensor::from_array(([rows, cols], data)).map_err(|e| inference(&e))
 }
 
 /// One caller's pairs and where its rows go.
