@@ -48,6 +48,8 @@ pub struct Metrics {
     pub paused_partitions: IntGaugeVec,
     pub consumer_lag: IntGaugeVec,
     pub join_pending: IntGaugeVec,
+    /// 1 while `/readyz` answers 200: the alert on a stage that is up but not working reads it.
+    pub ready: IntGaugeVec,
     pub join_deadlines: IntCounterVec,
     pub join_late_results: IntCounterVec,
 }
@@ -250,6 +252,11 @@ impl Metrics {
                 &[],
             )
             .expect("a valid gauge"),
+            ready: IntGaugeVec::new(
+                Opts::new("lacuna_ready", "1 while the process is ready (/readyz answers 200), else 0."),
+                &[],
+            )
+            .expect("a valid gauge"),
             join_deadlines: counter(
                 "lacuna_join_deadlines_total",
                 "Fan-outs the join gave up waiting for at their deadline (continued with the children back).",
@@ -307,6 +314,7 @@ impl Metrics {
             Box::new(self.paused_partitions.clone()),
             Box::new(self.consumer_lag.clone()),
             Box::new(self.join_pending.clone()),
+            Box::new(self.ready.clone()),
             Box::new(self.join_deadlines.clone()),
             Box::new(self.join_late_results.clone()),
         ]

@@ -79,6 +79,10 @@ pub async fn eval(settings: &Settings, config: Option<&Path>, args: EvalArgs) ->
     };
     eprintln!("{}: {} questions through {}", dataset.name, dataset.questions.len(), args.pipeline);
     let progress = progress_bar(dataset.questions.len() as u64);
+    // metrics.listen serves /metrics during the run, so a long evaluation can be watched (and drawn
+    // by scripts/dashboard-snapshot.py).
+    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let report = evaluate(&settings, &dataset, &options, &args.out, &mut |_| progress.inc(1)).await?;
     progress.finish_and_clear();
     print!("{}", report.markdown());

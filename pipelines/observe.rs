@@ -28,7 +28,11 @@ pub async fn serve(listen: &str, ready: Arc<AtomicBool>) -> std::io::Result<Sock
                     .unwrap_or("/")
                     .to_string();
                 let (status, content_type, body) = match path.as_str() {
-                    "/metrics" => ("200 OK", "text/plain; version=0.0.4", METRICS.render()),
+                    "/metrics" => {
+                        // Readiness as a series too, so an alert can see a process that is up but stuck.
+                        METRICS.ready.with_label_values::<&str>(&[]).set(ready.load(Ordering::Relaxed) as i64);
+                        ("200 OK", "text/plain; version=0.0.4", METRICS.render())
+                    }
                     "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
                     "/readyz" if ready.load(Ordering::Relaxed) => ("200 OK", "text/plain", "ready\n".to_string()),
                     "/readyz" => ("503 Service Unavailable", "text/plain", "starting\n".to_string()),

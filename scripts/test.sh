@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (ONNX Runtime, the re-ranker, the small LLM and its
-# server, a Kafka-protocol broker, helm, all cached under $LACUNA_CACHE), builds, checks the Helm
+# server, a Kafka-protocol broker, helm, Prometheus, all cached under $LACUNA_CACHE), builds, checks the Helm
 # chart, starts a test LLM server and broker on 127.0.0.1, runs every test, and stops them by PID. Safe to run again: installed parts are reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,8 @@ export LACUNA_CACHE="${LACUNA_CACHE:-$HOME/.cache/lacuna}"
 # The 0.5B model is enough to check the loop's structure and ~3x faster than the 1.5B default.
 export LACUNA_MODEL="${LACUNA_TEST_MODEL:-qwen0.5b}"
 eval "$(scripts/setup.sh --env)"
+# Debian's Prometheus and promtool, for the dashboard and alerting-rule tests (tests/prometheus.rs).
+eval "$(scripts/prometheus.sh --env)"
 
 # Build artefacts live outside the repo, so a fresh clone reuses an earlier build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LACUNA_CACHE/target}"
@@ -29,3 +31,14 @@ scripts/broker.sh start --port "$broker_port"
 export LACUNA_TEST_KAFKA="127.0.0.1:$broker_port"
 
 cargo test --locked "$@"
+
+# The container image: built from a debootstrap root with umoci (a release build), then run with runc
+# without network (scripts/image-test.sh). Both need root; LACUNA_SKIP_IMAGE=1 leaves them out.
+if [ "${LACUNA_SKIP_IMAGE:-0}" = 1 ]; then
+    echo "test: SKIPPED the image build and test (LACUNA_SKIP_IMAGE=1)" >&2
+elif [ "$(id -u)" != 0 ]; then
+    echo "test: SKIPPED the image build and test: debootstrap and runc need root (run sudo scripts/image.sh && sudo scripts/image-test.sh)" >&2
+else
+    scripts/image.sh
+    scripts/image-test.sh
+fi

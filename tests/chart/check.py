@@ -162,10 +162,18 @@ def check_values_file(name):
               f"{label} with pipeline=raisf: join_state is not a compacted topic")
         check(all(t["spec"]["partitions"] == partitions for t in topics), f"{label}: KafkaTopic partitions")
         check(len(by_kind.get("PodMonitor", [])) == 1, f"{label}: no PodMonitor")
+        # The alerting rules reach the operator as they are in the file promtool tests (tests/prometheus.rs).
+        rules = by_kind.get("PrometheusRule", [])
+        with open(os.path.join(CHART, "alerts", "lacuna-rules.yaml")) as f:
+            expected_rules = yaml.safe_load(f)
+        check(len(rules) == 1 and rules[0]["spec"] == expected_rules
+              and rules[0]["metadata"]["labels"].get("release") == "prometheus",
+              f"{label}: the PrometheusRule is not alerts/lacuna-rules.yaml with its extra labels")
         env = deployments["leaf"]["spec"]["template"]["spec"]["containers"][0].get("env", [])
         check(any(e["name"] == "LACUNA_LLM_API_KEY" and e["valueFrom"]["secretKeyRef"]["name"] == "openai" for e in env),
               f"{label}: the API key does not come from the Secret")
     else:
+        check(not by_kind.get("PrometheusRule"), f"{label}: a PrometheusRule without the operator's API")
         job = by_kind.get("Job", [])
         check(len(job) == 1 and "topics" in job[0]["spec"]["template"]["spec"]["containers"][0]["args"],
               f"{label}: no topic-creating Job")
