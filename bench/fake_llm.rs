@@ -48,7 +48,12 @@ impl FakeLlm {
     /// Serves on a thread of its own (its own runtime), so the fake's work never waits behind the
     /// pipeline's and outlives whichever runtime started it.
     pub fn start(latency: Latency) -> std::io::Result<FakeLlm> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        Self::start_on("127.0.0.1:0", latency)
+    }
+
+    /// [`FakeLlm::start`] on a given address.
+    pub fn start_on(listen: &str, latency: Latency) -> std::io::Result<FakeLlm> {
+        let listener = std::net::TcpListener::bind(listen)?;
         listener.set_nonblocking(true)?;
         let base_url = format!("http://{}/v1", listener.local_addr()?);
         let calls = Arc::new(AtomicU64::new(0));

@@ -23,6 +23,18 @@ enum What {
     /// Score the same pairs with a bare ONNX session (arrival order, length-sorted) and through the
     /// re-rank stage's path, and what coalescing does to the scores.
     Rerank(RerankArgs),
+    /// Serve the built-in fake OpenAI-compatible LLM until stopped: schema-valid answers after a set
+    /// latency, for trying a deployment (or the container image) without a model.
+    FakeLlm(FakeLlmArgs),
+}
+
+#[derive(Args)]
+struct FakeLlmArgs {
+    #[arg(long, default_value = "127.0.0.1:8377")]
+    listen: String,
+    /// Answer after MEAN[,JITTER] milliseconds.
+    #[arg(long, value_name = "MEAN[,JITTER]", default_value = "0")]
+    ms: Latency,
 }
 
 #[derive(Args)]
@@ -73,6 +85,12 @@ struct RerankArgs {
 pub async fn bench(settings: &Settings, args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         What::Pipeline(args) => pipeline(settings, args).await,
+        What::FakeLlm(args) => {
+            let fake = FakeLlm::start_on(&args.listen, args.ms)?;
+            eprintln!("fake LLM serving {} until stopped", fake.base_url);
+            crate::cli::stage::wait_for_shutdown_signal().await;
+            Ok(())
+        }
         What::Rerank(args) => {
             let dataset = Dataset::load(&args.dataset, None)?;
             let bench = crate::bench::rerank::run(settings, &dataset, args.pairs).await?;
@@ -105,6 +123,9 @@ async fn pipeline(settings: &Settings, args: PipelineArgs) -> anyhow::Result<()>
     if let Some(n) = args.retrieve_top_n {
         settings.migres.retrieve_top_n = n;
     }
+    // metrics.listen serves /metrics during the runs (scripts/dashboard-snapshot.py --scrape draws them).
+    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut runs = Vec::new();
     if args.against_today {
         let mut today = settings.clone();

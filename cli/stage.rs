@@ -55,7 +55,7 @@ pub async fn run_until_stopped(running: RunningStage, ready: Arc<AtomicBool>) ->
     Ok(())
 }
 
-async fn wait_for_shutdown_signal() {
+pub(crate) async fn wait_for_shutdown_signal() {
     let mut terminate =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler installs");
     tokio::select! {

@@ -1,189 +1,161 @@
-"""Renders the Grafana dashboard (helm/lacuna/dashboards/lacuna.json) from a live Lacuna process, for
-machines without Prometheus or Grafana: scrapes /metrics every few seconds, evaluates each panel's
-PromQL on the scraped series, and draws the panels in their dashboard layout into a PNG.
+"""Renders the Grafana dashboard (helm/lacuna/dashboards/lacuna.json) into a PNG from a real Prometheus,
+for machines without Grafana: each panel's queries are read with Prometheus's /api/v1/query_range and
+drawn where the dashboard places them. Grafana's $__rate_interval becomes --rate-interval.
 
-Only the PromQL the dashboard uses is understood: sum [by (labels)] (...), rate(metric[window]),
-histogram_quantile(q, ...), a bare metric, and one top-level division. Rates use a 30 s window.
+Either point it at a Prometheus that already scrapes Lacuna:
 
-    python scripts/dashboard-snapshot.py --url http://127.0.0.1:9898/metrics --seconds 300 --out docs/dashboard.png
+    python scripts/dashboard-snapshot.py --prometheus http://127.0.0.1:9090 --minutes 10 --out dashboard.png
 
-Needs prometheus-client and matplotlib (pip install prometheus-client matplotlib).
+or let it start Debian's Prometheus (scripts/prometheus.sh) on 127.0.0.1 scraping one Lacuna process
+every 2 s for as long as that process serves /metrics (at most --seconds), then draw the whole run:
+
+    python scripts/dashboard-snapshot.py --scrape 127.0.0.1:9898 --seconds 900 --out dashboard.png
+
+Needs matplotlib (pip install matplotlib).
 """
 
 import argparse
 import json
-import math
 import os
 import re
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 
-from prometheus_client.parser import text_string_to_metric_families
-
-WINDOW = 30.0
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
-def scrape(url):
-    """{(name, labels frozenset): value} of every sample, histogram parts included."""
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, frozenset(s.labels.items()))] = s.value
-    return samples
+def get_json(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as error:  # Prometheus explains a bad query in the body of a 400
+        return json.load(error)
 
 
-def split_top(expr, sep):
-    depth = 0
-    for i, c in enumerate(expr):
-        depth += c == "("
-        depth -= c == ")"
-        if depth == 0 and expr.startswith(sep, i):
-            return expr[:i], expr[i + len(sep):]
-    return None
+def query_range(prometheus, expr, start, end, step):
+    """{labels frozenset: [(t, value)]} for expr over [start, end]; raises on a query Prometheus rejects."""
+    params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
+    body = get_json(f"{prometheus}/api/v1/query_range?{params}")
+    if body.get("status") != "success":
+        raise SystemExit(f"Prometheus rejected `{expr}`: {body.get('error')}")
+    return {
+        frozenset(series["metric"].items()): [(float(t) - start, float(v)) for t, v in series["values"]]
+        for series in body["data"]["result"]
+    }
 
 
-def value_at(history, key, t):
-    """The last scraped value of a series at or before time t."""
-    best = None
-    for when, samples in history:
-        if when > t:
-            break
-        if key in samples:
-            best = samples[key]
-    return best
+def port_answers(address):
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
-def evaluate(expr, history, t):
-    expr = expr.strip()
-    parts = split_top(expr, " / ")
-    if parts:
-        a, b = evaluate(parts[0], history, t), evaluate(parts[1], history, t)
-        return {k: a[k] / b[k] for k in a if k in b and b[k]}
-    m = re.fullmatch(r"histogram_quantile\(([\d.]+),\s*(.*)\)", expr, re.S)
-    if m:
-        return quantile(float(m.group(1)), evaluate(m.group(2), history, t))
-    m = re.fullmatch(r"sum(?:\s+by\s*\(([^)]*)\))?\s*\((.*)\)", expr, re.S)
-    if m:
-        keep = [l.strip() for l in (m.group(1) or "").split(",") if l.strip()]
-        out = {}
-        for labels, v in evaluate(m.group(2), history, t).items():
-            key = frozenset((k, val) for k, val in labels if k in keep)
-            out[key] = out.get(key, 0.0) + v
-        return out
-    m = re.fullmatch(r"rate\((\w+)\[[^\]]*\]\)", expr)
-    if m:
-        name, out = m.group(1), {}
-        for (n, labels) in {k for _, s in history for k in s if k[0] == name}:
-            v1, v0 = value_at(history, (n, labels), t), value_at(history, (n, labels), t - WINDOW)
-            if v1 is not None and v0 is not None:
-                out[labels] = max(v1 - v0, 0.0) / WINDOW
-        return out
-    m = re.fullmatch(r"\w+", expr)
-    if m:
-        return {labels: v for (n, labels), v in history_at(history, t).items() if n == expr}
-    raise ValueError(f"unsupported PromQL: {expr}")
-
-
-def history_at(history, t):
-    out = {}
-    for when, samples in history:
-        if when > t:
-            break
-        out = samples
-    return out
-
-
-def quantile(q, buckets):
-    """Prometheus's histogram_quantile: linear interpolation inside the bucket holding rank q."""
-    groups = {}
-    for labels, v in buckets.items():
-        d = dict(labels)
-        le = float(d.pop("le"))
-        groups.setdefault(frozenset(d.items()), []).append((le, v))
-    out = {}
-    for key, bs in groups.items():
-        bs.sort()
-        total = bs[-1][1] if bs else 0
-        if total <= 0:
-            continue
-        rank, prev_le, prev_count = q * total, 0.0, 0.0
-        for le, count in bs:
-            if count >= rank:
-                if math.isinf(le):
-                    out[key] = prev_le
-                else:
-                    share = (rank - prev_count) / (count - prev_count) if count > prev_count else 0
-                    out[key] = prev_le + (le - prev_le) * share
-                break
-            prev_le, prev_count = le, count
-    return out
+def scrape_with_own_prometheus(target, seconds, workdir):
+    """Starts Prometheus scraping target every 2 s until the target stops answering (or seconds pass).
+    Returns (the server's URL, its process, start, end)."""
+    binaries = os.environ.get("LACUNA_PROMETHEUS") or subprocess.run(
+        [os.path.join(ROOT, "scripts", "prometheus.sh")], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    with open(os.path.join(workdir, "prometheus.yml"), "w") as f:
+        f.write("global:\n  scrape_interval: 2s\nscrape_configs:\n"
+                f"  - job_name: lacuna\n    static_configs:\n      - targets: ['{target}']\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([
+        os.path.join(binaries, "prometheus"), f"--config.file={workdir}/prometheus.yml",
+        f"--storage.tsdb.path={workdir}/data", f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+    ])
+    url = f"http://127.0.0.1:{port}"
+    while not port_answers(target):
+        print(f"waiting for {target}")
+        time.sleep(2)
+    start = time.time()
+    while time.time() - start < seconds and port_answers(target):
+        time.sleep(2)
+    end = time.time()
+    time.sleep(3)  # the last scrape lands
+    return url, server, start, end
 
 
 def legend(template, labels):
     d = dict(labels)
-    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: d.get(m.group(1), ""), template).strip() or "value"
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: d.get(m.group(1), ""), template or "").strip() or "value"
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--seconds", type=float, default=300)
-    parser.add_argument("--interval", type=float, default=5)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--dashboard", default=os.path.join(os.path.dirname(__file__), "..", "helm", "lacuna", "dashboards", "lacuna.json"))
-    parser.add_argument("--title", default="")
-    args = parser.parse_args()
-
-    dashboard = json.load(open(args.dashboard))
-    history, start = [], time.time()
-    while time.time() - start < args.seconds:
-        try:
-            history.append((time.time() - start, scrape(args.url)))
-        except OSError as error:
-            if history:
-                break  # the process ended: draw what was seen
-            print(f"waiting for {args.url}: {error}")
-        time.sleep(args.interval)
-    if len(history) < 2:
-        raise SystemExit("fewer than two scrapes: nothing to draw")
-
+def draw(dashboard, prometheus, start, end, rate_interval, title, out):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    step = max(1, int((end - start) / 200))
     panels = [p for p in dashboard["panels"] if p["type"] != "row"]
     rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
     fig = plt.figure(figsize=(24, rows * 0.42))
-    fig.suptitle(args.title or dashboard["title"], fontsize=16)
-    times = [t for t, _ in history if t >= WINDOW] or [history[-1][0]]
+    fig.suptitle(title or dashboard["title"], fontsize=16)
     for p in panels:
         g = p["gridPos"]
         ax = fig.add_axes([g["x"] / 24 + 0.01, 1 - (g["y"] + g["h"]) / rows + 0.012, g["w"] / 24 - 0.02, g["h"] / rows - 0.045])
         ax.set_title(p["title"], fontsize=10, loc="left")
         unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
-        if p["type"] == "bargauge":
-            target = p["targets"][0]
-            values = evaluate(target["expr"], history, history[-1][0])
-            names = [legend(target["legendFormat"], k) for k in values]
-            ax.barh(names, list(values.values()), color="tab:orange")
-            ax.tick_params(labelsize=8)
-            continue
         for target in p["targets"]:
-            series = {}
-            for t in times:
-                for labels, v in evaluate(target["expr"], history, t).items():
-                    series.setdefault(labels, []).append((t, v))
-            for labels, points in sorted(series.items(), key=lambda kv: legend(target["legendFormat"], kv[0])):
-                ax.plot([x for x, _ in points], [y for _, y in points], label=legend(target["legendFormat"], labels))
+            expr = target["expr"].replace("$__rate_interval", rate_interval)
+            series = query_range(prometheus, expr, start, end, step)
+            if p["type"] == "bargauge":  # the last value of each series, as bars
+                names = [legend(target.get("legendFormat"), k) for k in series]
+                ax.barh(names, [points[-1][1] for points in series.values()], color="tab:orange")
+                continue
+            for labels, points in sorted(series.items(), key=lambda kv: legend(target.get("legendFormat"), kv[0])):
+                ax.plot([t for t, _ in points], [v for _, v in points], label=legend(target.get("legendFormat"), labels))
         ax.tick_params(labelsize=7)
-        ax.set_xlabel("seconds", fontsize=7)
+        if p["type"] != "bargauge":
+            ax.set_xlabel("seconds", fontsize=7)
         if unit:
             ax.set_ylabel(unit, fontsize=7)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6, loc="upper left", ncol=2, framealpha=0.6)
-    fig.savefig(args.out, dpi=70)
-    print(f"{len(history)} scrapes over {history[-1][0]:.0f} s -> {args.out}")
+    fig.savefig(out, dpi=70)
+    print(f"{end - start:.0f} s of Prometheus data -> {out}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prometheus", help="URL of a Prometheus that scrapes Lacuna")
+    source.add_argument("--scrape", help="HOST:PORT of a Lacuna /metrics endpoint to scrape with a Prometheus of our own")
+    parser.add_argument("--minutes", type=float, default=15, help="with --prometheus: how far back to draw")
+    parser.add_argument("--seconds", type=float, default=900, help="with --scrape: the longest to scrape")
+    parser.add_argument("--rate-interval", default="30s", help="what Grafana's $__rate_interval stands for")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--dashboard", default=os.path.join(ROOT, "helm", "lacuna", "dashboards", "lacuna.json"))
+    parser.add_argument("--title", default="")
+    args = parser.parse_args()
+
+    with open(args.dashboard) as f:
+        dashboard = json.load(f)
+    if args.prometheus:
+        end = time.time()
+        draw(dashboard, args.prometheus.rstrip("/"), end - args.minutes * 60, end, args.rate_interval, args.title, args.out)
+        return
+    workdir = tempfile.mkdtemp(prefix="lacuna-dashboard-")
+    server = None
+    try:
+        url, server, start, end = scrape_with_own_prometheus(args.scrape, args.seconds, workdir)
+        draw(dashboard, url, start, end, args.rate_interval, args.title, args.out)
+    finally:
+        if server:
+            server.terminate()
+            server.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

