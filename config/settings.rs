@@ -411,6 +411,13 @@ pub struct KafkaSettings {
     pub prefetch: usize,
     /// How long a revocation waits for the revoked partitions' started work before letting them go.
     pub drain_timeout_ms: u64,
+    /// Any librdkafka property, set on every client (TLS, SASL mechanism and user, timeouts), as
+    /// `property=value` (a list of strings: the config loader splits table keys at dots).
+    #[serde(default)]
+    pub properties: Vec<String>,
+    /// librdkafka properties whose values are secrets, as `property=ENVIRONMENT_VARIABLE`.
+    #[serde(default)]
+    pub secret_properties: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -513,7 +520,15 @@ impl Settings {
             builder = builder.add_source(config::File::from(path.to_path_buf()).required(true));
         }
         let builder = builder.add_source(
-            config::Environment::with_prefix("LACUNA").prefix_separator("__").separator("__").try_parsing(true),
+            config::Environment::with_prefix("LACUNA")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                // LACUNA__KAFKA__PROPERTIES="security.protocol=SASL_SSL;sasl.mechanisms=PLAIN": values may
+                // hold commas (cipher lists), not semicolons.
+                .list_separator(";")
+                .with_list_parse_key("kafka.properties")
+                .with_list_parse_key("kafka.secret_properties"),
         );
         let mut settings: Settings = builder.build()?.try_deserialize()?;
         settings.fill_install_paths();

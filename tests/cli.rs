@@ -170,3 +170,37 @@ fn bench_reports_a_pipeline_run_and_the_rerankers_ways() {
     assert!(padded("stage path as in 41ae80c") > 1.0, "41ae80c's batches of 32 padded");
     assert!(bench["flips"].as_u64().unwrap() <= 40);
 }
+
+/// Kafka TLS and SASL settings reach librdkafka (its configuration dump, logged at debug, lists them)
+/// while the secret read from the environment never appears in the logs; a secret variable that is
+/// not set stops the command with a message naming it.
+#[test]
+fn kafka_properties_reach_the_client_and_secrets_never_the_logs() {
+    let secret = "never-log-this-7f3a";
+    let topics = |secret_variable: &str| {
+        Command::new(env!("CARGO_BIN_EXE_lacuna"))
+            .args(["topics", "--pipeline", "migres"])
+            // Nothing listens there: the command fails after the short socket timeout below.
+            .env("LACUNA__KAFKA__BROKERS", "127.0.0.1:1")
+            .env(
+                "LACUNA__KAFKA__PROPERTIES",
+                "security.protocol=SASL_SSL;sasl.mechanisms=SCRAM-SHA-512;sasl.username=lacuna;socket.timeout.ms=2000;debug=conf,security",
+            )
+            .env("LACUNA__KAFKA__SECRET_PROPERTIES", format!("sasl.password={secret_variable}"))
+            .env("LACUNA_TEST_KAFKA_SECRET", secret)
+            .env("LACUNA_LOG", "debug")
+            .output()
+            .unwrap()
+    };
+    let output = topics("LACUNA_TEST_KAFKA_SECRET");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "no broker listens on 127.0.0.1:1");
+    assert!(stderr.contains("security.protocol = sasl_ssl"), "the property reached librdkafka:\n{stderr}");
+    assert!(stderr.contains("sasl.password = [redacted]"), "the secret reached librdkafka:\n{stderr}");
+    assert!(!stderr.contains(secret), "the secret was logged:\n{stderr}");
+
+    let output = topics("LACUNA_TEST_KAFKA_UNSET");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("the environment variable LACUNA_TEST_KAFKA_UNSET is not set"), "{stderr}");
+}

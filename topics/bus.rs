@@ -97,6 +97,9 @@ pub enum BusError {
     Closed,
     #[error("bus transport error: {0}")]
     Transport(String),
+    /// The bus's configuration cannot work (a secret in plain properties, a missing variable).
+    #[error("kafka configuration: {0}")]
+    Config(String),
     /// The bus will never take this record (too large, unknown topic, not authorised): retrying
     /// cannot help.
     #[error("the bus rejected the record: {0}")]

@@ -30,6 +30,8 @@ pub const QUESTION_HEADER: &str = "lacuna-question-id";
 
 pub struct KafkaBus {
     settings: KafkaSettings,
+    /// Brokers and the user's properties and secrets: every client starts from it.
+    base: ClientConfig,
     producer: FutureProducer,
     /// `bus.write_schema_version`; 0 for this build's.
     write_schema_version: u32,
@@ -64,8 +66,9 @@ fn publish_error(error: KafkaError) -> BusError {
 impl KafkaBus {
     pub fn new(settings: KafkaSettings, bus: &BusSettings) -> Result<Self, BusError> {
         let max_event_bytes = bus.max_event_bytes;
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &settings.brokers)
+        let base = super::kafka_config::client_config(&settings)?;
+        let producer: FutureProducer = base
+            .clone()
             // Retries cannot duplicate or reorder records within a partition.
             .set("enable.idempotence", "true")
             .set("acks", "all")
@@ -74,7 +77,7 @@ impl KafkaBus {
             .set("message.max.bytes", (max_event_bytes + 64 * 1024).to_string())
             .create()
             .map_err(transport)?;
-        Ok(KafkaBus { settings, producer, write_schema_version: bus.write_schema_version })
+        Ok(KafkaBus { settings, base, producer, write_schema_version: bus.write_schema_version })
     }
 
     pub fn topic_name(&self, topic: Topic) -> String {
@@ -87,8 +90,7 @@ impl KafkaBus {
 
     /// Creates those of `topics` that do not exist yet, with the configured partitions.
     pub async fn ensure_topics(&self, topics: &[Topic]) -> Result<(), BusError> {
-        let admin: AdminClient<DefaultClientContext> =
-            ClientConfig::new().set("bootstrap.servers", &self.settings.brokers).create().map_err(transport)?;
+        let admin: AdminClient<DefaultClientContext> = self.base.create().map_err(transport)?;
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
         let topics: Vec<NewTopic> = names
             .iter()
@@ -151,7 +153,7 @@ impl Bus for KafkaBus {
         let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
         let drain_timeout = Duration::from_millis(self.settings.drain_timeout_ms);
         let context = TrackingContext { tracker: tracker.clone(), drain_timeout, lag };
-        let mut config = ClientConfig::new();
+        let mut config = self.base.clone();
         if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
             config.set("debug", debug);
         }
@@ -160,7 +162,6 @@ impl Bus for KafkaBus {
             config.set("group.instance.id", format!("{}.{group}", self.settings.instance_id));
         }
         let consumer: StreamConsumer<TrackingContext> = config
-            .set("bootstrap.servers", &self.settings.brokers)
             .set("group.id", format!("{}{group}", self.settings.topic_prefix))
             // Offsets are stored by hand when a record is done, and committed in the background.
             .set("enable.auto.offset.store", "false")
@@ -199,17 +200,16 @@ impl Bus for KafkaBus {
     }
 
     async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {
-        let (brokers, name) = (self.settings.brokers.clone(), self.topic_name(topic));
-        tokio::task::spawn_blocking(move || read_whole_topic(&brokers, &name, topic)).await.map_err(transport)?
+        let (base, name) = (self.base.clone(), self.topic_name(topic));
+        tokio::task::spawn_blocking(move || read_whole_topic(base, &name, topic)).await.map_err(transport)?
     }
 }
 
 /// Reads every partition of `name` from its beginning to its current end, outside any consumer group,
 /// keeping the latest record per key.
-fn read_whole_topic(brokers: &str, name: &str, topic: Topic) -> Result<Vec<Record>, BusError> {
+fn read_whole_topic(mut base: ClientConfig, name: &str, topic: Topic) -> Result<Vec<Record>, BusError> {
     let timeout = Duration::from_secs(10);
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    let consumer: BaseConsumer = base
         .set("group.id", "lacuna-table-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")

@@ -169,6 +169,16 @@ def check_values_file(name):
         check(len(rules) == 1 and rules[0]["spec"] == expected_rules
               and rules[0]["metadata"]["labels"].get("release") == "prometheus",
               f"{label}: the PrometheusRule is not alerts/lacuna-rules.yaml with its extra labels")
+        # Kafka over SASL_SSL: plain properties in the config, secrets only as Secret references.
+        configs = [c["data"]["lacuna.toml"] for c in by_kind.get("ConfigMap", []) if "lacuna.toml" in c.get("data", {})]
+        check(len(configs) == 1 and '"security.protocol=SASL_SSL"' in configs[0]
+              and '"sasl.password=LACUNA_KAFKA_SECRET_0"' in configs[0] and '"ssl.ca.pem=LACUNA_KAFKA_SECRET_1"' in configs[0],
+              f"{label}: kafka.properties / secretProperties are not in lacuna.toml as expected")
+        for component, d in deployments.items():
+            env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+            refs = [env.get(f"LACUNA_KAFKA_SECRET_{i}", {}).get("valueFrom", {}).get("secretKeyRef") for i in (0, 1)]
+            check(refs == [{"name": "kafka-lacuna", "key": "password"}, {"name": "my-cluster-cluster-ca-cert", "key": "ca.crt"}],
+                  f"{label}: {component} does not read the Kafka secrets from their Secrets: {refs}")
         env = deployments["leaf"]["spec"]["template"]["spec"]["containers"][0].get("env", [])
         check(any(e["name"] == "LACUNA_LLM_API_KEY" and e["valueFrom"]["secretKeyRef"]["name"] == "openai" for e in env),
               f"{label}: the API key does not come from the Secret")

@@ -69,6 +69,8 @@ every per-stage override names a stage some pipeline has. */}}
 {{- define "lacuna.config" -}}
 {{- $config := deepCopy (default dict .Values.config) -}}
 {{- $kafka := dict "brokers" .Values.kafka.brokers "topic_prefix" .Values.kafka.topicPrefix "partitions" (int .Values.kafka.partitions) "replication_factor" (int .Values.kafka.replicationFactor) -}}
+{{- $_ := set $kafka "properties" (include "lacuna.kafkaProperties" . | fromJsonArray) -}}
+{{- $_ := set $kafka "secret_properties" (include "lacuna.kafkaSecretProperties" . | fromJsonArray) -}}
 {{- $_ := set $config "kafka" (merge $kafka (default dict $config.kafka)) -}}
 {{- $llm := dict "base_url" .Values.llm.baseUrl "model" .Values.llm.model -}}
 {{- $_ := set $config "llm" (merge $llm (default dict $config.llm)) -}}
@@ -76,4 +78,33 @@ every per-stage override names a stage some pipeline has. */}}
 {{- $search := dict "index_dir" .Values.index.mountPath -}}
 {{- $_ := set $config "search" (merge $search (default dict $config.search)) -}}
 {{- toToml $config -}}
+{{- end -}}
+
+{{/* kafka.properties as the "property=value" list lacuna.toml takes, in key order. */}}
+{{- define "lacuna.kafkaProperties" -}}
+{{- $out := list -}}
+{{- range $key, $value := .Values.kafka.properties -}}
+{{- $out = append $out (printf "%s=%v" $key $value) -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* kafka.secretProperties as "property=VARIABLE": the value reaches the process as that variable. */}}
+{{- define "lacuna.kafkaSecretProperties" -}}
+{{- $out := list -}}
+{{- range $i, $p := .Values.kafka.secretProperties -}}
+{{- $out = append $out (printf "%s=LACUNA_KAFKA_SECRET_%d" $p.property $i) -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* The environment variables holding the Kafka secrets, from their Secrets. */}}
+{{- define "lacuna.kafkaSecretEnv" -}}
+{{- range $i, $p := .Values.kafka.secretProperties }}
+- name: LACUNA_KAFKA_SECRET_{{ $i }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "kafka.secretProperties[].secretName" $p.secretName }}
+      key: {{ required "kafka.secretProperties[].secretKey" $p.secretKey }}
+{{- end }}
 {{- end -}}
