@@ -5,7 +5,7 @@
 # in-process MIGRES answering 3 HotpotQA questions with `lacuna run` against the built-in fake LLM
 # (`lacuna bench fake-llm`, the container's main process) over the index `lacuna index` builds inside.
 #
-# Usage: sudo scripts/image-test.sh [--tag TAG]   (after scripts/image.sh; installs runc if missing)
+# Usage: sudo scripts/image-test.sh   (after scripts/image.sh; installs runc if missing)
 # Environment: LACUNA_DATA (default ../shared/data), LACUNA_IMAGE_DIR (default $LACUNA_CACHE/image).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,17 +13,12 @@ cd "$(dirname "$0")/.."
 CACHE="${LACUNA_CACHE:-$HOME/.cache/lacuna}"
 OUT="${LACUNA_IMAGE_DIR:-$CACHE/image}"
 DATA="${LACUNA_DATA:-$(pwd)/../shared/data}"
-TAG=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --tag) TAG=$2; shift 2 ;;
-        *) echo "image-test: unknown argument $1" >&2; exit 2 ;;
-    esac
-done
 log() { echo "image-test: $*" >&2; }
 fail() { echo "image-test: FAILED: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || fail "run as root (runc)"
 [ -d "$OUT/oci" ] || fail "no image at $OUT/oci: run scripts/image.sh first"
+# The layout holds the one tag scripts/image.sh wrote.
+TAG=$(umoci ls --layout "$OUT/oci" | head -1)
 command -v runc > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends runc >&2
 
 work=$(mktemp -d)
