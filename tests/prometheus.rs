@@ -18,9 +18,9 @@ use lacuna::metrics::METRICS;
 use lacuna::pipelines::{Pipeline, PipelineKind, Transport};
 use lacuna::topics::in_process::InProcessBus;
 use lacuna::topics::{AnswerRecord, Bus, Outcome, QuestionEvent, Record, Topic};
-use serde_json::{Value, json};
-use support::fake_llm::{FakeLlm, Prompt, Reply, last_field, prompt_kind};
-use support::methods::{SUB2, methods_script};
+use serde_json::Value;
+use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+use support::methods::second_subquestion_after;
 use support::scripted::{HUGO_QUESTION_ID, hugo_script};
 
 /// Panels whose series only a Kafka consumer exports: an in-process run leaves them empty.
@@ -192,13 +192,7 @@ async fn migres_with_faults() {
 async fn raisf_past_its_deadline() {
     // The second sub-question's first call takes 25 s, the join waits 10: far enough apart to hold on
     // a loaded machine.
-    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
-        Prompt::SelfKnowledge if last_field(prompt, "The problem is: ") == SUB2 => {
-            Reply::Delayed(Duration::from_secs(25), Box::new(Reply::Json(json!({"known": false}))))
-        }
-        _ => methods_script(prompt),
-    })
-    .await;
+    let llm = FakeLlm::start(second_subquestion_after(Duration::from_secs(25))).await;
     let mut settings = support::settings(&llm.base_url);
     settings.raisf.top_k = 3;
     settings.join.deadline_ms = 10_000;

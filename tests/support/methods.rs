@@ -59,9 +59,14 @@ pub fn methods_script(prompt: &str) -> Reply {
 /// The script, except that the second sub-question's first call takes six seconds: longer than a
 /// short join deadline waits.
 pub fn slow_second_subquestion(prompt: &str) -> Reply {
-    match prompt_kind(prompt) {
+    second_subquestion_after(std::time::Duration::from_secs(6))(prompt)
+}
+
+/// The script, with the second sub-question's first call answered after `delay`.
+pub fn second_subquestion_after(delay: std::time::Duration) -> impl Fn(&str) -> Reply + Send + Sync + 'static {
+    move |prompt| match prompt_kind(prompt) {
         Prompt::SelfKnowledge if last_field(prompt, "The problem is: ") == SUB2 => {
-            Reply::Delayed(std::time::Duration::from_secs(6), Box::new(Reply::Json(json!({"known": false}))))
+            Reply::Delayed(delay, Box::new(Reply::Json(json!({"known": false}))))
         }
         _ => methods_script(prompt),
     }
