@@ -13,6 +13,7 @@
 //!   (`graph.rs`), and the runner of a whole pipeline in one process (`runner.rs`).
 //! - `eval/`: `lacuna eval`, `lacuna calibrate` and `lacuna recall`: scoring, reports, comparisons.
 //! - `bench/`: `lacuna bench`: a pipeline's throughput and the re-ranker's speed, with a fake LLM.
+//! - `serve/`: `lacuna serve`: the HTTP API, its Server-Sent Events and the live page.
 //! - `cli/`: the `lacuna` command line on top of all of them.
 //! - `config/`: `default.toml`, the typed settings, and the evaluation profiles (`paper`);
 //!   `metrics.rs`: every metric's name.
@@ -23,6 +24,7 @@ pub mod cli;
 pub mod eval;
 pub mod metrics;
 pub mod pipelines;
+pub mod serve;
 #[path = "config/profiles.rs"]
 pub mod profiles;
 #[path = "config/settings.rs"]

@@ -17,6 +17,10 @@ pub struct Metrics {
     pub dead_letters: IntCounterVec,
     pub processing_seconds: HistogramVec,
     pub in_flight: IntGaugeVec,
+    pub progress_dropped: IntCounterVec,
+    pub serve_requests: IntCounterVec,
+    pub serve_open_questions: IntGaugeVec,
+    pub serve_rejected: IntCounterVec,
     pub llm_calls: IntCounterVec,
     pub llm_errors: IntCounterVec,
     pub llm_request_seconds: HistogramVec,
@@ -262,6 +266,26 @@ impl Metrics {
                 "Fan-outs the join gave up waiting for at their deadline (continued with the children back).",
                 &[],
             ),
+            progress_dropped: counter(
+                "lacuna_progress_dropped_total",
+                "Progress records a stage could not publish in time (best-effort: the question goes on).",
+                s,
+            ),
+            serve_requests: counter(
+                "lacuna_serve_requests_total",
+                "HTTP requests `lacuna serve` answered, by route and status code.",
+                &["route", "status"],
+            ),
+            serve_open_questions: IntGaugeVec::new(
+                Opts::new("lacuna_serve_open_questions", "Questions `lacuna serve` accepted that have no record yet."),
+                &[],
+            )
+            .expect("a valid gauge"),
+            serve_rejected: counter(
+                "lacuna_serve_rejected_total",
+                "Questions `lacuna serve` refused, by reason (too_many_open, bad_request, unauthorized, ...).",
+                &["reason"],
+            ),
             join_late_results: counter(
                 "lacuna_join_late_results_total",
                 "Children's results that arrived after their parent had gone on (dropped).",
@@ -317,6 +341,10 @@ impl Metrics {
             Box::new(self.ready.clone()),
             Box::new(self.join_deadlines.clone()),
             Box::new(self.join_late_results.clone()),
+            Box::new(self.progress_dropped.clone()),
+            Box::new(self.serve_requests.clone()),
+            Box::new(self.serve_open_questions.clone()),
+            Box::new(self.serve_rejected.clone()),
         ]
     }
 

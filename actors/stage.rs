@@ -146,6 +146,8 @@ pub struct RunnerSettings {
     pub max_event_bytes: usize,
     pub budget: BudgetSettings,
     pub dedupe_window: usize,
+    /// Publish each event's new trace steps to `progress`, waiting at most this long (`bus.progress`).
+    pub progress: Option<Duration>,
 }
 
 impl RunnerSettings {
@@ -158,6 +160,7 @@ impl RunnerSettings {
             max_event_bytes: settings.bus.max_event_bytes,
             budget: settings.budget.clone(),
             dedupe_window: settings.bus.dedupe_window,
+            progress: settings.bus.progress.then(|| Duration::from_millis(settings.bus.progress_timeout_ms)),
         }
     }
 }
@@ -355,9 +358,13 @@ async fn handle_with_retries<S: Stage>(
         }
     };
     let tries = delivery.attempt.max(1) + attempt - 1;
+    let mut progress = Vec::new();
     let (outputs, mut failure) = match outcome {
         Ok(outputs) => {
             context.wiring.check(S::NAME, &outputs);
+            if context.runner.progress.is_some() {
+                progress = crate::topics::progress::progress_records(S::NAME, &delivery.record, &outputs);
+            }
             (outputs, None)
         }
         Err(error) => {
@@ -393,6 +400,9 @@ async fn handle_with_retries<S: Stage>(
                 }
             }
             delivery.ack();
+            if let Some(timeout) = context.runner.progress {
+                publish_progress(S::NAME, context, progress, timeout).await;
+            }
         }
         Published::Rejected(reason) | Published::Failed(reason) => {
             // Neither the outcome nor the error record can go out: leaving a hole in the partition
@@ -444,6 +454,22 @@ async fn publish_with_retries(stage: &'static str, context: &Handling<'_>, recor
                 attempt += 1;
             }
             outcome => return outcome,
+        }
+    }
+}
+
+/// Publishes progress records once the input is acknowledged: each gets one try of at most
+/// `timeout`, and one that fails, is too large or too slow is counted and dropped. Watchers lose a
+/// few steps; the question loses nothing (its answer record carries the whole trace).
+async fn publish_progress(stage: &'static str, context: &Handling<'_>, records: Vec<Record>, timeout: Duration) {
+    for record in records {
+        let published = if record.payload.len() > context.runner.max_event_bytes {
+            false
+        } else {
+            matches!(tokio::time::timeout(timeout, context.bus.publish(record)).await, Ok(Ok(())))
+        };
+        if !published {
+            METRICS.progress_dropped.with_label_values(&[stage]).inc();
         }
     }
 }

@@ -9,6 +9,7 @@ mod graph;
 mod index;
 mod recall;
 mod run;
+mod serve;
 pub mod stage;
 mod submit;
 mod topics;
@@ -38,6 +39,8 @@ enum Command {
     Ask(ask::AskArgs),
     /// Answer every question of a JSONL file, one output line per input line.
     Run(run::RunArgs),
+    /// Serve the HTTP API and the live page: questions in, answers and their trace streamed out.
+    Serve(serve::ServeArgs),
     /// Run one stage as its own process and consumer group on Kafka.
     Stage(stage::StageArgs),
     /// Publish the questions of a JSONL file to the Kafka questions topic.
@@ -69,6 +72,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Index(args) => index::index(&settings, args).await,
         Command::Ask(args) => ask::ask(&settings, args).await,
         Command::Run(args) => run::run(&settings, args).await,
+        Command::Serve(args) => serve::serve(&settings, args).await,
         Command::Stage(args) => stage::stage(&settings, args).await,
         Command::Submit(args) => submit::submit(&settings, args).await,
         Command::Answers(args) => submit::answers(&settings, args).await,

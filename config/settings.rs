@@ -21,6 +21,7 @@ pub struct Settings {
     pub kafka: KafkaSettings,
     pub run: RunSettings,
     pub metrics: MetricsSettings,
+    pub serve: ServeSettings,
     pub log: LogSettings,
     pub retry: RetrySettings,
     pub budget: BudgetSettings,
@@ -395,6 +396,10 @@ pub struct BusSettings {
     pub write_schema_version: u32,
     /// Events each stage remembers having finished, to skip repeats (`actors/dedupe.rs`); 0: off.
     pub dedupe_window: usize,
+    /// Stages publish the trace steps they add to the `progress` topic (for `lacuna serve`).
+    pub progress: bool,
+    /// The longest a stage waits to publish one progress record before dropping it.
+    pub progress_timeout_ms: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -425,6 +430,32 @@ pub struct KafkaSettings {
 pub struct RunSettings {
     pub max_open_questions: usize,
     pub max_question_chars: usize,
+}
+
+/// `lacuna serve`: the HTTP API and the live page (docs/serve.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSettings {
+    pub listen: String,
+    /// Questions accepted and not yet answered, at most; past it a POST gets 429 with Retry-After.
+    pub max_open_questions: usize,
+    /// Questions in one POST, at most.
+    pub max_batch: usize,
+    /// A larger request body gets 413.
+    pub max_body_bytes: usize,
+    /// The environment variable holding the bearer token the API requires; empty: no auth.
+    pub token_env: String,
+    /// Origins allowed to call the API from a browser (CORS); empty: none.
+    pub cors_origins: Vec<String>,
+    /// How long `POST /v1/answer` waits by default before answering 202 with the question's URL.
+    pub answer_timeout_ms: u64,
+    /// Finished questions kept for `GET` (the oldest are forgotten first).
+    pub keep_finished: usize,
+    /// The Retry-After of a 429, in seconds.
+    pub retry_after_s: u64,
+    /// Over Kafka: this replica's name in its consumer groups (empty: the host name). Each replica
+    /// reads every answer and progress partition in its own groups.
+    pub replica_id: String,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -528,7 +559,8 @@ impl Settings {
                 // hold commas (cipher lists), not semicolons.
                 .list_separator(";")
                 .with_list_parse_key("kafka.properties")
-                .with_list_parse_key("kafka.secret_properties"),
+                .with_list_parse_key("kafka.secret_properties")
+                .with_list_parse_key("serve.cors_origins"),
         );
         let mut settings: Settings = builder.build()?.try_deserialize()?;
         settings.fill_install_paths();

@@ -11,8 +11,9 @@ use crate::topics::Topic;
 /// Topics written from outside the pipeline: `lacuna submit`, `run`, `ask` and `eval` publish questions.
 pub const SOURCES: [Topic; 1] = [Topic::Questions];
 
-/// Topics read from outside the pipeline: the answer sink, and `lacuna dlq`.
-pub const SINKS: [Topic; 2] = [Topic::Answers, Topic::DeadLetters];
+/// Topics read from outside the pipeline: the answer sink, `lacuna dlq`, and `lacuna serve`'s
+/// progress feed (every stage may write it, best-effort, so no stage lists it).
+pub const SINKS: [Topic; 3] = [Topic::Answers, Topic::DeadLetters, Topic::Progress];
 
 /// Every topic a pipeline uses, in [`Topic::ALL`] order: what `lacuna topics` creates.
 pub fn topics(stages: &[StageDecl]) -> Vec<Topic> {

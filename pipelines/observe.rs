@@ -27,17 +27,9 @@ pub async fn serve(listen: &str, ready: Arc<AtomicBool>) -> std::io::Result<Sock
                     .and_then(|r| r.split_whitespace().nth(1))
                     .unwrap_or("/")
                     .to_string();
-                let (status, content_type, body) = match path.as_str() {
-                    "/metrics" => {
-                        // Readiness as a series too, so an alert can see a process that is up but stuck.
-                        METRICS.ready.with_label_values::<&str>(&[]).set(ready.load(Ordering::Relaxed) as i64);
-                        ("200 OK", "text/plain; version=0.0.4", METRICS.render())
-                    }
-                    "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
-                    "/readyz" if ready.load(Ordering::Relaxed) => ("200 OK", "text/plain", "ready\n".to_string()),
-                    "/readyz" => ("503 Service Unavailable", "text/plain", "starting\n".to_string()),
-                    _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
-                };
+                let (status, content_type, body) = respond(&path, &ready).unwrap_or_else(|| {
+                    ("404 Not Found", "text/plain", "not found\n".to_string())
+                });
                 let head = format!(
                     "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
                     body.len()
@@ -49,6 +41,22 @@ pub async fn serve(listen: &str, ready: Arc<AtomicBool>) -> std::io::Result<Sock
         }
     });
     Ok(address)
+}
+
+/// The reply to one of the operator routes (status line, content type, body); `None` for other paths.
+/// `lacuna serve` answers them on its own port with this.
+pub fn respond(path: &str, ready: &AtomicBool) -> Option<(&'static str, &'static str, String)> {
+    Some(match path {
+        "/metrics" => {
+            // Readiness as a series too, so an alert can see a process that is up but stuck.
+            METRICS.ready.with_label_values::<&str>(&[]).set(ready.load(Ordering::Relaxed) as i64);
+            ("200 OK", "text/plain; version=0.0.4", METRICS.render())
+        }
+        "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
+        "/readyz" if ready.load(Ordering::Relaxed) => ("200 OK", "text/plain", "ready\n".to_string()),
+        "/readyz" => ("503 Service Unavailable", "text/plain", "starting\n".to_string()),
+        _ => return None,
+    })
 }
 
 /// Starts the endpoints when `metrics.listen` is set; the returned flag turns `/readyz` green.

@@ -130,24 +130,34 @@ impl Pipeline {
             if open.is_empty() {
                 return Ok(());
             }
+            let record = self.next_record().await?;
+            let id = record.question_id().to_string();
+            if open.remove(&id) && done.insert(id) {
+                on_record(record);
+            }
+        }
+    }
+
+    /// The next record on the answers topic, whichever question it ends (callers dedupe). A stage
+    /// that fails ends the wait with its reason: no answer could come through it.
+    pub async fn next_record(&mut self) -> Result<AnswerRecord, RunError> {
+        loop {
             let delivery = tokio::select! {
                 delivery = self.answers.next() => delivery.ok_or(BusError::Closed)?,
                 (stage, reason) = first_failure(&self.stages) => return Err(RunError::StageFailed { stage, reason }),
             };
             let decoded = VersionedAnswer::from_payload(&delivery.record.payload);
             delivery.ack();
-            let record = match decoded {
-                Ok(answer) => answer.record,
-                Err(error) => {
-                    tracing::error!(%error, "undecodable answer record");
-                    continue;
-                }
-            };
-            let id = record.question_id().to_string();
-            if open.remove(&id) && done.insert(id) {
-                on_record(record);
+            match decoded {
+                Ok(answer) => return Ok(answer.record),
+                Err(error) => tracing::error!(%error, "undecodable answer record"),
             }
         }
+    }
+
+    /// The bus the stages run on: where questions go in.
+    pub fn bus(&self) -> Arc<dyn Bus> {
+        self.bus.clone()
     }
 
     /// Answers one question.

@@ -41,6 +41,7 @@ fn outcome(topic: Topic, payload: &[u8]) -> Result<(), &'static str> {
         // The join's table holds its input events.
         Topic::Joins | Topic::JoinState => decoded::<JoinEvent>(payload),
         Topic::Joined => decoded::<JoinedEvent>(payload),
+        Topic::Progress => decoded::<ProgressEvent>(payload),
     }
 }
 
@@ -138,7 +139,9 @@ proptest! {
 fn events_of_the_previous_schema_version_decode() {
     let events = golden();
     let topics: std::collections::BTreeSet<Topic> = events.iter().map(|(topic, _)| *topic).collect();
-    assert_eq!(topics.len(), Topic::ALL.len(), "a recorded event for every topic");
+    // `progress` came with version 2: no writer of version 1 exists to record.
+    let older: Vec<Topic> = Topic::ALL.into_iter().filter(|t| *t != Topic::Progress).collect();
+    assert_eq!(topics.into_iter().collect::<Vec<_>>(), older, "a recorded event for every topic");
     for (topic, event) in &events {
         assert_eq!(event["schema_version"], OLDEST_READABLE_SCHEMA_VERSION);
         let decoded = outcome(*topic, &serde_json::to_vec(event).unwrap());

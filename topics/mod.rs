@@ -17,6 +17,7 @@ pub mod memory;
 pub mod missing;
 pub mod node;
 pub mod passages;
+pub mod progress;
 pub mod queries;
 pub mod question;
 pub mod schema;
@@ -33,6 +34,7 @@ pub use memory::{FactSource, KnownFact, Memory, Passage, Usage};
 pub use missing::MissingEvent;
 pub use node::{AnswerLogprobs, Candidate, NodeEvent, NodeRef, NodeResult, TrajectoryStep};
 pub use passages::{PassagesEvent, RetrievedPassage};
+pub use progress::ProgressEvent;
 pub use queries::QueriesEvent;
 pub use question::QuestionEvent;
 pub use trace::{TraceKind, TraceStep};
@@ -64,10 +66,12 @@ pub enum Topic {
     Joined,
     /// The join stage's durable state (compacted on Kafka, read back on restart).
     JoinState,
+    /// Trace steps as stages add them, best-effort, for `lacuna serve` (when `bus.progress` is on).
+    Progress,
 }
 
 impl Topic {
-    pub const ALL: [Topic; 13] = [
+    pub const ALL: [Topic; 14] = [
         Topic::Questions,
         Topic::Passages,
         Topic::Evidence,
@@ -81,6 +85,7 @@ impl Topic {
         Topic::Joins,
         Topic::Joined,
         Topic::JoinState,
+        Topic::Progress,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +103,7 @@ impl Topic {
             Topic::Joins => "joins",
             Topic::Joined => "joined",
             Topic::JoinState => "join_state",
+            Topic::Progress => "progress",
         }
     }
 

@@ -1,0 +1,212 @@
+//! `lacuna serve`: questions in over HTTP, answers and their trace out, live (docs/serve.md).
+//!
+//! In process it runs the pipelines' stages itself, on the in-process bus: an accepted question is
+//! held in memory and a restart loses it. Over Kafka it publishes to each pipeline's questions topic
+//! (202 only once the broker acknowledged the question) and reads the answers and progress topics,
+//! every partition, in consumer groups of its own: any replica can answer for any question.
+
+pub mod api;
+pub mod http;
+pub mod registry;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::watch;
+
+use crate::pipelines::parts::Parts;
+use crate::pipelines::{Pipeline, PipelineKind, Transport};
+use crate::settings::Settings;
+use crate::topics::{Bus, Event, ProgressEvent, Subscription, Topic, VersionedAnswer};
+use api::Api;
+use registry::Registry;
+
+pub struct ServeOptions {
+    pub transport: Transport,
+    /// The pipelines served; the first is the default for questions that name none.
+    pub pipelines: Vec<PipelineKind>,
+    pub listen: String,
+}
+
+/// A running server.
+pub struct Server {
+    pub address: SocketAddr,
+    pub registry: Arc<Registry>,
+    failure: watch::Receiver<Option<String>>,
+    /// Stops the in-process pipelines.
+    stop: watch::Sender<bool>,
+}
+
+impl Server {
+    /// Resolves with the reason once a feed or a pipeline failed: no more answers can come.
+    pub async fn failed(&mut self) -> String {
+        match self.failure.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Stops the in-process pipelines: questions still open are lost (they were held in memory).
+    pub fn stop(self) {
+        self.stop.send_replace(true);
+    }
+}
+
+/// The bearer token named by `serve.token_env`: none when unnamed, an error when named but unset.
+fn token(settings: &Settings) -> anyhow::Result<Option<String>> {
+    let name = &settings.serve.token_env;
+    if name.is_empty() {
+        return Ok(None);
+    }
+    match std::env::var(name) {
+        Ok(token) if !token.is_empty() => Ok(Some(token)),
+        _ => anyhow::bail!("serve.token_env names {name}, which is not set: set it, or empty serve.token_env for no auth"),
+    }
+}
+
+/// This replica's name in its consumer groups.
+fn replica_id(settings: &Settings) -> String {
+    if !settings.serve.replica_id.is_empty() {
+        return settings.serve.replica_id.clone();
+    }
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "serve".to_string())
+}
+
+/// Starts the pipelines (in process) or connects to their topics (Kafka), then the HTTP server.
+/// `parts` loads what a pipeline's stages need; it is called in process only.
+pub async fn start(
+    settings: &Settings,
+    options: ServeOptions,
+    mut parts: impl FnMut(PipelineKind) -> anyhow::Result<Parts>,
+) -> anyhow::Result<Server> {
+    anyhow::ensure!(!options.pipelines.is_empty(), "serve at least one pipeline");
+    let token = token(settings)?;
+    let mut settings = settings.clone();
+    if options.transport == Transport::InProcess {
+        // Stages here must publish progress; the open bound is also the bound the queues are sized for.
+        settings.bus.progress = true;
+        settings.run.max_open_questions = settings.serve.max_open_questions;
+    }
+    let registry = Arc::new(Registry::new(settings.serve.max_open_questions, settings.serve.keep_finished));
+    let (fail, failure) = watch::channel(None::<String>);
+    let fail = Arc::new(fail);
+    let mut buses: BTreeMap<String, Arc<dyn Bus>> = BTreeMap::new();
+    let (stop, stopped) = watch::channel(false);
+    let replica = replica_id(&settings);
+    for kind in &options.pipelines {
+        let name = kind.name().to_string();
+        let (bus, answers): (Arc<dyn Bus>, Feed) = match options.transport {
+            Transport::InProcess => {
+                let mut pipeline = Pipeline::start(*kind, &settings, parts(*kind)?).await?;
+                let bus = pipeline.bus();
+                let (registry, fail, name, mut stopped) = (registry.clone(), fail.clone(), name.clone(), stopped.clone());
+                // The pipeline itself is the answer feed: it also reports a failed stage.
+                actix::spawn(async move {
+                    loop {
+                        let record = tokio::select! {
+                            record = pipeline.next_record() => record,
+                            _ = stopped.wait_for(|stop| *stop) => break,
+                        };
+                        match record {
+                            Ok(record) => registry.finish(&name, VersionedAnswer::from(record)),
+                            Err(error) => {
+                                fail.send_replace(Some(format!("pipeline {name}: {error}")));
+                                break;
+                            }
+                        }
+                    }
+                    pipeline.stop();
+                });
+                (bus, Feed::None)
+            }
+            Transport::Kafka => {
+                let bus: Arc<dyn Bus> = kind.kafka_bus(&settings).await?;
+                let answers = bus.subscribe(&[Topic::Answers], &format!("serve-{replica}")).await?;
+                (bus, Feed::Kafka(answers))
+            }
+        };
+        if let Feed::Kafka(answers) = answers {
+            spawn_answer_feed(answers, registry.clone(), fail.clone(), name.clone());
+        }
+        let progress = bus.subscribe(&[Topic::Progress], &format!("serve-{replica}-progress")).await?;
+        spawn_progress_feed(progress, registry.clone(), fail.clone(), name.clone());
+        buses.insert(name, bus);
+    }
+    let mut stage_names: Vec<&'static str> = Vec::new();
+    for kind in &options.pipelines {
+        for stage in kind.stages() {
+            if !stage_names.contains(&stage.name) {
+                stage_names.push(stage.name);
+            }
+        }
+    }
+    let ready = Arc::new(AtomicBool::new(false));
+    let api = Arc::new(Api {
+        registry: registry.clone(),
+        buses,
+        default_pipeline: options.pipelines[0].name().to_string(),
+        settings: settings.serve.clone(),
+        token,
+        max_question_chars: settings.run.max_question_chars,
+        transport: options.transport,
+        stage_names,
+        ready: ready.clone(),
+    });
+    let listener = tokio::net::TcpListener::bind(&options.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("serve.listen {}: {e}", options.listen))?;
+    let address = listener.local_addr()?;
+    http::serve(listener, Arc::new(move |request| api.clone().handle(request)));
+    ready.store(true, Ordering::Relaxed);
+    Ok(Server { address, registry, failure, stop })
+}
+
+enum Feed {
+    None,
+    Kafka(Box<dyn Subscription>),
+}
+
+/// Every record of an answers topic into the registry (which keeps the first per question).
+fn spawn_answer_feed(
+    mut answers: Box<dyn Subscription>,
+    registry: Arc<Registry>,
+    fail: Arc<watch::Sender<Option<String>>>,
+    pipeline: String,
+) {
+    actix::spawn(async move {
+        while let Some(delivery) = answers.next().await {
+            match VersionedAnswer::from_payload(&delivery.record.payload) {
+                Ok(answer) => registry.finish(&pipeline, answer),
+                Err(error) => tracing::error!(%error, key = %delivery.record.key, "undecodable answer record skipped"),
+            }
+            delivery.ack();
+        }
+        fail.send_replace(Some(format!("the answers feed of {pipeline} ended")));
+    });
+}
+
+/// Every progress record into the registry. Undecodable ones are skipped: progress is best-effort.
+fn spawn_progress_feed(
+    mut progress: Box<dyn Subscription>,
+    registry: Arc<Registry>,
+    fail: Arc<watch::Sender<Option<String>>>,
+    pipeline: String,
+) {
+    actix::spawn(async move {
+        while let Some(delivery) = progress.next().await {
+            match ProgressEvent::from_payload(&delivery.record.payload) {
+                Ok(event) => registry.progress(event),
+                Err(error) => tracing::debug!(%error, "undecodable progress record skipped"),
+            }
+            delivery.ack();
+        }
+        fail.send_replace(Some(format!("the progress feed of {pipeline} ended")));
+    });
+}

@@ -1,0 +1,386 @@
+//! What `lacuna serve` knows of each question: accepted, the stream of its trace steps as they come,
+//! and its record once done. Each question's stream is a list of numbered events (the SSE ids), so a
+//! client that reconnects with `Last-Event-ID` resumes where it left off.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::metrics::METRICS;
+use crate::topics::{AnswerRecord, ProgressEvent, QuestionEvent, TraceStep, VersionedAnswer};
+
+/// One event of a question's stream: its SSE `event:` name and its `data:` JSON.
+#[derive(Clone, Debug)]
+pub struct StreamEvent {
+    pub name: String,
+    pub data: Value,
+}
+
+/// A question's events from some index on, numbered.
+pub struct Events {
+    pub events: Vec<(usize, StreamEvent)>,
+    /// The record is among the events: nothing follows.
+    pub done: bool,
+    /// Changes when events are added after these.
+    pub changed: watch::Receiver<usize>,
+}
+
+/// A question a client asks for, before it is accepted.
+#[derive(Clone, Debug)]
+pub struct NewQuestion {
+    /// The client's own id, if it gave one.
+    pub id: Option<String>,
+    /// An `Idempotency-Key`: the same key always means the same question.
+    pub key: Option<String>,
+    pub question: String,
+    pub pipeline: String,
+    pub yes_no: bool,
+}
+
+/// What `admit` did with one question.
+#[derive(Debug)]
+pub enum Admitted {
+    /// New: the caller publishes it, then calls `accepted` (or `withdraw` if it cannot).
+    New(QuestionEvent),
+    /// Asked before (same id or key): nothing to publish.
+    Existing(String),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum AdmitError {
+    #[error("{open} questions are open and this request adds {asked}; at most {max} may be (retry later)")]
+    TooManyOpen { open: usize, asked: usize, max: usize },
+    #[error("question id {0:?} was already asked with a different question or pipeline")]
+    Conflict(String),
+}
+
+struct Entry {
+    question: String,
+    pipeline: String,
+    /// Accepted by this process (counts against its open bound); false for questions another
+    /// replica accepted, known here from the answers and progress topics.
+    local: bool,
+    /// The question is on the bus (a question being published is not yet).
+    published: bool,
+    key: Option<String>,
+    events: Vec<StreamEvent>,
+    /// Steps seen per node ("root", "1.2"), so overlapping progress adds nothing twice.
+    node_steps: HashMap<String, usize>,
+    /// The latest iteration seen per node, to announce each new one.
+    node_iteration: HashMap<String, u32>,
+    last_stage: String,
+    record: Option<Value>,
+    changed: watch::Sender<usize>,
+}
+
+impl Entry {
+    fn new(question: String, pipeline: String, local: bool, key: Option<String>) -> Self {
+        Entry {
+            question,
+            pipeline,
+            local,
+            published: !local,
+            key,
+            events: Vec::new(),
+            node_steps: HashMap::new(),
+            node_iteration: HashMap::new(),
+            last_stage: String::new(),
+            record: None,
+            changed: watch::channel(0).0,
+        }
+    }
+
+    fn push(&mut self, name: &str, data: Value) {
+        self.events.push(StreamEvent { name: name.to_string(), data });
+        self.changed.send_replace(self.events.len());
+    }
+
+    /// Adds the steps of `node` from index `from` that are new here.
+    fn add_steps(&mut self, node: &str, from: usize, steps: &[TraceStep]) {
+        let seen = self.node_steps.get(node).copied().unwrap_or(0);
+        if from > seen {
+            // A gap (a dropped progress record): take what came, the record fills the trace later.
+            tracing::debug!(node, from, seen, "progress skipped steps");
+        }
+        let skip = seen.saturating_sub(from);
+        let mut index = from + skip;
+        for step in steps.iter().skip(skip) {
+            index += 1;
+            self.node_steps.insert(node.to_string(), index);
+            // A joined parent's trace repeats its children's steps as `stage@1.2`: those were shown
+            // under their own node already.
+            if node == "root"
+                && let Some((_, path)) = step.stage.split_once('@')
+                && self.node_steps.contains_key(path)
+            {
+                continue;
+            }
+            let latest = self.node_iteration.entry(node.to_string()).or_insert(0);
+            if step.iteration > *latest {
+                *latest = step.iteration;
+                let data = json!({"node": node, "iteration": step.iteration});
+                self.push("iteration", data);
+            }
+            self.last_stage = step.stage.clone();
+            let kind = serde_json::to_value(step).ok().and_then(|v| v["kind"].as_str().map(str::to_string));
+            let data = json!({"node": node, "step": step});
+            self.push(&kind.unwrap_or_else(|| "step".to_string()), data);
+        }
+    }
+
+    fn status(&self) -> &'static str {
+        match &self.record {
+            Some(record) if record["status"] == "error" => "error",
+            Some(_) => "answered",
+            None if self.node_steps.is_empty() => "queued",
+            None => "running",
+        }
+    }
+
+    fn summary(&self, id: &str) -> Value {
+        json!({
+            "id": id,
+            "question": self.question,
+            "pipeline": self.pipeline,
+            "status": self.status(),
+            "stage": self.last_stage,
+            "answer": self.record.as_ref().and_then(|r| r.get("answer")).cloned(),
+            "events": self.events.len(),
+        })
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<String, Entry>,
+    /// Idempotency-Key -> question id.
+    keys: HashMap<String, String>,
+    /// Finished questions, oldest first: the first forgotten.
+    finished: VecDeque<String>,
+    /// Accepted here and not finished.
+    open: usize,
+    /// Every id in arrival order (for the list the page shows).
+    order: VecDeque<String>,
+}
+
+pub struct Registry {
+    inner: Mutex<Inner>,
+    max_open: usize,
+    keep_finished: usize,
+}
+
+/// A new question id: time, process and a counter, unique without coordination.
+fn new_id() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let millis = crate::actors::fanout::now_ms();
+    let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("q-{millis:x}-{:x}-{count:x}", std::process::id())
+}
+
+impl Registry {
+    pub fn new(max_open: usize, keep_finished: usize) -> Self {
+        Registry { inner: Mutex::default(), max_open, keep_finished: keep_finished.max(1) }
+    }
+
+    pub fn open(&self) -> usize {
+        self.inner.lock().unwrap().open
+    }
+
+    /// Takes a request's questions, all or none: each is new, or one asked before (by id or key).
+    pub fn admit(&self, questions: Vec<NewQuestion>) -> Result<Vec<Admitted>, AdmitError> {
+        let mut inner = self.inner.lock().unwrap();
+        let mut admitted = Vec::new();
+        let mut new = 0;
+        for asked in &questions {
+            let known = asked
+                .key
+                .as_ref()
+                .and_then(|key| inner.keys.get(key).cloned())
+                .or_else(|| asked.id.clone().filter(|id| inner.entries.contains_key(id)));
+            match known {
+                Some(id) => {
+                    let entry = &inner.entries[&id];
+                    // A foreign entry known only from progress has no question text to compare.
+                    let same = (entry.question.is_empty() || entry.question == asked.question)
+                        && entry.pipeline == asked.pipeline;
+                    if !same {
+                        return Err(AdmitError::Conflict(id));
+                    }
+                    admitted.push(Some(id));
+                }
+                None => {
+                    new += 1;
+                    admitted.push(None);
+                }
+            }
+        }
+        if new > 0 && inner.open + new > self.max_open {
+            return Err(AdmitError::TooManyOpen { open: inner.open, asked: new, max: self.max_open });
+        }
+        let mut out = Vec::new();
+        for (asked, known) in questions.into_iter().zip(admitted) {
+            if let Some(id) = known {
+                out.push(Admitted::Existing(id));
+                continue;
+            }
+            let id = asked.id.unwrap_or_else(new_id);
+            if let Some(key) = &asked.key {
+                inner.keys.insert(key.clone(), id.clone());
+            }
+            let mut entry = Entry::new(asked.question.clone(), asked.pipeline.clone(), true, asked.key);
+            entry.push("accepted", json!({"id": id, "question": asked.question, "pipeline": asked.pipeline}));
+            inner.entries.insert(id.clone(), entry);
+            inner.order.push_back(id.clone());
+            inner.open += 1;
+            out.push(Admitted::New(QuestionEvent::new(id, asked.question).yes_no(asked.yes_no)));
+        }
+        METRICS.serve_open_questions.with_label_values::<&str>(&[]).set(inner.open as i64);
+        Ok(out)
+    }
+
+    /// The question is on the bus: from now on it ends in a record.
+    pub fn published(&self, id: &str) {
+        if let Some(entry) = self.inner.lock().unwrap().entries.get_mut(id) {
+            entry.published = true;
+        }
+    }
+
+    /// Forgets a question the bus did not take: it was never accepted.
+    pub fn withdraw(&self, id: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        if let Some(entry) = inner.entries.remove(id) {
+            if let Some(key) = entry.key {
+                inner.keys.remove(&key);
+            }
+            if entry.local && entry.record.is_none() {
+                inner.open -= 1;
+            }
+            inner.order.retain(|o| o != id);
+        }
+        METRICS.serve_open_questions.with_label_values::<&str>(&[]).set(inner.open as i64);
+    }
+
+    /// Steps a stage added.
+    pub fn progress(&self, event: ProgressEvent) {
+        let mut inner = self.inner.lock().unwrap();
+        let Inner { entries, order, .. } = &mut *inner;
+        let entry = entries.entry(event.question_id.clone()).or_insert_with(|| {
+            order.push_back(event.question_id.clone());
+            Entry::new(String::new(), String::new(), false, None)
+        });
+        if entry.record.is_some() {
+            return;
+        }
+        entry.add_steps(&event.node, event.from, &event.steps);
+    }
+
+    /// A question's record: its stream's last event. A second record for it is ignored.
+    pub fn finish(&self, pipeline: &str, answer: VersionedAnswer) {
+        let id = answer.record.question_id().to_string();
+        let mut inner = self.inner.lock().unwrap();
+        let Inner { entries, order, .. } = &mut *inner;
+        let entry = entries.entry(id.clone()).or_insert_with(|| {
+            order.push_back(id.clone());
+            Entry::new(String::new(), pipeline.to_string(), false, None)
+        });
+        if entry.record.is_some() {
+            return;
+        }
+        let (question, trace) = match &answer.record {
+            AnswerRecord::Answered(a) => (&a.question, &a.trace),
+            AnswerRecord::Error(e) => (&e.question, &e.trace),
+        };
+        if entry.question.is_empty() {
+            entry.question = question.clone();
+        }
+        if entry.pipeline.is_empty() {
+            entry.pipeline = pipeline.to_string();
+        }
+        // Steps whose progress never came (dropped, or progress off) complete the stream first.
+        entry.add_steps("root", 0, trace);
+        let record = serde_json::to_value(&answer).expect("records serialise");
+        entry.record = Some(record.clone());
+        let local = entry.local;
+        entry.push("record", record);
+        if local {
+            inner.open -= 1;
+        }
+        inner.finished.push_back(id);
+        while inner.finished.len() > self.keep_finished {
+            let Some(old) = inner.finished.pop_front() else { break };
+            if let Some(entry) = inner.entries.remove(&old)
+                && let Some(key) = entry.key
+            {
+                inner.keys.remove(&key);
+            }
+            inner.order.retain(|o| *o != old);
+        }
+        METRICS.serve_open_questions.with_label_values::<&str>(&[]).set(inner.open as i64);
+    }
+
+    /// `GET /v1/questions/{id}`: the record when done, else the status and the steps so far.
+    pub fn get(&self, id: &str) -> Option<Value> {
+        let inner = self.inner.lock().unwrap();
+        let entry = inner.entries.get(id)?;
+        if let Some(record) = &entry.record {
+            return Some(record.clone());
+        }
+        let steps: Vec<&Value> = entry.events.iter().filter(|e| e.data.get("step").is_some()).map(|e| &e.data).collect();
+        Some(json!({
+            "id": id,
+            "question": entry.question,
+            "pipeline": entry.pipeline,
+            "status": entry.status(),
+            "stage": entry.last_stage,
+            "steps": steps,
+        }))
+    }
+
+    /// The record, if the question is done.
+    pub fn record(&self, id: &str) -> Option<Value> {
+        self.inner.lock().unwrap().entries.get(id).and_then(|e| e.record.clone())
+    }
+
+    /// The newest `limit` questions, newest first, and where each stands.
+    pub fn list(&self, limit: usize) -> Vec<Value> {
+        let inner = self.inner.lock().unwrap();
+        inner.order.iter().rev().take(limit).filter_map(|id| inner.entries.get(id).map(|e| e.summary(id))).collect()
+    }
+
+    /// Open questions by the stage of their latest step ("" for those not started).
+    pub fn by_stage(&self) -> HashMap<String, usize> {
+        let inner = self.inner.lock().unwrap();
+        let mut counts = HashMap::new();
+        for entry in inner.entries.values().filter(|e| e.record.is_none()) {
+            let stage = entry.last_stage.split('@').next().unwrap_or_default().to_string();
+            *counts.entry(stage).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// The events of `id` from index `from`, whether the stream is complete, and a watch that
+    /// changes when more come. `None` for a question this process does not know.
+    pub fn events_from(&self, id: &str, from: usize) -> Option<Events> {
+        let inner = self.inner.lock().unwrap();
+        let entry = inner.entries.get(id)?;
+        let events = entry.events.iter().enumerate().skip(from).map(|(i, e)| (i, e.clone())).collect();
+        Some(Events { events, done: entry.record.is_some(), changed: entry.changed.subscribe() })
+    }
+
+    /// Waits up to `timeout` for the record of `id`.
+    pub async fn wait_record(&self, id: &str, timeout: Duration) -> Option<Value> {
+        let wait = async {
+            loop {
+                let Events { done, mut changed, .. } = self.events_from(id, usize::MAX)?;
+                if done {
+                    return self.record(id);
+                }
+                changed.changed().await.ok()?;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok().flatten()
+    }
+}

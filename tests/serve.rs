@@ -1,0 +1,358 @@
+//! `lacuna serve` over real HTTP, with the real index and re-ranker and a fake OpenAI-protocol LLM:
+//! the SSE stream of a two-hop question in order and resumable, 429 past the open bound, 401 without
+//! the token, clear errors for bad bodies, idempotent submission, and 500 questions under load each
+//! ending in exactly one record.
+
+mod support;
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use lacuna::pipelines::{PipelineKind, Transport};
+use lacuna::serve::{ServeOptions, Server, start};
+use lacuna::settings::Settings;
+use serde_json::{Value, json};
+use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+use support::scripted::{HUGO_QUESTION_ID, hugo_script};
+
+async fn serve(settings: &Settings, pipelines: &[PipelineKind]) -> Server {
+    let loaded = settings.clone();
+    let options =
+        ServeOptions { transport: Transport::InProcess, pipelines: pipelines.to_vec(), listen: "127.0.0.1:0".into() };
+    start(settings, options, move |_| Ok(support::parts(&loaded))).await.expect("serve starts")
+}
+
+fn url(server: &Server, path: &str) -> String {
+    format!("http://{}{path}", server.address)
+}
+
+/// A reader that answers every VANILLA question after `delay`.
+fn reader_after(delay: Duration) -> impl Fn(&str) -> Reply + Send + Sync + 'static {
+    move |prompt| match prompt_kind(prompt) {
+        Prompt::Reader => Reply::Delayed(
+            delay,
+            Box::new(Reply::Json(json!({"answer": "Paris", "confidence": 5, "explanation": "read it"}))),
+        ),
+        _ => Reply::Status(400),
+    }
+}
+
+/// Few passages to re-rank: these tests are about the API, not the method.
+fn vanilla_settings(llm: &FakeLlm) -> Settings {
+    let mut settings = support::settings(&llm.base_url);
+    settings.migres.retrieve_top_n = 3;
+    settings
+}
+
+/// One Server-Sent Event as parsed by a client.
+#[derive(Debug, Clone, PartialEq)]
+struct Sse {
+    id: usize,
+    name: String,
+    data: Value,
+}
+
+/// Reads a whole event stream (it ends after the record).
+async fn read_events(client: &reqwest::Client, url: &str, last_event_id: Option<usize>) -> Vec<Sse> {
+    let mut request = client.get(url);
+    if let Some(last) = last_event_id {
+        request = request.header("last-event-id", last.to_string());
+    }
+    let mut response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(60), response.chunk()).await.unwrap().unwrap() {
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    text.split("\n\n")
+        .filter(|block| block.contains("data: "))
+        .map(|block| {
+            let field = |name: &str| {
+                block.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("{name} in {block}")).to_string()
+            };
+            Sse { id: field("id: ").parse().unwrap(), name: field("event: "), data: serde_json::from_str(&field("data: ")).unwrap() }
+        })
+        .collect()
+}
+
+#[actix::test]
+async fn a_questions_steps_stream_in_order_end_with_its_record_and_resume_after_last_event_id() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let settings = support::settings(&llm.base_url);
+    let server = serve(&settings, &[PipelineKind::Migres]).await;
+    let client = reqwest::Client::new();
+    let (question, answers, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+
+    let response = client.post(url(&server, "/v1/questions")).json(&json!({"id": "hugo", "question": question})).send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    assert_eq!(response.headers()["location"], "/v1/questions/hugo");
+    let events = read_events(&client, &url(&server, "/v1/questions/hugo/events"), None).await;
+
+    // Numbered from 0 without a gap, opened by `accepted`, closed by the record.
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), (0..events.len()).collect::<Vec<_>>());
+    assert_eq!(events[0].name, "accepted");
+    let record = events.last().unwrap();
+    assert_eq!(record.name, "record");
+    assert_eq!(record.data["status"], "answered");
+    assert_eq!(record.data["answer"], answers[0]);
+
+    // The loop as it happened: iteration 1 searches, keeps a fact, finds something missing and writes
+    // a query; iteration 2 keeps the second fact and decides.
+    let names: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
+    let position = |name: &str, nth: usize| {
+        names.iter().enumerate().filter(|(_, n)| **n == name).nth(nth).unwrap_or_else(|| panic!("{name} #{nth} in {names:?}")).0
+    };
+    let iteration = |n: u64| events.iter().position(|e| e.name == "iteration" && e.data["iteration"] == n).unwrap();
+    assert!(iteration(1) < position("retrieved", 0));
+    assert!(position("passage_scored", 0) < position("fact_kept", 0));
+    assert!(position("fact_kept", 0) < position("decision", 0));
+    assert_eq!(events[position("decision", 0)].data["step"]["answerable"], false);
+    assert!(position("decision", 0) < position("queries_written", 0));
+    assert!(position("queries_written", 0) < iteration(2));
+    assert!(iteration(2) < position("fact_kept", 1));
+    let last_decision = &events[position("decision", 1)];
+    assert_eq!(last_decision.data["step"]["answer"], answers[0]);
+    assert!(last_decision.id < record.id);
+    // Every step of the record's trace was streamed once, none twice.
+    let streamed = events.iter().filter(|e| e.data.get("step").is_some()).count();
+    assert_eq!(streamed, record.data["trace"].as_array().unwrap().len());
+
+    // A client that lost the stream after event k reads the rest, the same events, from k + 1.
+    let k = events.len() / 2;
+    let resumed = read_events(&client, &url(&server, "/v1/questions/hugo/events"), Some(k)).await;
+    assert_eq!(resumed, events[k + 1..].to_vec());
+
+    let done: Value = client.get(url(&server, "/v1/questions/hugo")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(done, record.data, "GET returns the record once done");
+    server.stop();
+}
+
+#[actix::test]
+async fn past_the_open_bound_a_post_gets_429_with_retry_after_and_later_gets_in() {
+    let llm = FakeLlm::start(reader_after(Duration::from_millis(1500))).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.serve.max_open_questions = 2;
+    settings.serve.retry_after_s = 3;
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let post = |body: Value| client.post(url(&server, "/v1/questions")).json(&body).send();
+
+    let three = json!({"questions": [{"question": "Where is the Louvre?"}, {"question": "Where is the Prado?"}, {"question": "Where is the Tate?"}]});
+    let refused = post(three).await.unwrap();
+    assert_eq!(refused.status(), 429, "a batch is taken whole or not at all");
+    assert_eq!(refused.headers()["retry-after"], "3");
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "too_many_open");
+
+    let two = post(json!({"questions": [{"question": "Where is the Louvre?"}, {"question": "Where is the Prado?"}]})).await.unwrap();
+    assert_eq!(two.status(), 202);
+    let accepted: Value = two.json().await.unwrap();
+    assert_eq!(post(json!({"question": "Where is the Tate?"})).await.unwrap().status(), 429);
+
+    for question in accepted["questions"].as_array().unwrap() {
+        let record = server.registry.wait_record(question["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+        assert_eq!(record.expect("a record")["answer"], "Paris");
+    }
+    assert_eq!(post(json!({"question": "Where is the Tate?"})).await.unwrap().status(), 202, "room again");
+    server.stop();
+}
+
+#[actix::test]
+async fn with_a_token_configured_v1_needs_it_and_the_page_and_probes_do_not() {
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.serve.token_env = "LACUNA_TEST_SERVE_TOKEN_UNSET".into();
+    let unset = lacuna::serve::start(&settings, ServeOptions { transport: Transport::InProcess, pipelines: vec![PipelineKind::Vanilla], listen: "127.0.0.1:0".into() }, |_| unreachable!()).await;
+    let error = unset.err().expect("a named but unset token variable is refused").to_string();
+    assert!(error.contains("LACUNA_TEST_SERVE_TOKEN_UNSET"), "{error}");
+
+    // SAFETY: set before the server starts, read once by it; no other test reads this variable.
+    unsafe { std::env::set_var("LACUNA_TEST_SERVE_TOKEN", "s3cret-token") };
+    settings.serve.token_env = "LACUNA_TEST_SERVE_TOKEN".into();
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let body = json!({"question": "Where is the Louvre?"});
+
+    let without = client.post(url(&server, "/v1/questions")).json(&body).send().await.unwrap();
+    assert_eq!(without.status(), 401);
+    assert_eq!(without.headers()["www-authenticate"], "Bearer");
+    assert_eq!(without.json::<Value>().await.unwrap()["error"]["code"], "unauthorized");
+    for wrong in ["Bearer s3cret-toke", "Bearer s3cret-token2", "s3cret-token", "Basic s3cret-token"] {
+        let response = client.get(url(&server, "/v1/questions")).header("authorization", wrong).send().await.unwrap();
+        assert_eq!(response.status(), 401, "{wrong}");
+    }
+    let with = client.post(url(&server, "/v1/questions")).bearer_auth("s3cret-token").json(&body).send().await.unwrap();
+    assert_eq!(with.status(), 202);
+    assert_eq!(server.registry.open() + server.registry.list(10).len(), 2, "only the authorised question got in");
+    for public in ["/", "/openapi.json", "/healthz", "/readyz", "/metrics"] {
+        assert_eq!(client.get(url(&server, public)).send().await.unwrap().status(), 200, "{public}");
+    }
+    server.stop();
+}
+
+#[actix::test]
+async fn bad_requests_get_clear_json_errors_and_nothing_is_accepted() {
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.serve.max_batch = 3;
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let post = |body: String| client.post(url(&server, "/v1/questions")).header("content-type", "application/json").body(body).send();
+
+    let megabyte_question = json!({"question": "why?".repeat(250_000)}).to_string();
+    let two_megabytes = json!({"question": "x".repeat(2_000_000)}).to_string();
+    let cases: Vec<(String, u16, &str, &str)> = vec![
+        ("{not json".into(), 400, "bad_request", "not JSON"),
+        (json!({"question": "Where?", "colour": "red"}).to_string(), 400, "bad_request", "unknown field `colour`"),
+        (json!({"question": "   "}).to_string(), 400, "bad_request", "the question is empty"),
+        (json!({"text": "Where?"}).to_string(), 400, "bad_request", "unknown field `text`"),
+        (json!({"id": "q1"}).to_string(), 400, "bad_request", "missing field `question`"),
+        (json!({"question": "Where?", "pipeline": "rqrag"}).to_string(), 400, "bad_request", "not served here"),
+        (json!({"question": "Where?", "id": "a/b"}).to_string(), 400, "bad_request", "letters, digits"),
+        (json!({"questions": []}).to_string(), 400, "bad_request", "1 to 3 questions"),
+        (json!({"questions": [{"question": "a"}, {"question": "b"}, {"question": "c"}, {"question": "d"}]}).to_string(), 400, "bad_request", "1 to 3 questions"),
+        (json!({"questions": [{"question": "a", "id": "x"}, {"question": "b", "id": "x"}]}).to_string(), 400, "bad_request", "same id"),
+        (json!({"questions": [{"question": "fine"}, {"question": ""}]}).to_string(), 400, "bad_request", "questions[1]: the question is empty"),
+        (megabyte_question, 400, "bad_request", "1000000 characters, more than run.max_question_chars = 2000"),
+        (two_megabytes, 413, "too_large", "over 1048576 bytes"),
+    ];
+    for (body, status, code, message) in cases {
+        let response = post(body.clone()).await.unwrap();
+        assert_eq!(response.status(), status, "{}", &body[..body.len().min(80)]);
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["code"], code);
+        let text = error["error"]["message"].as_str().unwrap();
+        assert!(text.contains(message), "{text:?} should say {message:?}");
+    }
+    let unknown = client.get(url(&server, "/v1/questions/nobody")).send().await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    let wrong_method = client.delete(url(&server, "/v1/questions")).send().await.unwrap();
+    assert_eq!(wrong_method.status(), 405);
+    assert_eq!(server.registry.open(), 0);
+    assert!(server.registry.list(10).is_empty(), "no bad request left a question behind");
+    assert_eq!(llm.calls(), 0);
+    server.stop();
+}
+
+#[actix::test]
+async fn a_repeated_post_returns_the_same_question_never_a_second_one() {
+    let llm = FakeLlm::start(reader_after(Duration::from_millis(300))).await;
+    let server = serve(&vanilla_settings(&llm), &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let post = |body: Value, key: Option<&str>| {
+        let mut request = client.post(url(&server, "/v1/questions")).json(&body);
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        request.send()
+    };
+    let louvre = json!({"question": "Where is the Louvre?"});
+    let first: Value = post(louvre.clone(), Some("k-1")).await.unwrap().json().await.unwrap();
+    let again: Value = post(louvre.clone(), Some("k-1")).await.unwrap().json().await.unwrap();
+    assert_eq!(first["id"], again["id"]);
+    assert_eq!((first["questions"][0]["duplicate"].clone(), again["questions"][0]["duplicate"].clone()), (json!(false), json!(true)));
+
+    let mine = json!({"id": "mine-1", "question": "Where is the Prado?"});
+    assert_eq!(post(mine.clone(), None).await.unwrap().status(), 202);
+    let repeated: Value = post(mine, None).await.unwrap().json().await.unwrap();
+    assert_eq!(repeated["id"], "mine-1");
+    assert_eq!(repeated["questions"][0]["duplicate"], true);
+    let conflict = post(json!({"id": "mine-1", "question": "Where is the Tate?"}), None).await.unwrap();
+    assert_eq!(conflict.status(), 409);
+
+    // POST /v1/answer with the same key waits for that same question's record.
+    let mut waited = json!({"timeout_ms": 30_000});
+    waited["question"] = louvre["question"].clone();
+    let answered = client.post(url(&server, "/v1/answer")).header("idempotency-key", "k-1").json(&waited).send().await.unwrap();
+    assert_eq!(answered.status(), 200);
+    let record: Value = answered.json().await.unwrap();
+    assert_eq!(record["question_id"], first["id"]);
+    server.registry.wait_record("mine-1", Duration::from_secs(30)).await.expect("a record");
+    assert_eq!(llm.calls_of(Prompt::Reader), 2, "two distinct questions, each answered once");
+    server.stop();
+}
+
+#[actix::test]
+async fn post_answer_waits_for_the_record_or_hands_back_the_location() {
+    let llm = FakeLlm::start(reader_after(Duration::from_millis(800))).await;
+    let server = serve(&vanilla_settings(&llm), &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let quick = client.post(url(&server, "/v1/answer")).json(&json!({"question": "Where is the Louvre?", "timeout_ms": 1})).send().await.unwrap();
+    assert_eq!(quick.status(), 202);
+    let location = quick.headers()["location"].to_str().unwrap().to_string();
+    let waited = client.post(url(&server, "/v1/answer")).json(&json!({"question": "Where is the Prado?"})).send().await.unwrap();
+    assert_eq!(waited.status(), 200);
+    assert_eq!(waited.json::<Value>().await.unwrap()["answer"], "Paris");
+    let later: Value = client.get(url(&server, &location)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(later["status"], "answered", "the question went on past the wait: {later}");
+    server.stop();
+}
+
+#[actix::test]
+async fn five_hundred_questions_posted_at_once_end_as_five_hundred_records_none_twice() {
+    let llm = FakeLlm::start(reader_after(Duration::from_millis(20))).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.serve.retry_after_s = 1;
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let base = url(&server, "/v1/questions");
+    // 64 clients for 500 questions, as fast as they can; a 429 is retried after its Retry-After.
+    let mut clients = Vec::new();
+    for worker in 0..64 {
+        let (client, base) = (client.clone(), base.clone());
+        clients.push(tokio::spawn(async move {
+            let mut throttled = 0;
+            for n in (worker..500).step_by(64) {
+                let body = json!({"id": format!("load-{n}"), "question": format!("Where is museum number {n}?")});
+                loop {
+                    let response = client.post(&base).json(&body).send().await.unwrap();
+                    match response.status().as_u16() {
+                        202 => break,
+                        429 => {
+                            throttled += 1;
+                            let after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+                            tokio::time::sleep(Duration::from_secs(after)).await;
+                        }
+                        other => panic!("unexpected {other}: {}", response.text().await.unwrap()),
+                    }
+                }
+            }
+            throttled
+        }));
+    }
+    let mut throttled = 0;
+    for handle in clients {
+        throttled += handle.await.unwrap();
+    }
+    assert!(throttled > 0, "64 clients over a bound of 32 must have met a 429");
+    let mut statuses: HashMap<String, usize> = HashMap::new();
+    for n in 0..500 {
+        let record = server.registry.wait_record(&format!("load-{n}"), Duration::from_secs(120)).await;
+        let record = record.unwrap_or_else(|| panic!("no record for load-{n}"));
+        *statuses.entry(record["status"].as_str().unwrap().to_string()).or_default() += 1;
+    }
+    assert_eq!(statuses.get("answered"), Some(&500), "{statuses:?}");
+    let asked: BTreeSet<String> = llm.prompts.lock().unwrap().iter().filter(|p| prompt_kind(p) == Prompt::Reader).cloned().collect();
+    assert_eq!(llm.calls_of(Prompt::Reader), 500, "each question answered once");
+    assert_eq!(asked.len(), 500);
+    assert_eq!(server.registry.open(), 0);
+    eprintln!("500 questions, {throttled} answered 429 and retried");
+    server.stop();
+}
+
+#[test]
+fn the_openapi_document_describes_every_route_the_server_has() {
+    let document: Value = serde_json::from_str(include_str!("../serve/openapi.json")).unwrap();
+    let paths: BTreeSet<&str> = document["paths"].as_object().unwrap().keys().map(String::as_str).collect();
+    let routes = BTreeSet::from([
+        "/", "/openapi.json", "/metrics", "/healthz", "/readyz", "/v1/questions", "/v1/questions/{id}",
+        "/v1/questions/{id}/events", "/v1/answer", "/v1/stages",
+    ]);
+    assert_eq!(paths, routes);
+    let api = include_str!("../serve/api.rs");
+    for route in routes.iter().filter(|r| r.starts_with("/v1")) {
+        assert!(api.contains(&format!("\"{route}\"")), "serve/api.rs routes {route}");
+    }
+}
