@@ -295,3 +295,23 @@ async fn an_answer_says_what_its_llm_calls_cost_by_stage() {
     let by_stage: f64 = answer.usage.cost_by_stage.values().sum();
     assert!((by_stage - answer.usage.cost).abs() < 1e-12);
 }
+
+/// Progress is best-effort: with every progress publish refused (and, in process, nobody reading the
+/// topic), the question is answered all the same and the losses are counted.
+#[actix::test]
+async fn progress_publishes_that_all_fail_never_fail_the_question() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let mut settings = migres_settings(&llm);
+    settings.bus.progress = true;
+    let dropped = || lacuna::metrics::METRICS.progress_dropped.with_label_values(&["leaf"]).get();
+    let before = dropped();
+    let bus = Arc::new(
+        FaultyBus::new(Arc::new(InProcessBus::new(256)))
+            .failing(Topic::Progress, |_, _| Some(BusError::Transport("progress refused (injected)".into()))),
+    );
+    let record = ask_on(PipelineKind::Migres, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    assert_eq!(answer.answer, "Murcia");
+    assert!(bus.failures() >= 4, "every stage's progress was refused: {}", bus.failures());
+    assert!(dropped() > before, "the refused progress is counted");
+}

@@ -356,3 +356,49 @@ fn the_openapi_document_describes_every_route_the_server_has() {
         assert!(api.contains(&format!("\"{route}\"")), "serve/api.rs routes {route}");
     }
 }
+
+/// Over Kafka, two serve replicas in front of the stages: a question posted to one is streamed and
+/// answered by the other too (each reads every answer and progress partition in its own groups), and
+/// posting its id again to the other returns the same question.
+#[actix::test]
+async fn over_kafka_any_replica_streams_and_answers_any_question() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let mut settings = support::cluster::settings("serve", &llm.base_url);
+    settings.bus.progress = true;
+    let bus: std::sync::Arc<dyn lacuna::topics::Bus> = PipelineKind::Migres.kafka_bus(&settings).await.unwrap();
+    let stages = lacuna::pipelines::Pipeline::start_on(PipelineKind::Migres, bus, &settings, support::parts(&settings)).await.unwrap();
+    let replica = |name: &str| {
+        let mut settings = settings.clone();
+        settings.serve.replica_id = name.into();
+        async move {
+            let options = ServeOptions { transport: Transport::Kafka, pipelines: vec![PipelineKind::Migres], listen: "127.0.0.1:0".into() };
+            start(&settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap()
+        }
+    };
+    let (a, b) = (replica("a").await, replica("b").await);
+    let client = reqwest::Client::new();
+    let (question, answers, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    let posted = client.post(url(&a, "/v1/questions")).json(&json!({"id": "kafka-hugo", "question": question})).send().await.unwrap();
+    assert_eq!(posted.status(), 202, "accepted once the broker acknowledged it");
+
+    let on_a = a.registry.wait_record("kafka-hugo", Duration::from_secs(60)).await.expect("a record on replica a");
+    let mut on_b = None;
+    for _ in 0..100 {
+        on_b = b.registry.record("kafka-hugo");
+        if on_b.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(on_b.as_ref(), Some(&on_a), "both replicas hold the one record");
+    assert_eq!(on_a["answer"], answers[0]);
+    let streamed = read_events(&client, &url(&b, "/v1/questions/kafka-hugo/events"), None).await;
+    assert_eq!(streamed.last().unwrap().name, "record");
+    assert!(streamed.iter().any(|e| e.name == "fact_kept"), "replica b streams the steps too");
+
+    let again: Value = client.post(url(&b, "/v1/questions")).json(&json!({"id": "kafka-hugo", "question": question})).send().await.unwrap().json().await.unwrap();
+    assert_eq!(again["questions"][0]["duplicate"], true, "the other replica knows the id: {again}");
+    a.stop();
+    b.stop();
+    stages.stop();
+}
