@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (ONNX Runtime, the re-ranker, the small LLM and its
-# server, a Kafka-protocol broker, helm, Prometheus, all cached under $LACUNA_CACHE), builds, checks the Helm
+# server, a Kafka-protocol broker, helm, Prometheus, all cached under $LACUNA_CACHE; as root, Debian's
+# chromium for the live page's browser test), builds, checks the Helm
 # chart, starts a test LLM server and broker on 127.0.0.1, runs every test, and stops them by PID. Safe to run again: installed parts are reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,13 @@ export LACUNA_MODEL="${LACUNA_TEST_MODEL:-qwen0.5b}"
 eval "$(scripts/setup.sh --env)"
 # Debian's Prometheus and promtool, for the dashboard and alerting-rule tests (tests/prometheus.rs).
 eval "$(scripts/prometheus.sh --env)"
+
+# Headless Chromium and chromedriver for the live page's browser test (tests/serve_page.rs): Debian's
+# packages, installed when missing if we are root; without them that test says SKIPPED.
+if ! command -v chromedriver > /dev/null && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver >&2 ||
+        echo "test: could not install chromium (is the Debian mirror reachable?): the browser test will skip" >&2
+fi
 
 # Build artefacts live outside the repo, so a fresh clone reuses an earlier build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LACUNA_CACHE/target}"
