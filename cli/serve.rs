@@ -30,10 +30,13 @@ pub async fn serve(settings: &Settings, args: ServeArgs) -> anyhow::Result<()> {
     if args.transport == Transport::InProcess {
         check_llm(&settings).await.map_err(anyhow::Error::msg)?;
     }
+    // /metrics, /healthz and /readyz on metrics.listen too, where every Lacuna pod serves them.
+    let probes = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     let listen = args.listen.unwrap_or_else(|| settings.serve.listen.clone());
     let options = ServeOptions { transport: args.transport, pipelines: args.pipelines.clone(), listen };
     let loaded = settings.clone();
     let mut server = start(&settings, options, |kind| Ok(Parts::load(&loaded, kind)?)).await?;
+    probes.store(true, std::sync::atomic::Ordering::Relaxed);
     let served: Vec<&str> = args.pipelines.iter().map(|p| p.name()).collect();
     eprintln!("serving {} on http://{} (the live page at /, the API at /v1, /openapi.json)", served.join(", "), server.address);
     let outcome = tokio::select! {
@@ -44,6 +47,7 @@ pub async fn serve(settings: &Settings, args: ServeArgs) -> anyhow::Result<()> {
     if open > 0 && args.transport == Transport::InProcess {
         eprintln!("stopping with {open} questions open: held in memory, they are lost");
     }
+    probes.store(false, std::sync::atomic::Ordering::Relaxed);
     server.stop();
     outcome
 }

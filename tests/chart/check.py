@@ -105,6 +105,11 @@ def check_values_file(name):
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
     deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in by_kind.get("Deployment", [])}
+    serve = deployments.pop("serve", None)
+    if name == "keda-values.yaml":
+        check_serve(serve, by_kind, pipeline, label)
+    else:
+        check(serve is None, f"{label}: a serve Deployment though serve.enabled is false")
     stages = [s.replace("_", "-") for s in PIPELINES[pipeline]]
     check(sorted(deployments) == sorted(stages), f"{label}: Deployments {sorted(deployments)}, expected {sorted(stages)}")
 
@@ -187,6 +192,28 @@ def check_values_file(name):
         job = by_kind.get("Job", [])
         check(len(job) == 1 and "topics" in job[0]["spec"]["template"]["spec"]["containers"][0]["args"],
               f"{label}: no topic-creating Job")
+
+
+def check_serve(serve, by_kind, pipeline, label):
+    """`lacuna serve` in front of the Kafka stages: its Deployment, its Service, its token from the
+    Secret, and the stages publishing progress for it."""
+    if not check(serve is not None, f"{label}: serve.enabled rendered no serve Deployment"):
+        return
+    container = serve["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    check(args[args.index("serve"):] == ["serve", "--transport", "kafka", "--pipeline", pipeline], f"{label}: serve runs {args}")
+    env = {e["name"]: e for e in container.get("env", [])}
+    check(env.get("LACUNA_SERVE_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef") == {"name": "lacuna-serve", "key": "token"},
+          f"{label}: the serve token does not come from its Secret")
+    check(env.get("LACUNA__SERVE__REPLICA_ID", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name",
+          f"{label}: serve replicas do not get their own consumer groups")
+    check(container.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz", f"{label}: serve has no /readyz probe")
+    services = [s for s in by_kind.get("Service", []) if s["metadata"]["labels"].get("app.kubernetes.io/component") == "serve"]
+    check(len(services) == 1 and services[0]["spec"]["selector"]["app.kubernetes.io/component"] == "serve"
+          and services[0]["spec"]["ports"][0]["targetPort"] == "http", f"{label}: no Service in front of serve")
+    config = [c["data"]["lacuna.toml"] for c in by_kind.get("ConfigMap", []) if "lacuna.toml" in c.get("data", {})][0]
+    check("progress = true" in config and 'token_env = "LACUNA_SERVE_TOKEN"' in config and "chat.example.com" in config,
+          f"{label}: lacuna.toml lacks the stages' progress or serve's token and CORS settings")
 
 
 def check_pipelines_file():

@@ -75,6 +75,15 @@ every per-stage override names a stage some pipeline has. */}}
 {{- $llm := dict "base_url" .Values.llm.baseUrl "model" .Values.llm.model -}}
 {{- $_ := set $config "llm" (merge $llm (default dict $config.llm)) -}}
 {{- $_ := set $config "metrics" (dict "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port))) -}}
+{{- if .Values.serve.enabled -}}
+{{- $bus := merge (dict "progress" true) (default dict $config.bus) -}}
+{{- $_ := set $config "bus" $bus -}}
+{{- $serve := dict "listen" (printf "0.0.0.0:%d" (int .Values.serve.port)) "max_open_questions" (int .Values.serve.maxOpenQuestions) "cors_origins" .Values.serve.corsOrigins -}}
+{{- if .Values.serve.tokenSecret.name -}}
+{{- $_ := set $serve "token_env" "LACUNA_SERVE_TOKEN" -}}
+{{- end -}}
+{{- $_ := set $config "serve" (merge $serve (default dict $config.serve)) -}}
+{{- end -}}
 {{- $search := dict "index_dir" .Values.index.mountPath -}}
 {{- $_ := set $config "search" (merge $search (default dict $config.search)) -}}
 {{- toToml $config -}}
