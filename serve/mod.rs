@@ -133,10 +133,15 @@ pub async fn start(
             }
         };
         if let Feed::Kafka(answers) = answers {
-            spawn_answer_feed(answers, registry.clone(), fail.clone(), name.clone());
+            let (registry, pipeline) = (registry.clone(), name.clone());
+            let take = move |answer: VersionedAnswer| registry.finish(&pipeline, answer);
+            spawn_feed(answers, format!("{name} answers"), fail.clone(), take);
         }
+        // Progress is best-effort: an undecodable record costs a watcher a step, nothing more.
         let progress = bus.subscribe(&[Topic::Progress], &format!("serve-{replica}-progress")).await?;
-        spawn_progress_feed(progress, registry.clone(), fail.clone(), name.clone());
+        let registry_for_progress = registry.clone();
+        let take = move |event: ProgressEvent| registry_for_progress.progress(event);
+        spawn_feed(progress, format!("{name} progress"), fail.clone(), take);
         buses.insert(name, bus);
     }
     let mut stage_names: Vec<&'static str> = Vec::new();
@@ -173,40 +178,22 @@ enum Feed {
     Kafka(Box<dyn Subscription>),
 }
 
-/// Every record of an answers topic into the registry (which keeps the first per question).
-fn spawn_answer_feed(
-    mut answers: Box<dyn Subscription>,
-    registry: Arc<Registry>,
+/// Every record of `feed` decoded and handed to `take`, acknowledged once taken; an undecodable
+/// one is logged and skipped. A feed that ends fails the server: nothing more can come through it.
+fn spawn_feed<E: Event>(
+    mut feed: Box<dyn Subscription>,
+    what: String,
     fail: Arc<watch::Sender<Option<String>>>,
-    pipeline: String,
+    take: impl Fn(E) + 'static,
 ) {
     actix::spawn(async move {
-        while let Some(delivery) = answers.next().await {
-            match VersionedAnswer::from_payload(&delivery.record.payload) {
-                Ok(answer) => registry.finish(&pipeline, answer),
-                Err(error) => tracing::error!(%error, key = %delivery.record.key, "undecodable answer record skipped"),
+        while let Some(delivery) = feed.next().await {
+            match E::from_payload(&delivery.record.payload) {
+                Ok(event) => take(event),
+                Err(error) => tracing::warn!(%error, key = %delivery.record.key, feed = %what, "undecodable record skipped"),
             }
             delivery.ack();
         }
-        fail.send_replace(Some(format!("the answers feed of {pipeline} ended")));
-    });
-}
-
-/// Every progress record into the registry. Undecodable ones are skipped: progress is best-effort.
-fn spawn_progress_feed(
-    mut progress: Box<dyn Subscription>,
-    registry: Arc<Registry>,
-    fail: Arc<watch::Sender<Option<String>>>,
-    pipeline: String,
-) {
-    actix::spawn(async move {
-        while let Some(delivery) = progress.next().await {
-            match ProgressEvent::from_payload(&delivery.record.payload) {
-                Ok(event) => registry.progress(event),
-                Err(error) => tracing::debug!(%error, "undecodable progress record skipped"),
-            }
-            delivery.ack();
-        }
-        fail.send_replace(Some(format!("the progress feed of {pipeline} ended")));
+        fail.send_replace(Some(format!("the {what} feed ended")));
     });
 }
