@@ -403,3 +403,65 @@ async fn over_kafka_any_replica_streams_and_answers_any_question() {
     b.stop();
     stages.stop();
 }
+
+/// RA-ISF's sub-questions stream as nodes of their own: each child's steps under its node ("1",
+/// "2"), the split and the join under the root, and the children's steps that the joined parent's
+/// trace repeats are not streamed twice.
+#[actix::test]
+async fn a_fanned_out_question_streams_each_sub_question_under_its_own_node() {
+    let llm = FakeLlm::start(support::methods::methods_script).await;
+    let mut settings = support::settings(&llm.base_url);
+    settings.migres.retrieve_top_n = 8;
+    settings.raisf.top_k = 3;
+    let server = serve(&settings, &[PipelineKind::Raisf]).await;
+    let client = reqwest::Client::new();
+    let (question, answers, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    let posted = client.post(url(&server, "/v1/questions")).json(&json!({"id": "tree", "question": question})).send().await.unwrap();
+    assert_eq!(posted.status(), 202);
+    let events = read_events(&client, &url(&server, "/v1/questions/tree/events"), None).await;
+    let record = &events.last().unwrap().data;
+    assert_eq!(record["answer"], answers[0]);
+
+    let nodes: BTreeSet<&str> = events.iter().filter_map(|e| e.data["node"].as_str()).collect();
+    assert_eq!(nodes, BTreeSet::from(["1", "2", "root"]));
+    let root_kinds: Vec<&str> = events.iter().filter(|e| e.data["node"] == "root").map(|e| e.name.as_str()).collect();
+    assert!(root_kinds.contains(&"fanned_out") && root_kinds.contains(&"joined"), "{root_kinds:?}");
+    let fanned = events.iter().find(|e| e.name == "fanned_out").unwrap();
+    let joined = events.iter().find(|e| e.name == "joined").unwrap();
+    for child in ["1", "2"] {
+        let steps: Vec<&Sse> = events.iter().filter(|e| e.data["node"] == child && e.data.get("step").is_some()).collect();
+        assert!(!steps.is_empty(), "node {child} streamed its steps");
+        assert!(steps.iter().all(|s| fanned.id < s.id && s.id < joined.id), "node {child}'s steps come between split and join");
+    }
+    // Each step of the record's trace once: the root's own, and each child's under its node.
+    let streamed = events.iter().filter(|e| e.data.get("step").is_some()).count();
+    assert_eq!(streamed, record["trace"].as_array().unwrap().len());
+    server.stop();
+}
+
+#[actix::test]
+async fn cors_is_off_until_an_origin_is_listed() {
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let client = reqwest::Client::new();
+    for (origins, allowed) in [(vec![], false), (vec!["https://chat.example.com".to_string()], true)] {
+        let mut settings = vanilla_settings(&llm);
+        settings.serve.cors_origins = origins;
+        let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+        for origin in ["https://chat.example.com", "https://evil.example.com"] {
+            let response = client.get(url(&server, "/v1/questions")).header("origin", origin).send().await.unwrap();
+            let granted = response.headers().get("access-control-allow-origin").map(|v| v.to_str().unwrap().to_string());
+            let expected = (allowed && origin == "https://chat.example.com").then(|| origin.to_string());
+            assert_eq!(granted, expected, "{origin} with cors_origins allowed={allowed}");
+        }
+        let preflight = client
+            .request(reqwest::Method::OPTIONS, url(&server, "/v1/questions"))
+            .header("origin", "https://chat.example.com")
+            .header("access-control-request-method", "POST")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(preflight.status(), 204);
+        assert_eq!(preflight.headers().contains_key("access-control-allow-origin"), allowed);
+        server.stop();
+    }
+}
