@@ -64,24 +64,30 @@ impl InputReader {
 
     /// Validates one question: not empty, not oversized, id not seen before.
     pub fn question(&mut self, id: String, question: String) -> Input {
-        let question = question.trim().to_string();
-        if question.is_empty() {
-            return reject(&id, "", "the question is empty".to_string());
-        }
-        let chars = question.chars().count();
-        if chars > self.max_chars {
-            return reject(
-                &id,
-                &question,
-                format!("the question has {chars} characters, more than run.max_question_chars = {}", self.max_chars),
-            );
-        }
+        let question = match checked_question(&question, self.max_chars) {
+            Ok(question) => question,
+            Err(message) => return reject(&id, question.trim(), message),
+        };
         // The answer sink keeps one record per id: a second question with the same id would vanish.
         if !self.seen.insert(id.clone()) {
             return reject(&id, &question, format!("duplicate question id {id:?}"));
         }
         Input::Question(QuestionEvent::new(id, question))
     }
+}
+
+/// The question as it will be asked (trimmed), or why it cannot be: empty, or over `max_chars`
+/// (`run.max_question_chars`). Every way in (`lacuna run`, `submit`, `serve`) checks with this.
+pub fn checked_question(question: &str, max_chars: usize) -> Result<String, String> {
+    let question = question.trim();
+    if question.is_empty() {
+        return Err("the question is empty".to_string());
+    }
+    let chars = question.chars().count();
+    if chars > max_chars {
+        return Err(format!("the question has {chars} characters, more than run.max_question_chars = {max_chars}"));
+    }
+    Ok(question.to_string())
 }
 
 fn reject(id: &str, question: &str, message: String) -> Input {

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Event, Record, Topic, TraceStep};
+use super::{Event, NodeRef, Record, Topic, TraceStep};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProgressEvent {
@@ -32,43 +32,32 @@ impl Event for ProgressEvent {
     }
 }
 
-/// One node's trace as an event shows it: which question and node, and its steps.
+/// One node's trace as an event shows it.
 struct NodeTrace {
-    root_id: String,
-    node_key: String,
-    path: String,
+    node: NodeRef,
     trace: Vec<Value>,
 }
 
 /// Reads the node and trace an event payload carries: an event with memory, a finished child on
-/// its way to the join, or an answer record.
+/// its way to the join, a parent waiting for its children, or an answer record (a question has no
+/// trace yet).
 fn node_trace(payload: &[u8]) -> Option<NodeTrace> {
-    let value: Value = serde_json::from_slice(payload).ok()?;
-    let (holder, node) = if let Some(memory) = value.get("memory") {
-        (memory, memory.get("node"))
-    } else if let Some(result) = value.get("result") {
-        (result, result.get("node"))
-    } else if let Some(parent) = value.get("parent") {
-        (parent, parent.get("node"))
-    } else {
-        (&value, None)
+    let mut value: Value = serde_json::from_slice(payload).ok()?;
+    let question_event_id = value.get("id").and_then(Value::as_str).map(str::to_string);
+    let holder = match ["memory", "result", "parent"].into_iter().find(|k| value.get(k).is_some()) {
+        Some(key) => value.get_mut(key)?,
+        None => &mut value,
     };
-    let own_id = holder.get("question_id").and_then(Value::as_str);
-    let (root_id, path): (String, Vec<u64>) = match node.filter(|n| !n.is_null()) {
-        Some(node) => (
-            node["root_id"].as_str()?.to_string(),
-            node["path"].as_array()?.iter().filter_map(Value::as_u64).collect(),
-        ),
-        None => (own_id.or(value.get("id").and_then(Value::as_str))?.to_string(), Vec::new()),
+    let node = match holder.get("node").and_then(|n| NodeRef::deserialize(n).ok()) {
+        Some(node) => node,
+        None => NodeRef::root(holder.get("question_id").and_then(Value::as_str).map(str::to_string).or(question_event_id)?),
     };
-    let path = if path.is_empty() {
-        "root".to_string()
-    } else {
-        path.iter().map(u64::to_string).collect::<Vec<_>>().join(".")
+    // Taken, not cloned: traces grow with every iteration and this runs on every event.
+    let trace = match holder.get_mut("trace").map(Value::take) {
+        Some(Value::Array(steps)) => steps,
+        _ => Vec::new(),
     };
-    let node_key = if path == "root" { root_id.clone() } else { format!("{root_id}#{path}") };
-    let trace = holder.get("trace").and_then(Value::as_array).cloned().unwrap_or_default();
-    Some(NodeTrace { root_id, node_key, path, trace })
+    Some(NodeTrace { node, trace })
 }
 
 /// The progress records for one handled event: for each output, the steps its node's trace gained
@@ -81,16 +70,16 @@ pub fn progress_records(stage: &str, input: &Record, outputs: &[Record]) -> Vec<
         .filter_map(|record| node_trace(&record.payload))
         .filter_map(|after| {
             let from = match &before {
-                Some(before) if before.node_key == after.node_key => before.trace.len(),
+                Some(before) if before.node == after.node => before.trace.len(),
                 _ => 0,
             };
             let steps: Vec<TraceStep> =
-                after.trace.iter().skip(from).filter_map(|s| serde_json::from_value(s.clone()).ok()).collect();
+                after.trace.into_iter().skip(from).filter_map(|s| serde_json::from_value(s).ok()).collect();
             (!steps.is_empty()).then(|| {
                 ProgressEvent {
                     schema_version: super::SCHEMA_VERSION,
-                    question_id: after.root_id,
-                    node: after.path,
+                    node: after.node.path_text(),
+                    question_id: after.node.root_id,
                     stage: stage.to_string(),
                     from,
                     steps,
