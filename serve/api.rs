@@ -23,6 +23,7 @@ use subtle::ConstantTimeEq;
 use super::http::{Body, error_reply, json_reply, read_body, reply, sse_event, sse_reply};
 use super::registry::{AdmitError, Admitted, Events, NewQuestion, Registry};
 use crate::metrics::METRICS;
+use crate::pipelines::input::checked_question;
 use crate::pipelines::Transport;
 use crate::settings::ServeSettings;
 use crate::topics::{Bus, Event, Topic};
@@ -238,17 +239,8 @@ impl Api {
         let mut questions = Vec::new();
         for (i, body) in bodies.into_iter().enumerate() {
             let at = if batch { format!("questions[{i}]: ") } else { String::new() };
-            let question = body.question.trim().to_string();
-            if question.is_empty() {
-                return Err(bad_request(format!("{at}the question is empty")));
-            }
-            let chars = question.chars().count();
-            if chars > self.max_question_chars {
-                return Err(bad_request(format!(
-                    "{at}the question has {chars} characters, more than run.max_question_chars = {}",
-                    self.max_question_chars
-                )));
-            }
+            let question = checked_question(&body.question, self.max_question_chars)
+                .map_err(|message| bad_request(format!("{at}{message}")))?;
             if let Some(id) = &body.id
                 && !valid_id(id)
             {
@@ -307,7 +299,6 @@ impl Api {
                         let response = json_reply(StatusCode::SERVICE_UNAVAILABLE, &body);
                         return Err(Refusal::new(response, "unavailable"));
                     }
-                    self.registry.published(&id);
                     unpublished.retain(|u| *u != id);
                     ids.push((id, true));
                 }

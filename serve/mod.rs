@@ -102,7 +102,7 @@ pub async fn start(
     let replica = replica_id(&settings);
     for kind in &options.pipelines {
         let name = kind.name().to_string();
-        let (bus, answers): (Arc<dyn Bus>, Feed) = match options.transport {
+        let bus: Arc<dyn Bus> = match options.transport {
             Transport::InProcess => {
                 let mut pipeline = Pipeline::start(*kind, &settings, parts(*kind)?).await?;
                 let bus = pipeline.bus();
@@ -124,23 +124,21 @@ pub async fn start(
                     }
                     pipeline.stop();
                 });
-                (bus, Feed::None)
+                bus
             }
             Transport::Kafka => {
                 let bus: Arc<dyn Bus> = kind.kafka_bus(&settings).await?;
                 let answers = bus.subscribe(&[Topic::Answers], &format!("serve-{replica}")).await?;
-                (bus, Feed::Kafka(answers))
+                let (registry, pipeline) = (registry.clone(), name.clone());
+                let take = move |answer: VersionedAnswer| registry.finish(&pipeline, answer);
+                spawn_feed(answers, format!("{name} answers"), fail.clone(), take);
+                bus
             }
         };
-        if let Feed::Kafka(answers) = answers {
-            let (registry, pipeline) = (registry.clone(), name.clone());
-            let take = move |answer: VersionedAnswer| registry.finish(&pipeline, answer);
-            spawn_feed(answers, format!("{name} answers"), fail.clone(), take);
-        }
         // Progress is best-effort: an undecodable record costs a watcher a step, nothing more.
         let progress = bus.subscribe(&[Topic::Progress], &format!("serve-{replica}-progress")).await?;
-        let registry_for_progress = registry.clone();
-        let take = move |event: ProgressEvent| registry_for_progress.progress(event);
+        let (registry, pipeline) = (registry.clone(), name.clone());
+        let take = move |event: ProgressEvent| registry.progress(&pipeline, event);
         spawn_feed(progress, format!("{name} progress"), fail.clone(), take);
         buses.insert(name, bus);
     }
@@ -171,11 +169,6 @@ pub async fn start(
     http::serve(listener, Arc::new(move |request| api.clone().handle(request)));
     ready.store(true, Ordering::Relaxed);
     Ok(Server { address, registry, failure, stop })
-}
-
-enum Feed {
-    None,
-    Kafka(Box<dyn Subscription>),
 }
 
 /// Every record of `feed` decoded and handed to `take`, acknowledged once taken; an undecodable

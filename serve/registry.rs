@@ -63,8 +63,6 @@ struct Entry {
     /// Accepted by this process (counts against its open bound); false for questions another
     /// replica accepted, known here from the answers and progress topics.
     local: bool,
-    /// The question is on the bus (a question being published is not yet).
-    published: bool,
     key: Option<String>,
     events: Vec<StreamEvent>,
     /// Steps seen per node ("root", "1.2"), so overlapping progress adds nothing twice.
@@ -82,7 +80,6 @@ impl Entry {
             question,
             pipeline,
             local,
-            published: !local,
             key,
             events: Vec::new(),
             node_steps: HashMap::new(),
@@ -166,6 +163,18 @@ struct Inner {
     order: VecDeque<String>,
 }
 
+impl Inner {
+    /// The entry of `id`; one this process never saw is created as another replica's question of
+    /// `pipeline`, known here from the topics (its text comes with its record).
+    fn known(&mut self, id: &str, pipeline: &str) -> &mut Entry {
+        let Inner { entries, order, .. } = self;
+        entries.entry(id.to_string()).or_insert_with(|| {
+            order.push_back(id.to_string());
+            Entry::new(String::new(), pipeline.to_string(), false, None)
+        })
+    }
+}
+
 pub struct Registry {
     inner: Mutex<Inner>,
     max_open: usize,
@@ -203,7 +212,7 @@ impl Registry {
             match known {
                 Some(id) => {
                     let entry = &inner.entries[&id];
-                    // A foreign entry known only from progress has no question text to compare.
+                    // Another replica's question known only from progress has no text to compare.
                     let same = (entry.question.is_empty() || entry.question == asked.question)
                         && entry.pipeline == asked.pipeline;
                     if !same {
@@ -241,13 +250,6 @@ impl Registry {
         Ok(out)
     }
 
-    /// The question is on the bus: from now on it ends in a record.
-    pub fn published(&self, id: &str) {
-        if let Some(entry) = self.inner.lock().unwrap().entries.get_mut(id) {
-            entry.published = true;
-        }
-    }
-
     /// Forgets a question the bus did not take: it was never accepted.
     pub fn withdraw(&self, id: &str) {
         let mut inner = self.inner.lock().unwrap();
@@ -263,14 +265,10 @@ impl Registry {
         METRICS.serve_open_questions.with_label_values::<&str>(&[]).set(inner.open as i64);
     }
 
-    /// Steps a stage added.
-    pub fn progress(&self, event: ProgressEvent) {
+    /// Steps a stage of `pipeline` added.
+    pub fn progress(&self, pipeline: &str, event: ProgressEvent) {
         let mut inner = self.inner.lock().unwrap();
-        let Inner { entries, order, .. } = &mut *inner;
-        let entry = entries.entry(event.question_id.clone()).or_insert_with(|| {
-            order.push_back(event.question_id.clone());
-            Entry::new(String::new(), String::new(), false, None)
-        });
+        let entry = inner.known(&event.question_id, pipeline);
         if entry.record.is_some() {
             return;
         }
@@ -281,11 +279,7 @@ impl Registry {
     pub fn finish(&self, pipeline: &str, answer: VersionedAnswer) {
         let id = answer.record.question_id().to_string();
         let mut inner = self.inner.lock().unwrap();
-        let Inner { entries, order, .. } = &mut *inner;
-        let entry = entries.entry(id.clone()).or_insert_with(|| {
-            order.push_back(id.clone());
-            Entry::new(String::new(), pipeline.to_string(), false, None)
-        });
+        let entry = inner.known(&id, pipeline);
         if entry.record.is_some() {
             return;
         }
@@ -295,9 +289,6 @@ impl Registry {
         };
         if entry.question.is_empty() {
             entry.question = question.clone();
-        }
-        if entry.pipeline.is_empty() {
-            entry.pipeline = pipeline.to_string();
         }
         // Steps whose progress never came (dropped, or progress off) complete the stream first.
         entry.add_steps("root", 0, trace);
@@ -382,5 +373,42 @@ impl Registry {
             }
         };
         tokio::time::timeout(timeout, wait).await.ok().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topics::{TraceKind, TraceStep};
+
+    fn asked(id: &str) -> NewQuestion {
+        NewQuestion { id: Some(id.into()), key: None, question: "Who?".into(), pipeline: "migres".into(), yes_no: false }
+    }
+
+    /// Over Kafka a replica may know a question only from its progress: asking it again there
+    /// returns that question, not a conflict and not a second one.
+    #[test]
+    fn a_question_known_from_another_replicas_progress_is_the_same_question() {
+        let registry = Registry::new(4, 10);
+        let step = TraceStep {
+            stage: "retrieve".into(),
+            iteration: 1,
+            kind: TraceKind::QueriesWritten { queries: vec!["Who?".into()], dropped: Vec::new() },
+        };
+        let event = ProgressEvent {
+            schema_version: crate::topics::SCHEMA_VERSION,
+            question_id: "elsewhere".into(),
+            node: "root".into(),
+            stage: "retrieve".into(),
+            from: 0,
+            steps: vec![step],
+        };
+        registry.progress("migres", event);
+        let admitted = registry.admit(vec![asked("elsewhere")]).unwrap();
+        assert!(matches!(&admitted[..], [Admitted::Existing(id)] if id == "elsewhere"), "{admitted:?}");
+        assert_eq!(registry.open(), 0, "another replica's question is not open here");
+        let mut other = asked("elsewhere");
+        other.pipeline = "raisf".into();
+        assert_eq!(registry.admit(vec![other]).unwrap_err(), AdmitError::Conflict("elsewhere".into()));
     }
 }
