@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::actors::fanout::now_ms;
-use crate::actors::stage::{Stage, StageError, decode};
+use crate::actors::stage::{Stage, StageError, decode, publish_progress};
 use crate::metrics::METRICS;
 use crate::topics::joins::state_tombstone;
 use crate::topics::{
@@ -37,6 +37,8 @@ pub struct Join {
     /// `bus.max_event_bytes`: the join publishes past the runner, so it keeps the limit itself.
     max_event_bytes: usize,
     tick: Duration,
+    /// `bus.progress`: the joined parent's new steps (its children's, the join) go to `progress`.
+    progress: Option<Duration>,
 }
 
 #[derive(Default)]
@@ -55,7 +57,7 @@ impl Pending {
 impl Join {
     /// A join that looks for parents past their deadline every `tick`. It reads the state it kept
     /// back from `join_state` when it opens (see [`Stage::open`]).
-    pub fn new(tick: Duration, max_event_bytes: usize) -> Join {
+    pub fn new(tick: Duration, max_event_bytes: usize, progress: Option<Duration>) -> Join {
         Join {
             pending: RefCell::default(),
             sending: RefCell::default(),
@@ -63,6 +65,7 @@ impl Join {
             bus: OnceCell::new(),
             max_event_bytes,
             tick,
+            progress,
         }
     }
 
@@ -89,6 +92,7 @@ impl Join {
         let pending = self.pending.borrow();
         let parent = pending.get(parent_key)?;
         let (mut memory, children, _) = parent.expect.clone()?;
+        let split_steps = memory.trace.len();
         let mut gone = vec![parent_key.to_string()];
         let mut done_keys = vec![format!("{parent_key}\u{1f}expect")];
         let (mut returned, mut missing, mut ordered) = (Vec::new(), Vec::new(), Vec::new());
@@ -119,8 +123,10 @@ impl Join {
             ordered.iter().flat_map(|r| r.candidates.iter().map(|c| (c.node.key(), c.answer.clone()))).collect();
         memory.record(Self::NAME, TraceKind::Joined { returned, missing: missing.clone(), answers });
         let gave_up = !missing.is_empty();
+        let progress = crate::topics::progress::memory_progress(Self::NAME, &memory, split_steps);
         let joined = JoinedEvent { schema_version: SCHEMA_VERSION, memory, results: ordered, missing }.to_record();
-        Some(Plan { joined, gone, tombstones: done_keys.into_iter().map(state_tombstone).collect(), gave_up })
+        let tombstones = done_keys.into_iter().map(state_tombstone).collect();
+        Some(Plan { joined, progress, gone, tombstones, gave_up })
     }
 
     /// Sends `parent_key` on with the results it has: publishes `joined` and, once the bus has
@@ -134,6 +140,10 @@ impl Join {
             self.sending.borrow_mut().remove(parent_key);
             return Ok(());
         };
+        // Like the runner's progress, before the output it describes, and never in its way.
+        if let (Some(timeout), Some(progress)) = (self.progress, plan.progress.clone()) {
+            publish_progress(Self::NAME, &**self.bus(), self.max_event_bytes, vec![progress], timeout).await;
+        }
         // A parent carries its children's traces: trimmed like any event the runner publishes.
         let joined = crate::topics::size::fit(plan.joined, self.max_event_bytes).map_err(BusError::Rejected);
         let published = match joined {
@@ -177,6 +187,8 @@ impl Join {
 /// What sending a parent on publishes and forgets.
 struct Plan {
     joined: Record,
+    /// The parent's steps since it split (its children's and the join's), for `progress`.
+    progress: Option<Record>,
     /// Parent keys whose pending state goes: the parent, and what waited below it if it gave up.
     gone: Vec<String>,
     tombstones: Vec<Record>,

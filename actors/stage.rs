@@ -160,7 +160,7 @@ impl RunnerSettings {
             max_event_bytes: settings.bus.max_event_bytes,
             budget: settings.budget.clone(),
             dedupe_window: settings.bus.dedupe_window,
-            progress: settings.bus.progress.then(|| Duration::from_millis(settings.bus.progress_timeout_ms)),
+            progress: settings.bus.progress_timeout(),
         }
     }
 }
@@ -358,12 +358,14 @@ async fn handle_with_retries<S: Stage>(
         }
     };
     let tries = delivery.attempt.max(1) + attempt - 1;
-    let mut progress = Vec::new();
     let (outputs, mut failure) = match outcome {
         Ok(outputs) => {
             context.wiring.check(S::NAME, &outputs);
-            if context.runner.progress.is_some() {
-                progress = crate::topics::progress::progress_records(S::NAME, &delivery.record, &outputs);
+            // Before the outputs, so no later stage's progress can overtake this one's: watchers see
+            // a question's steps in the order they happened (one key, one partition or queue).
+            if let Some(timeout) = context.runner.progress {
+                let progress = crate::topics::progress::progress_records(S::NAME, &delivery.record, &outputs);
+                publish_progress(S::NAME, context.bus, context.runner.max_event_bytes, progress, timeout).await;
             }
             (outputs, None)
         }
@@ -400,9 +402,6 @@ async fn handle_with_retries<S: Stage>(
                 }
             }
             delivery.ack();
-            if let Some(timeout) = context.runner.progress {
-                publish_progress(S::NAME, context, progress, timeout).await;
-            }
         }
         Published::Rejected(reason) | Published::Failed(reason) => {
             // Neither the outcome nor the error record can go out: leaving a hole in the partition
@@ -458,15 +457,23 @@ async fn publish_with_retries(stage: &'static str, context: &Handling<'_>, recor
     }
 }
 
-/// Publishes progress records once the input is acknowledged: each gets one try of at most
-/// `timeout`, and one that fails, is too large or too slow is counted and dropped. Watchers lose a
-/// few steps; the question loses nothing (its answer record carries the whole trace).
-async fn publish_progress(stage: &'static str, context: &Handling<'_>, records: Vec<Record>, timeout: Duration) {
+/// Publishes progress records: each gets one try of at most `timeout`, and one that fails, is too
+/// large or too slow is counted and dropped, never failing or holding up the event for longer.
+/// Watchers lose a few steps; the question loses nothing (its answer record carries the whole trace).
+/// Steps published for an event whose outputs then fail are published again when it is redone;
+/// readers keep one copy per (node, index). The join, which publishes past the runner, calls it too.
+pub async fn publish_progress(
+    stage: &'static str,
+    bus: &dyn Bus,
+    max_event_bytes: usize,
+    records: Vec<Record>,
+    timeout: Duration,
+) {
     for record in records {
-        let published = if record.payload.len() > context.runner.max_event_bytes {
+        let published = if record.payload.len() > max_event_bytes {
             false
         } else {
-            matches!(tokio::time::timeout(timeout, context.bus.publish(record)).await, Ok(Ok(())))
+            matches!(tokio::time::timeout(timeout, bus.publish(record)).await, Ok(Ok(())))
         };
         if !published {
             METRICS.progress_dropped.with_label_values(&[stage]).inc();

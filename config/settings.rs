@@ -402,6 +402,13 @@ pub struct BusSettings {
     pub progress_timeout_ms: u64,
 }
 
+impl BusSettings {
+    /// How long a stage may wait to publish one progress record; `None` when progress is off.
+    pub fn progress_timeout(&self) -> Option<std::time::Duration> {
+        self.progress.then(|| std::time::Duration::from_millis(self.progress_timeout_ms))
+    }
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSettings {

@@ -211,6 +211,7 @@ pub const JOIN: StageDecl = StageDecl {
     replicas: Replicas::One,
     build: |s| {
         let tick = std::time::Duration::from_millis(s.settings.join.tick_ms.max(10));
-        Ok(Startable::new(crate::actors::join::Join::new(tick, s.settings.bus.max_event_bytes)))
+        let bus = &s.settings.bus;
+        Ok(Startable::new(crate::actors::join::Join::new(tick, bus.max_event_bytes, bus.progress_timeout())))
     },
 };

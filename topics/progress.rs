@@ -1,12 +1,12 @@
 //! `progress`: the trace steps a stage just added, for whoever watches questions think (`lacuna
-//! serve`). Best-effort by design: a stage publishes them after its real outputs went out, a failed
-//! or slow publish is counted and forgotten, and nothing downstream depends on them. The answer
-//! record still carries the whole trace.
+//! serve`). A stage publishes them just before its real outputs, so a question's steps reach the
+//! topic in the order they happened. Best-effort by design: a failed or slow publish is counted and
+//! forgotten, and nothing downstream depends on them. The answer record still carries the whole trace.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Event, NodeRef, Record, Topic, TraceStep};
+use super::{Event, Memory, NodeRef, Record, Topic, TraceStep};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProgressEvent {
@@ -88,4 +88,20 @@ pub fn progress_records(stage: &str, input: &Record, outputs: &[Record]) -> Vec<
             })
         })
         .collect()
+}
+
+/// The progress record of the steps `memory`'s trace holds from index `from` on, if any: for a stage
+/// that builds a node's memory itself rather than through the runner (the join's joined parent).
+pub fn memory_progress(stage: &str, memory: &Memory, from: usize) -> Option<Record> {
+    let steps = memory.trace.get(from..).filter(|steps| !steps.is_empty())?.to_vec();
+    let node = memory.node_ref();
+    let event = ProgressEvent {
+        schema_version: super::SCHEMA_VERSION,
+        question_id: node.root_id.clone(),
+        node: node.path_text(),
+        stage: stage.to_string(),
+        from,
+        steps,
+    };
+    Some(event.to_record())
 }
