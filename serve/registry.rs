@@ -189,6 +189,19 @@ fn new_id() -> String {
     format!("q-{millis:x}-{:x}-{count:x}", std::process::id())
 }
 
+/// The id a question asked idempotently has on every replica: the client's own, or one derived
+/// from its `Idempotency-Key`. Two replicas that each take the same key before either hears of the
+/// other's question publish the same id; with [`QuestionEvent::idempotent`] they publish the same
+/// event, and the first stage skips the second copy (`actors/dedupe.rs`).
+fn idempotent_id(asked: &NewQuestion) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    asked.id.clone().or_else(|| {
+        let key = asked.key.as_ref()?;
+        let digest = Sha256::digest(key.as_bytes());
+        Some(digest[..16].iter().fold("k-".to_string(), |id, byte| id + &format!("{byte:02x}")))
+    })
+}
+
 impl Registry {
     pub fn new(max_open: usize, keep_finished: usize) -> Self {
         Registry { inner: Mutex::default(), max_open, keep_finished: keep_finished.max(1) }
@@ -208,7 +221,7 @@ impl Registry {
                 .key
                 .as_ref()
                 .and_then(|key| inner.keys.get(key).cloned())
-                .or_else(|| asked.id.clone().filter(|id| inner.entries.contains_key(id)));
+                .or_else(|| idempotent_id(asked).filter(|id| inner.entries.contains_key(id)));
             match known {
                 Some(id) => {
                     let entry = &inner.entries[&id];
@@ -235,7 +248,8 @@ impl Registry {
                 out.push(Admitted::Existing(id));
                 continue;
             }
-            let id = asked.id.unwrap_or_else(new_id);
+            let idempotent = idempotent_id(&asked);
+            let id = idempotent.clone().unwrap_or_else(new_id);
             if let Some(key) = &asked.key {
                 inner.keys.insert(key.clone(), id.clone());
             }
@@ -244,7 +258,11 @@ impl Registry {
             inner.entries.insert(id.clone(), entry);
             inner.order.push_back(id.clone());
             inner.open += 1;
-            out.push(Admitted::New(QuestionEvent::new(id, asked.question).yes_no(asked.yes_no)));
+            let mut event = QuestionEvent::new(id, asked.question).yes_no(asked.yes_no);
+            if idempotent.is_some() {
+                event = event.idempotent();
+            }
+            out.push(Admitted::New(event));
         }
         METRICS.serve_open_questions.with_label_values::<&str>(&[]).set(inner.open as i64);
         Ok(out)
@@ -379,7 +397,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topics::{TraceKind, TraceStep};
+    use crate::topics::{Event, TraceKind, TraceStep};
 
     fn asked(id: &str) -> NewQuestion {
         NewQuestion { id: Some(id.into()), key: None, question: "Who?".into(), pipeline: "migres".into(), yes_no: false }
@@ -410,5 +428,31 @@ mod tests {
         let mut other = asked("elsewhere");
         other.pipeline = "raisf".into();
         assert_eq!(registry.admit(vec![other]).unwrap_err(), AdmitError::Conflict("elsewhere".into()));
+    }
+
+    fn published(registry: &Registry, asked: NewQuestion) -> crate::topics::Record {
+        match registry.admit(vec![asked]).unwrap().pop() {
+            Some(Admitted::New(question)) => question.to_record(),
+            other => panic!("a new question, not {other:?}"),
+        }
+    }
+
+    /// Two replicas that take the same question before either hears of the other's publish the same
+    /// event, which the first stage finishes once (its dedupe window skips the twin); questions asked
+    /// without an id or key stay distinct work.
+    #[test]
+    fn the_same_key_on_two_replicas_publishes_one_event_twice_not_two_questions() {
+        use crate::actors::dedupe::fingerprint;
+        let (a, b) = (Registry::new(4, 10), Registry::new(4, 10));
+        let keyed = NewQuestion { id: None, key: Some("order-17".into()), ..asked("") };
+        let (on_a, on_b) = (published(&a, keyed.clone()), published(&b, keyed));
+        assert_eq!(on_a.key, on_b.key, "one id from one key");
+        assert!(on_a.key.starts_with("k-"), "{}", on_a.key);
+        assert_eq!(fingerprint(&on_a), fingerprint(&on_b));
+        assert_eq!(fingerprint(&published(&a, asked("x"))), fingerprint(&published(&b, asked("x"))));
+        let anonymous = NewQuestion { id: None, ..asked("") };
+        let (first, second) = (published(&a, anonymous.clone()), published(&b, anonymous));
+        assert_ne!(first.key, second.key);
+        assert_ne!(fingerprint(&first), fingerprint(&second));
     }
 }

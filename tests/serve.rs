@@ -402,6 +402,24 @@ async fn over_kafka_any_replica_streams_and_answers_any_question() {
 
     let again: Value = client.post(url(&b, "/v1/questions")).json(&json!({"id": "kafka-hugo", "question": question})).send().await.unwrap().json().await.unwrap();
     assert_eq!(again["questions"][0]["duplicate"], true, "the other replica knows the id: {again}");
+
+    // One Idempotency-Key posted to both replicas at once, before either can know the other's
+    // question: the same id from both, and the question runs once (the twin event is skipped).
+    let calls = llm.calls();
+    let post = |server: &Server| {
+        let body = json!({"question": question});
+        client.post(url(server, "/v1/questions")).header("idempotency-key", "kafka-key").json(&body).send()
+    };
+    let (via_a, via_b) = tokio::join!(post(&a), post(&b));
+    let via_a: Value = via_a.unwrap().json().await.unwrap();
+    let via_b: Value = via_b.unwrap().json().await.unwrap();
+    assert_eq!(via_a["id"], via_b["id"], "one key, one question: {via_a} {via_b}");
+    let id = via_a["id"].as_str().unwrap();
+    let record = b.registry.wait_record(id, Duration::from_secs(240)).await.expect("a record for the keyed question");
+    assert_eq!(record["answer"], answers[0]);
+    // A twin that ran would be one stage behind the first copy: give it time to show.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(llm.calls() - calls, calls, "the keyed question cost what one question costs");
     a.stop();
     b.stop();
     stages.stop();

@@ -30,6 +30,13 @@ impl QuestionEvent {
         }
     }
 
+    /// A question asked idempotently (serve, with the client's id or an `Idempotency-Key`): the same
+    /// id and text submitted twice, by any replica, is one piece of work, so the submission is not
+    /// unique and a stage that finished the first copy skips the second.
+    pub fn idempotent(self) -> Self {
+        QuestionEvent { submission: IDEMPOTENT.to_string(), ..self }
+    }
+
     pub fn yes_no(self, yes_no: bool) -> Self {
         QuestionEvent { yes_no, ..self }
     }
@@ -44,6 +51,9 @@ impl QuestionEvent {
 }
 
 /// The time in nanoseconds, the process and a counter: unique enough to tell two submissions apart.
+/// The submission of every [`QuestionEvent::idempotent`] question.
+const IDEMPOTENT: &str = "idempotent";
+
 fn submission_id() -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
