@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::actors::fanout::now_ms;
-use crate::actors::stage::{Stage, StageError, decode, publish_progress};
+use crate::actors::stage::{Stage, StageError, decode, failure_records, publish_progress};
 use crate::metrics::METRICS;
 use crate::topics::joins::state_tombstone;
 use crate::topics::{
@@ -145,10 +145,14 @@ impl Join {
             publish_progress(Self::NAME, &**self.bus(), self.max_event_bytes, vec![progress], timeout).await;
         }
         // A parent carries its children's traces: trimmed like any event the runner publishes.
-        let joined = crate::topics::size::fit(plan.joined, self.max_event_bytes).map_err(BusError::Rejected);
-        let published = match joined {
+        let published = match crate::topics::size::fit(plan.joined.clone(), self.max_event_bytes) {
             Ok(joined) => self.bus().publish(joined).await,
-            Err(error) => Err(error),
+            Err(reason) => Err(BusError::Rejected(reason)),
+        };
+        let published = match published {
+            // No retry or tick would make the bus take it: the parent ends here instead.
+            Err(BusError::Rejected(reason)) => self.end_in_error(&plan.joined, reason).await,
+            other => other,
         };
         self.sending.borrow_mut().remove(parent_key);
         published?;
@@ -164,6 +168,23 @@ impl Join {
         self.report();
         self.unwritten.borrow_mut().extend(plan.tombstones);
         self.write_tombstones().await
+    }
+
+    /// Ends a parent whose `joined` record the bus will never take (too large even trimmed, refused
+    /// for good) as the runner ends a question whose output is rejected: an error record for a root,
+    /// a failed result for a child's own parent, and the record as a dead letter. The parent is then
+    /// forgotten like one that went on, so it neither fails again on every tick nor holds back the
+    /// parents due after it.
+    async fn end_in_error(&self, joined: &Record, reason: String) -> Result<(), BusError> {
+        let error = StageError::Bus(BusError::Rejected(reason));
+        tracing::error!(key = %joined.key, %error, "a joined parent cannot be published: ending it");
+        for record in failure_records(Self::NAME, joined, &error, 1) {
+            let record = crate::topics::size::fit(record, self.max_event_bytes).map_err(BusError::Rejected)?;
+            self.bus().publish(record).await?;
+        }
+        METRICS.events_failed.with_label_values(&[Self::NAME, error.error_type()]).inc();
+        METRICS.dead_letters.with_label_values(&[Self::NAME]).inc();
+        Ok(())
     }
 
     /// Deletes the state of parents that went on. A deletion that fails waits for the next tick: until
@@ -271,10 +292,17 @@ impl Stage for Join {
             .collect();
         due.sort();
         for (_, key) in due {
-            // Stop at the first failure: what is left stays pending, whole, for the next tick.
-            if let Err(error) = self.go_on(&key).await {
-                tracing::error!(parent = %key, %error, "cannot send a joined parent on; the next tick tries again");
-                break;
+            match self.go_on(&key).await {
+                Ok(()) => {}
+                // Not even its error record fits: this parent alone is stuck, the others go on.
+                Err(error @ BusError::Rejected(_)) => {
+                    tracing::error!(parent = %key, %error, "cannot end a joined parent; the next tick tries again");
+                }
+                // The bus is unavailable: what is left stays pending, whole, for the next tick.
+                Err(error) => {
+                    tracing::error!(parent = %key, %error, "cannot send a joined parent on; the next tick tries again");
+                    break;
+                }
             }
         }
     }

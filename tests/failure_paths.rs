@@ -80,6 +80,35 @@ async fn a_join_tick_whose_joined_publish_fails_still_ends_its_question() {
     assert!(matches!(record, AnswerRecord::Answered(_)), "{record:?}");
 }
 
+/// A joined parent the bus will never take (over the broker's size limit even trimmed) ends its
+/// question in an error record from the join, with the question and its trace, and the record as a
+/// dead letter. Here the parent goes on from a tick, past its deadline: it must not fail again on
+/// every tick, leaving the question without a record.
+#[actix::test]
+async fn a_joined_parent_the_bus_rejects_for_good_ends_its_question_in_an_error_record() {
+    let llm = FakeLlm::start(slow_second_subquestion).await;
+    let mut settings = support::settings(&llm.base_url);
+    small(&mut settings);
+    settings.join.deadline_ms = 2000;
+    settings.join.tick_ms = 100;
+    let inner: Arc<dyn Bus> = Arc::new(InProcessBus::new(256));
+    let mut dead_letters = inner.subscribe(&[Topic::DeadLetters], "test").await.unwrap();
+    let bus = Arc::new(
+        FaultyBus::new(inner)
+            .failing(Topic::Joined, |_, _| Some(BusError::Rejected("message too large (injected)".into()))),
+    );
+    let record = ask_on(PipelineKind::Raisf, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    let AnswerRecord::Error(error) = record else { panic!("expected an error record, got {record:?}") };
+    assert_eq!((error.stage.as_str(), error.error_type.as_str()), ("join", "publish_rejected"));
+    assert!(error.message.contains("message too large"), "{}", error.message);
+    assert_eq!(error.question, hugo().question, "the record names its question");
+    assert!(error.trace.iter().any(|step| step.stage.contains('@')), "the children's steps are in its trace");
+    let letter = tokio::time::timeout(Duration::from_secs(5), dead_letters.next()).await.unwrap().unwrap();
+    let letter: lacuna::topics::dead_letter::DeadLetter =
+        lacuna::topics::Event::from_payload(&letter.record.payload).unwrap();
+    assert_eq!((letter.stage.as_str(), letter.original_topic), ("join", Topic::Joined));
+}
+
 fn migres_settings(llm: &FakeLlm) -> Settings {
     let mut settings = support::settings(&llm.base_url);
     small(&mut settings);
