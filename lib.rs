@@ -24,9 +24,9 @@ pub mod cli;
 pub mod eval;
 pub mod metrics;
 pub mod pipelines;
-pub mod serve;
 #[path = "config/profiles.rs"]
 pub mod profiles;
+pub mod serve;
 #[path = "config/settings.rs"]
 pub mod settings;
 pub mod topics;

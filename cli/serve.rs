@@ -38,7 +38,11 @@ pub async fn serve(settings: &Settings, args: ServeArgs) -> anyhow::Result<()> {
     let mut server = start(&settings, options, |kind| Ok(Parts::load(&loaded, kind)?)).await?;
     probes.store(true, std::sync::atomic::Ordering::Relaxed);
     let served: Vec<&str> = args.pipelines.iter().map(|p| p.name()).collect();
-    eprintln!("serving {} on http://{} (the live page at /, the API at /v1, /openapi.json)", served.join(", "), server.address);
+    eprintln!(
+        "serving {} on http://{} (the live page at /, the API at /v1, /openapi.json)",
+        served.join(", "),
+        server.address
+    );
     let outcome = tokio::select! {
         _ = super::stage::wait_for_shutdown_signal() => Ok(()),
         reason = server.failed() => Err(anyhow::anyhow!("serve stopped: {reason}")),

@@ -27,9 +27,8 @@ pub async fn serve(listen: &str, ready: Arc<AtomicBool>) -> std::io::Result<Sock
                     .and_then(|r| r.split_whitespace().nth(1))
                     .unwrap_or("/")
                     .to_string();
-                let (status, content_type, body) = respond(&path, &ready).unwrap_or_else(|| {
-                    ("404 Not Found", "text/plain", "not found\n".to_string())
-                });
+                let (status, content_type, body) = respond(&path, &ready)
+                    .unwrap_or_else(|| ("404 Not Found", "text/plain", "not found\n".to_string()));
                 let head = format!(
                     "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
                     body.len()

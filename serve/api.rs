@@ -23,8 +23,8 @@ use subtle::ConstantTimeEq;
 use super::http::{Body, error_reply, json_reply, read_body, reply, sse_event, sse_reply};
 use super::registry::{AdmitError, Admitted, Events, NewQuestion, Registry};
 use crate::metrics::METRICS;
-use crate::pipelines::input::checked_question;
 use crate::pipelines::Transport;
+use crate::pipelines::input::checked_question;
 use crate::settings::ServeSettings;
 use crate::topics::{Bus, Event, Topic};
 
@@ -123,7 +123,9 @@ impl Api {
         }
         let public = match (&method, segments.as_slice()) {
             (&Method::GET, [""]) => Some(("/", reply(StatusCode::OK, "text/html; charset=utf-8", PAGE))),
-            (&Method::GET, ["openapi.json"]) => Some(("/openapi.json", reply(StatusCode::OK, "application/json", OPENAPI))),
+            (&Method::GET, ["openapi.json"]) => {
+                Some(("/openapi.json", reply(StatusCode::OK, "application/json", OPENAPI)))
+            }
             (&Method::GET, ["metrics" | "healthz" | "readyz"]) => {
                 crate::pipelines::observe::respond(&path, &self.ready).map(|(status, content_type, body)| {
                     let code = if status.starts_with("200") { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
@@ -157,11 +159,21 @@ impl Api {
             (_, ["questions"] | ["questions", _] | ["questions", _, "events"] | ["answer"] | ["stages"]) => (
                 "other",
                 Err(Refusal::new(
-                    error_reply(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("{method} is not allowed on {path}")),
+                    error_reply(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "method_not_allowed",
+                        format!("{method} is not allowed on {path}"),
+                    ),
                     "bad_request",
                 )),
             ),
-            _ => ("other", Err(Refusal::new(error_reply(StatusCode::NOT_FOUND, "not_found", format!("no route {path}")), "bad_request"))),
+            _ => (
+                "other",
+                Err(Refusal::new(
+                    error_reply(StatusCode::NOT_FOUND, "not_found", format!("no route {path}")),
+                    "bad_request",
+                )),
+            ),
         };
         let (route, result) = outcome;
         match result {
@@ -206,7 +218,11 @@ impl Api {
     }
 
     /// Reads a JSON body into questions, checked: 400 with the first problem otherwise.
-    async fn read_questions(&self, request: Request<Incoming>, extra: &[&str]) -> Result<(Vec<NewQuestion>, Value), Refusal> {
+    async fn read_questions(
+        &self,
+        request: Request<Incoming>,
+        extra: &[&str],
+    ) -> Result<(Vec<NewQuestion>, Value), Refusal> {
         let key = request.headers().get("idempotency-key").map(|v| v.to_str().map(str::to_string));
         let key = match key {
             Some(Ok(key)) if !key.is_empty() && key.len() <= 200 => Some(key),
@@ -229,12 +245,16 @@ impl Api {
             let batch: BatchBody = serde_json::from_value(value).map_err(|e| bad_request(format!("a batch: {e}")))?;
             (batch.questions, batch.pipeline, true)
         } else {
-            let one: QuestionBody = serde_json::from_value(value)
-                .map_err(|e| bad_request(format!("expected {{\"question\": \"...\"}} or {{\"questions\": [...]}}: {e}")))?;
+            let one: QuestionBody = serde_json::from_value(value).map_err(|e| {
+                bad_request(format!("expected {{\"question\": \"...\"}} or {{\"questions\": [...]}}: {e}"))
+            })?;
             (vec![one], None, false)
         };
         if bodies.is_empty() || bodies.len() > self.settings.max_batch {
-            return Err(bad_request(format!("a request holds 1 to {} questions (serve.max_batch)", self.settings.max_batch)));
+            return Err(bad_request(format!(
+                "a request holds 1 to {} questions (serve.max_batch)",
+                self.settings.max_batch
+            )));
         }
         let mut questions = Vec::new();
         for (i, body) in bodies.into_iter().enumerate() {
@@ -273,7 +293,9 @@ impl Api {
                 response.headers_mut().insert("retry-after", retry);
                 Refusal::new(response, "too_many_open")
             }
-            AdmitError::Conflict(_) => Refusal::new(error_reply(StatusCode::CONFLICT, "conflict", &error), "bad_request"),
+            AdmitError::Conflict(_) => {
+                Refusal::new(error_reply(StatusCode::CONFLICT, "conflict", &error), "bad_request")
+            }
         })?;
         let mut ids = Vec::new();
         let mut unpublished: Vec<String> = admitted
@@ -310,10 +332,8 @@ impl Api {
     async fn post_questions(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
         let (questions, _) = self.read_questions(request, &[]).await?;
         let ids = self.submit(questions).await?;
-        let listed: Vec<Value> = ids
-            .iter()
-            .map(|(id, new)| json!({"id": id, "location": location(id), "duplicate": !new}))
-            .collect();
+        let listed: Vec<Value> =
+            ids.iter().map(|(id, new)| json!({"id": id, "location": location(id), "duplicate": !new})).collect();
         let mut body = json!({"questions": listed});
         if ids.len() == 1 {
             body["id"] = json!(ids[0].0);
@@ -352,7 +372,11 @@ impl Api {
 
     fn unknown(id: &str) -> Refusal {
         Refusal::new(
-            error_reply(StatusCode::NOT_FOUND, "not_found", format!("no question {id} here (never asked, or forgotten: serve.keep_finished)")),
+            error_reply(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no question {id} here (never asked, or forgotten: serve.keep_finished)"),
+            ),
             "bad_request",
         )
     }
@@ -365,12 +389,16 @@ impl Api {
     /// The question's events from after `Last-Event-ID` (header, or `last_event_id` in the query for
     /// clients that cannot set headers), then each new one as it comes, ending with the record.
     fn events(&self, id: &str, request: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
-        let query_last = request.uri().query().and_then(|q| {
-            q.split('&').find_map(|pair| pair.strip_prefix("last_event_id=")).map(str::to_string)
-        });
-        let last = request.headers().get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string).or(query_last);
+        let query_last = request
+            .uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("last_event_id=")).map(str::to_string));
+        let last =
+            request.headers().get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string).or(query_last);
         let from = match last {
-            Some(last) => last.trim().parse::<usize>().map_err(|_| bad_request("Last-Event-ID must be an event id"))? + 1,
+            Some(last) => {
+                last.trim().parse::<usize>().map_err(|_| bad_request("Last-Event-ID must be an event id"))? + 1
+            }
             None => 0,
         };
         self.registry.events_from(id, from).ok_or_else(|| Self::unknown(id))?;

@@ -37,7 +37,11 @@ pub fn error_reply(status: StatusCode, code: &str, message: impl std::fmt::Displ
 /// The request body, at most `limit` bytes: 413 past it, whether announced or streamed.
 pub async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Response<Body>> {
     let too_large = || {
-        error_reply(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("the request body is over {limit} bytes (serve.max_body_bytes)"))
+        error_reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the request body is over {limit} bytes (serve.max_body_bytes)"),
+        )
     };
     let announced = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     if announced.is_some_and(|n| n > limit) {

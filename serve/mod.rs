@@ -62,7 +62,9 @@ fn token(settings: &Settings) -> anyhow::Result<Option<String>> {
     }
     match std::env::var(name) {
         Ok(token) if !token.is_empty() => Ok(Some(token)),
-        _ => anyhow::bail!("serve.token_env names {name}, which is not set: set it, or empty serve.token_env for no auth"),
+        _ => anyhow::bail!(
+            "serve.token_env names {name}, which is not set: set it, or empty serve.token_env for no auth"
+        ),
     }
 }
 
@@ -106,7 +108,8 @@ pub async fn start(
             Transport::InProcess => {
                 let mut pipeline = Pipeline::start(*kind, &settings, parts(*kind)?).await?;
                 let bus = pipeline.bus();
-                let (registry, fail, name, mut stopped) = (registry.clone(), fail.clone(), name.clone(), stopped.clone());
+                let (registry, fail, name, mut stopped) =
+                    (registry.clone(), fail.clone(), name.clone(), stopped.clone());
                 // The pipeline itself is the answer feed: it also reports a failed stage.
                 actix::spawn(async move {
                     loop {
@@ -183,7 +186,9 @@ fn spawn_feed<E: Event>(
         while let Some(delivery) = feed.next().await {
             match E::from_payload(&delivery.record.payload) {
                 Ok(event) => take(event),
-                Err(error) => tracing::warn!(%error, key = %delivery.record.key, feed = %what, "undecodable record skipped"),
+                Err(error) => {
+                    tracing::warn!(%error, key = %delivery.record.key, feed = %what, "undecodable record skipped")
+                }
             }
             delivery.ack();
         }

@@ -337,7 +337,8 @@ impl Registry {
         if let Some(record) = &entry.record {
             return Some(record.clone());
         }
-        let steps: Vec<&Value> = entry.events.iter().filter(|e| e.data.get("step").is_some()).map(|e| &e.data).collect();
+        let steps: Vec<&Value> =
+            entry.events.iter().filter(|e| e.data.get("step").is_some()).map(|e| &e.data).collect();
         Some(json!({
             "id": id,
             "question": entry.question,
@@ -400,7 +401,13 @@ mod tests {
     use crate::topics::{Event, TraceKind, TraceStep};
 
     fn asked(id: &str) -> NewQuestion {
-        NewQuestion { id: Some(id.into()), key: None, question: "Who?".into(), pipeline: "migres".into(), yes_no: false }
+        NewQuestion {
+            id: Some(id.into()),
+            key: None,
+            question: "Who?".into(),
+            pipeline: "migres".into(),
+            yes_no: false,
+        }
     }
 
     /// Over Kafka a replica may know a question only from its progress: asking it again there

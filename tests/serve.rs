@@ -69,9 +69,17 @@ async fn read_events(client: &reqwest::Client, url: &str, last_event_id: Option<
         .filter(|block| block.contains("data: "))
         .map(|block| {
             let field = |name: &str| {
-                block.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("{name} in {block}")).to_string()
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("{name} in {block}"))
+                    .to_string()
             };
-            Sse { id: field("id: ").parse().unwrap(), name: field("event: "), data: serde_json::from_str(&field("data: ")).unwrap() }
+            Sse {
+                id: field("id: ").parse().unwrap(),
+                name: field("event: "),
+                data: serde_json::from_str(&field("data: ")).unwrap(),
+            }
         })
         .collect()
 }
@@ -84,7 +92,12 @@ async fn a_questions_steps_stream_in_order_end_with_its_record_and_resume_after_
     let client = reqwest::Client::new();
     let (question, answers, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
 
-    let response = client.post(url(&server, "/v1/questions")).json(&json!({"id": "hugo", "question": question})).send().await.unwrap();
+    let response = client
+        .post(url(&server, "/v1/questions"))
+        .json(&json!({"id": "hugo", "question": question}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 202);
     assert_eq!(response.headers()["location"], "/v1/questions/hugo");
     let events = read_events(&client, &url(&server, "/v1/questions/hugo/events"), None).await;
@@ -101,7 +114,13 @@ async fn a_questions_steps_stream_in_order_end_with_its_record_and_resume_after_
     // a query; iteration 2 keeps the second fact and decides.
     let names: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
     let position = |name: &str, nth: usize| {
-        names.iter().enumerate().filter(|(_, n)| **n == name).nth(nth).unwrap_or_else(|| panic!("{name} #{nth} in {names:?}")).0
+        names
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n == name)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("{name} #{nth} in {names:?}"))
+            .0
     };
     let iteration = |n: u64| events.iter().position(|e| e.name == "iteration" && e.data["iteration"] == n).unwrap();
     assert!(iteration(1) < position("retrieved", 0));
@@ -145,7 +164,9 @@ async fn past_the_open_bound_a_post_gets_429_with_retry_after_and_later_gets_in(
     let error: Value = refused.json().await.unwrap();
     assert_eq!(error["error"]["code"], "too_many_open");
 
-    let two = post(json!({"questions": [{"question": "Where is the Louvre?"}, {"question": "Where is the Prado?"}]})).await.unwrap();
+    let two = post(json!({"questions": [{"question": "Where is the Louvre?"}, {"question": "Where is the Prado?"}]}))
+        .await
+        .unwrap();
     assert_eq!(two.status(), 202);
     let accepted: Value = two.json().await.unwrap();
     assert_eq!(post(json!({"question": "Where is the Tate?"})).await.unwrap().status(), 429);
@@ -163,7 +184,16 @@ async fn with_a_token_configured_v1_needs_it_and_the_page_and_probes_do_not() {
     let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
     let mut settings = vanilla_settings(&llm);
     settings.serve.token_env = "LACUNA_TEST_SERVE_TOKEN_UNSET".into();
-    let unset = lacuna::serve::start(&settings, ServeOptions { transport: Transport::InProcess, pipelines: vec![PipelineKind::Vanilla], listen: "127.0.0.1:0".into() }, |_| unreachable!()).await;
+    let unset = lacuna::serve::start(
+        &settings,
+        ServeOptions {
+            transport: Transport::InProcess,
+            pipelines: vec![PipelineKind::Vanilla],
+            listen: "127.0.0.1:0".into(),
+        },
+        |_| unreachable!(),
+    )
+    .await;
     let error = unset.err().expect("a named but unset token variable is refused").to_string();
     assert!(error.contains("LACUNA_TEST_SERVE_TOKEN_UNSET"), "{error}");
 
@@ -198,7 +228,9 @@ async fn bad_requests_get_clear_json_errors_and_nothing_is_accepted() {
     settings.serve.max_batch = 3;
     let server = serve(&settings, &[PipelineKind::Vanilla]).await;
     let client = reqwest::Client::new();
-    let post = |body: String| client.post(url(&server, "/v1/questions")).header("content-type", "application/json").body(body).send();
+    let post = |body: String| {
+        client.post(url(&server, "/v1/questions")).header("content-type", "application/json").body(body).send()
+    };
 
     let megabyte_question = json!({"question": "why?".repeat(250_000)}).to_string();
     let two_megabytes = json!({"question": "x".repeat(2_000_000)}).to_string();
@@ -211,9 +243,25 @@ async fn bad_requests_get_clear_json_errors_and_nothing_is_accepted() {
         (json!({"question": "Where?", "pipeline": "rqrag"}).to_string(), 400, "bad_request", "not served here"),
         (json!({"question": "Where?", "id": "a/b"}).to_string(), 400, "bad_request", "letters, digits"),
         (json!({"questions": []}).to_string(), 400, "bad_request", "1 to 3 questions"),
-        (json!({"questions": [{"question": "a"}, {"question": "b"}, {"question": "c"}, {"question": "d"}]}).to_string(), 400, "bad_request", "1 to 3 questions"),
-        (json!({"questions": [{"question": "a", "id": "x"}, {"question": "b", "id": "x"}]}).to_string(), 400, "bad_request", "same id"),
-        (json!({"questions": [{"question": "fine"}, {"question": ""}]}).to_string(), 400, "bad_request", "questions[1]: the question is empty"),
+        (
+            json!({"questions": [{"question": "a"}, {"question": "b"}, {"question": "c"}, {"question": "d"}]})
+                .to_string(),
+            400,
+            "bad_request",
+            "1 to 3 questions",
+        ),
+        (
+            json!({"questions": [{"question": "a", "id": "x"}, {"question": "b", "id": "x"}]}).to_string(),
+            400,
+            "bad_request",
+            "same id",
+        ),
+        (
+            json!({"questions": [{"question": "fine"}, {"question": ""}]}).to_string(),
+            400,
+            "bad_request",
+            "questions[1]: the question is empty",
+        ),
         (megabyte_question, 400, "bad_request", "1000000 characters, more than run.max_question_chars = 2000"),
         (two_megabytes, 413, "too_large", "over 1048576 bytes"),
     ];
@@ -252,7 +300,10 @@ async fn a_repeated_post_returns_the_same_question_never_a_second_one() {
     let first: Value = post(louvre.clone(), Some("k-1")).await.unwrap().json().await.unwrap();
     let again: Value = post(louvre.clone(), Some("k-1")).await.unwrap().json().await.unwrap();
     assert_eq!(first["id"], again["id"]);
-    assert_eq!((first["questions"][0]["duplicate"].clone(), again["questions"][0]["duplicate"].clone()), (json!(false), json!(true)));
+    assert_eq!(
+        (first["questions"][0]["duplicate"].clone(), again["questions"][0]["duplicate"].clone()),
+        (json!(false), json!(true))
+    );
 
     let mine = json!({"id": "mine-1", "question": "Where is the Prado?"});
     assert_eq!(post(mine.clone(), None).await.unwrap().status(), 202);
@@ -265,7 +316,8 @@ async fn a_repeated_post_returns_the_same_question_never_a_second_one() {
     // POST /v1/answer with the same key waits for that same question's record.
     let mut waited = json!({"timeout_ms": 30_000});
     waited["question"] = louvre["question"].clone();
-    let answered = client.post(url(&server, "/v1/answer")).header("idempotency-key", "k-1").json(&waited).send().await.unwrap();
+    let answered =
+        client.post(url(&server, "/v1/answer")).header("idempotency-key", "k-1").json(&waited).send().await.unwrap();
     assert_eq!(answered.status(), 200);
     let record: Value = answered.json().await.unwrap();
     assert_eq!(record["question_id"], first["id"]);
@@ -279,10 +331,16 @@ async fn post_answer_waits_for_the_record_or_hands_back_the_location() {
     let llm = FakeLlm::start(reader_after(Duration::from_millis(800))).await;
     let server = serve(&vanilla_settings(&llm), &[PipelineKind::Vanilla]).await;
     let client = reqwest::Client::new();
-    let quick = client.post(url(&server, "/v1/answer")).json(&json!({"question": "Where is the Louvre?", "timeout_ms": 1})).send().await.unwrap();
+    let quick = client
+        .post(url(&server, "/v1/answer"))
+        .json(&json!({"question": "Where is the Louvre?", "timeout_ms": 1}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(quick.status(), 202);
     let location = quick.headers()["location"].to_str().unwrap().to_string();
-    let waited = client.post(url(&server, "/v1/answer")).json(&json!({"question": "Where is the Prado?"})).send().await.unwrap();
+    let waited =
+        client.post(url(&server, "/v1/answer")).json(&json!({"question": "Where is the Prado?"})).send().await.unwrap();
     assert_eq!(waited.status(), 200);
     assert_eq!(waited.json::<Value>().await.unwrap()["answer"], "Paris");
     // The two questions run side by side, so the first may finish after the second: wait for it.
@@ -337,7 +395,8 @@ async fn five_hundred_questions_posted_at_once_end_as_five_hundred_records_none_
         *statuses.entry(record["status"].as_str().unwrap().to_string()).or_default() += 1;
     }
     assert_eq!(statuses.get("answered"), Some(&500), "{statuses:?}");
-    let asked: BTreeSet<String> = llm.prompts.lock().unwrap().iter().filter(|p| prompt_kind(p) == Prompt::Reader).cloned().collect();
+    let asked: BTreeSet<String> =
+        llm.prompts.lock().unwrap().iter().filter(|p| prompt_kind(p) == Prompt::Reader).cloned().collect();
     assert_eq!(llm.calls_of(Prompt::Reader), 500, "each question answered once");
     assert_eq!(asked.len(), 500);
     assert_eq!(server.registry.open(), 0);
@@ -350,8 +409,16 @@ fn the_openapi_document_describes_every_route_the_server_has() {
     let document: Value = serde_json::from_str(include_str!("../serve/openapi.json")).unwrap();
     let paths: BTreeSet<&str> = document["paths"].as_object().unwrap().keys().map(String::as_str).collect();
     let routes = BTreeSet::from([
-        "/", "/openapi.json", "/metrics", "/healthz", "/readyz", "/v1/questions", "/v1/questions/{id}",
-        "/v1/questions/{id}/events", "/v1/answer", "/v1/stages",
+        "/",
+        "/openapi.json",
+        "/metrics",
+        "/healthz",
+        "/readyz",
+        "/v1/questions",
+        "/v1/questions/{id}",
+        "/v1/questions/{id}/events",
+        "/v1/answer",
+        "/v1/stages",
     ]);
     assert_eq!(paths, routes);
     let api = include_str!("../serve/api.rs");
@@ -369,19 +436,30 @@ async fn over_kafka_any_replica_streams_and_answers_any_question() {
     let mut settings = support::cluster::settings("serve", &llm.base_url);
     settings.bus.progress = true;
     let bus: std::sync::Arc<dyn lacuna::topics::Bus> = PipelineKind::Migres.kafka_bus(&settings).await.unwrap();
-    let stages = lacuna::pipelines::Pipeline::start_on(PipelineKind::Migres, bus, &settings, support::parts(&settings)).await.unwrap();
+    let stages = lacuna::pipelines::Pipeline::start_on(PipelineKind::Migres, bus, &settings, support::parts(&settings))
+        .await
+        .unwrap();
     let replica = |name: &str| {
         let mut settings = settings.clone();
         settings.serve.replica_id = name.into();
         async move {
-            let options = ServeOptions { transport: Transport::Kafka, pipelines: vec![PipelineKind::Migres], listen: "127.0.0.1:0".into() };
+            let options = ServeOptions {
+                transport: Transport::Kafka,
+                pipelines: vec![PipelineKind::Migres],
+                listen: "127.0.0.1:0".into(),
+            };
             start(&settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap()
         }
     };
     let (a, b) = (replica("a").await, replica("b").await);
     let client = reqwest::Client::new();
     let (question, answers, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
-    let posted = client.post(url(&a, "/v1/questions")).json(&json!({"id": "kafka-hugo", "question": question})).send().await.unwrap();
+    let posted = client
+        .post(url(&a, "/v1/questions"))
+        .json(&json!({"id": "kafka-hugo", "question": question}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(posted.status(), 202, "accepted once the broker acknowledged it");
 
     // Generous: ten consumer groups join on a 2-core machine running other tests beside this one.
@@ -400,7 +478,15 @@ async fn over_kafka_any_replica_streams_and_answers_any_question() {
     assert_eq!(streamed.last().unwrap().name, "record");
     assert!(streamed.iter().any(|e| e.name == "fact_kept"), "replica b streams the steps too");
 
-    let again: Value = client.post(url(&b, "/v1/questions")).json(&json!({"id": "kafka-hugo", "question": question})).send().await.unwrap().json().await.unwrap();
+    let again: Value = client
+        .post(url(&b, "/v1/questions"))
+        .json(&json!({"id": "kafka-hugo", "question": question}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(again["questions"][0]["duplicate"], true, "the other replica knows the id: {again}");
 
     // One Idempotency-Key posted to both replicas at once, before either can know the other's
@@ -437,7 +523,12 @@ async fn a_fanned_out_question_streams_each_sub_question_under_its_own_node() {
     let server = serve(&settings, &[PipelineKind::Raisf]).await;
     let client = reqwest::Client::new();
     let (question, answers, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
-    let posted = client.post(url(&server, "/v1/questions")).json(&json!({"id": "tree", "question": question})).send().await.unwrap();
+    let posted = client
+        .post(url(&server, "/v1/questions"))
+        .json(&json!({"id": "tree", "question": question}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(posted.status(), 202);
     let events = read_events(&client, &url(&server, "/v1/questions/tree/events"), None).await;
     let record = &events.last().unwrap().data;
@@ -450,9 +541,13 @@ async fn a_fanned_out_question_streams_each_sub_question_under_its_own_node() {
     let fanned = events.iter().find(|e| e.name == "fanned_out").unwrap();
     let joined = events.iter().find(|e| e.name == "joined").unwrap();
     for child in ["1", "2"] {
-        let steps: Vec<&Sse> = events.iter().filter(|e| e.data["node"] == child && e.data.get("step").is_some()).collect();
+        let steps: Vec<&Sse> =
+            events.iter().filter(|e| e.data["node"] == child && e.data.get("step").is_some()).collect();
         assert!(!steps.is_empty(), "node {child} streamed its steps");
-        assert!(steps.iter().all(|s| fanned.id < s.id && s.id < joined.id), "node {child}'s steps come between split and join");
+        assert!(
+            steps.iter().all(|s| fanned.id < s.id && s.id < joined.id),
+            "node {child}'s steps come between split and join"
+        );
     }
     // Each step of the record's trace once: the root's own, and each child's under its node.
     let streamed = events.iter().filter(|e| e.data.get("step").is_some()).count();
@@ -470,7 +565,8 @@ async fn cors_is_off_until_an_origin_is_listed() {
         let server = serve(&settings, &[PipelineKind::Vanilla]).await;
         for origin in ["https://chat.example.com", "https://evil.example.com"] {
             let response = client.get(url(&server, "/v1/questions")).header("origin", origin).send().await.unwrap();
-            let granted = response.headers().get("access-control-allow-origin").map(|v| v.to_str().unwrap().to_string());
+            let granted =
+                response.headers().get("access-control-allow-origin").map(|v| v.to_str().unwrap().to_string());
             let expected = (allowed && origin == "https://chat.example.com").then(|| origin.to_string());
             assert_eq!(granted, expected, "{origin} with cors_origins allowed={allowed}");
         }

@@ -125,7 +125,11 @@ async fn the_live_page_submits_a_question_and_draws_its_trace_until_the_answer()
     let llm = FakeLlm::start(|prompt| Reply::Delayed(Duration::from_millis(300), Box::new(hugo_script(prompt)))).await;
     let settings = support::settings(&llm.base_url);
     let loaded = settings.clone();
-    let options = ServeOptions { transport: Transport::InProcess, pipelines: vec![PipelineKind::Migres], listen: "127.0.0.1:0".into() };
+    let options = ServeOptions {
+        transport: Transport::InProcess,
+        pipelines: vec![PipelineKind::Migres],
+        listen: "127.0.0.1:0".into(),
+    };
     let server = start(&settings, options, move |_| Ok(support::parts(&loaded))).await.unwrap();
     let Some(driver) = Driver::start().await else { return };
     let (question, answers, _) = support::question("hotpotqa", HUGO_QUESTION_ID);

@@ -85,7 +85,10 @@ fn the_readme_lists_what_lacuna_graph_prints() {
 #[test]
 fn a_pipeline_creates_only_the_topics_it_uses() {
     let names = |kind: PipelineKind| graph::topics(kind.stages()).iter().map(|t| t.name()).collect::<Vec<_>>();
-    assert_eq!(names(PipelineKind::Vanilla), ["questions", "passages", "evidence", "answers", "dead_letters", "progress"]);
+    assert_eq!(
+        names(PipelineKind::Vanilla),
+        ["questions", "passages", "evidence", "answers", "dead_letters", "progress"]
+    );
     assert!(names(PipelineKind::Raisf).contains(&"join_state"));
     assert!(!names(PipelineKind::Migres).contains(&"joins"));
 }

@@ -50,7 +50,9 @@ fn node_trace(payload: &[u8]) -> Option<NodeTrace> {
     };
     let node = match holder.get("node").and_then(|n| NodeRef::deserialize(n).ok()) {
         Some(node) => node,
-        None => NodeRef::root(holder.get("question_id").and_then(Value::as_str).map(str::to_string).or(question_event_id)?),
+        None => {
+            NodeRef::root(holder.get("question_id").and_then(Value::as_str).map(str::to_string).or(question_event_id)?)
+        }
     };
     // Taken, not cloned: traces grow with every iteration and this runs on every event.
     let trace = match holder.get_mut("trace").map(Value::take) {
