@@ -11,15 +11,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lacuna::metrics::METRICS;
 use lacuna::pipelines::{Pipeline, PipelineKind, Transport};
+use lacuna::settings::Price;
 use lacuna::topics::in_process::InProcessBus;
-use lacuna::topics::{AnswerRecord, Bus, Outcome, QuestionEvent, Record, Topic};
+use lacuna::topics::{AnswerRecord, Bus, BusError, Event, Outcome, QuestionEvent, Record, Topic};
 use serde_json::Value;
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+use support::faulty_bus::FaultyBus;
 use support::methods::second_subquestion_after;
 use support::scripted::{HUGO_QUESTION_ID, hugo_script};
 
@@ -158,31 +160,51 @@ async fn ask(pipeline: &mut Pipeline, id: &str) -> AnswerRecord {
     pipeline.ask(QuestionEvent::new(id, question)).await.unwrap()
 }
 
-/// The Hugo question through MIGRES twice (the second time from the LLM cache), with the first leaf
-/// call failing (an LLM error, then a stage retry) and a poison event on the facts topic (a failed
-/// event and a dead letter).
+/// The Hugo question through MIGRES twice (the second time from the LLM cache), with the machinery's
+/// faults on the way: the first leaf call fails (an LLM error, then a stage retry), the next three
+/// leaf replies are not JSON (re-asks, then a degraded step), the first main call fails (the circuit
+/// opens at `llm.breaker.failures = 1` and closes at the probe), a publish is refused once (a publish retry), a poison event on the facts
+/// topic (a failed event and a dead letter), a price for the model (cost), and the first question's
+/// event delivered twice (a duplicate skipped).
 async fn migres_with_faults() {
-    let failed_once = Arc::new(AtomicBool::new(false));
+    let (leaf_calls, main_failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
     let llm = FakeLlm::start(move |prompt| match prompt_kind(prompt) {
-        Prompt::Leaf if !failed_once.swap(true, Ordering::SeqCst) => Reply::Status(500),
+        // The first call of all fails as an error (a circuit opens only on an endpoint that has
+        // answered before); the first main call, later, opens the circuit.
+        Prompt::Leaf => match leaf_calls.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::Status(500),
+            1..=3 => Reply::Text("the facts are these".into()),
+            _ => hugo_script(prompt),
+        },
+        Prompt::Main if !main_failed.swap(true, Ordering::SeqCst) => Reply::Status(500),
         _ => hugo_script(prompt),
     })
     .await;
     let mut settings = support::settings(&llm.base_url);
     settings.migres.retrieve_top_n = 8;
     settings.llm.max_retries = 0;
+    settings.llm.breaker.failures = 1;
+    settings.llm.breaker.probe_ms = 50;
+    settings.llm.prices.insert(settings.llm.model.clone(), Price { prompt: 1.0, completion: 2.0, cached: None });
     settings.llm.cache = true;
     settings.llm.cache_dir = support::scratch_dir("llm-cache");
     let _ = std::fs::remove_dir_all(&settings.llm.cache_dir);
-    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(256));
+    let inner: Arc<dyn Bus> = Arc::new(InProcessBus::new(256));
+    let refused_once = |_: &Record, n: usize| (n == 1).then(|| BusError::Transport("not the leader (injected)".into()));
+    let bus: Arc<dyn Bus> = Arc::new(FaultyBus::new(inner).failing(Topic::Queries, refused_once));
     let mut pipeline =
         Pipeline::start_on(PipelineKind::Migres, bus.clone(), &settings, support::parts(&settings)).await.unwrap();
     let poison = Record { topic: Topic::Facts, key: "poison".into(), payload: b"{not json".to_vec() };
     bus.publish(poison).await.unwrap();
-    for id in ["first", "again"] {
-        let record = ask(&mut pipeline, id).await;
-        assert!(matches!(record, AnswerRecord::Answered(_)), "{record:?}");
-    }
+    let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    let first = QuestionEvent::new("first", question.clone()).idempotent();
+    let record = pipeline.ask(first.clone()).await.unwrap();
+    assert!(matches!(record, AnswerRecord::Answered(ref a) if !a.degraded.is_empty()), "{record:?}");
+    bus.publish(first.to_record()).await.unwrap();
+    let record = pipeline.ask(QuestionEvent::new("again", question)).await.unwrap();
+    assert!(matches!(record, AnswerRecord::Answered(_)), "{record:?}");
+    // The twin went in before "again": the first stage, taking its input in order, has skipped it.
+    assert!(METRICS.duplicates_skipped.with_label_values(&["retrieve"]).get() > 0, "the twin was skipped");
     pipeline.stop();
     assert!(llm.calls() > 0);
 }
