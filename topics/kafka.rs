@@ -209,8 +209,11 @@ impl Bus for KafkaBus {
 /// keeping the latest record per key.
 fn read_whole_topic(mut base: ClientConfig, name: &str, topic: Topic) -> Result<Vec<Record>, BusError> {
     let timeout = Duration::from_secs(10);
+    // Never joined nor committed (partitions are assigned by hand), but named under the topic's
+    // prefix like every group, for ACLs that grant groups by prefix.
+    let prefix = name.strip_suffix(topic.name()).unwrap_or_default();
     let consumer: BaseConsumer = base
-        .set("group.id", "lacuna-table-reader")
+        .set("group.id", format!("{prefix}table-reader"))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .create()

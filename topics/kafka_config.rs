@@ -19,8 +19,26 @@ const SECRET_PROPERTIES: [&str; 6] = [
     "sasl.oauthbearer.config",
 ];
 
-/// Properties Lacuna sets itself on every client.
-const OWN_PROPERTIES: [&str; 2] = ["bootstrap.servers", "group.id"];
+/// Properties Lacuna sets itself, and what governs each instead. Set in `kafka.properties` they
+/// would be overridden without a word, or, for the delivery ones, break what Lacuna promises
+/// (offsets stored only once a record is done, idempotent acknowledged publishes).
+const OWN_PROPERTIES: [(&str, &str); 15] = [
+    ("bootstrap.servers", "kafka.brokers"),
+    ("group.id", "kafka.topic_prefix"),
+    ("group.instance.id", "kafka.instance_id"),
+    ("session.timeout.ms", "kafka.session_timeout_ms"),
+    ("max.poll.interval.ms", "kafka.max_poll_interval_ms"),
+    ("message.timeout.ms", "kafka.message_timeout_ms"),
+    ("message.max.bytes", "bus.max_event_bytes"),
+    ("enable.auto.commit", "Lacuna's offset tracking"),
+    ("enable.auto.offset.store", "Lacuna's offset tracking"),
+    ("auto.commit.interval.ms", "Lacuna's offset tracking"),
+    ("auto.offset.reset", "Lacuna's offset tracking"),
+    ("enable.partition.eof", "Lacuna's offset tracking"),
+    ("enable.idempotence", "Lacuna's delivery guarantees"),
+    ("acks", "Lacuna's delivery guarantees"),
+    ("statistics.interval.ms", "the consumer-lag metric"),
+];
 
 /// The base configuration of every client (producer, consumers, admin): errors name the property
 /// and the environment variable, never a secret's value.
@@ -34,8 +52,8 @@ pub fn client_config(settings: &KafkaSettings) -> Result<ClientConfig, BusError>
                 "kafka.properties.\"{key}\" holds a secret: name an environment variable holding it in kafka.secret_properties instead"
             ));
         }
-        if OWN_PROPERTIES.contains(&key) {
-            return refuse(format!("kafka.properties.\"{key}\" is set by Lacuna (kafka.brokers, kafka.topic_prefix)"));
+        if let Some((_, instead)) = OWN_PROPERTIES.iter().find(|(own, _)| *own == key) {
+            return refuse(format!("kafka.properties.\"{key}\" is set by Lacuna: {instead} governs it"));
         }
         config.set(key, value);
     }
@@ -106,6 +124,11 @@ mod tests {
         assert!(error.contains("LACUNA_TEST_UNSET_VARIABLE is not set"), "{error}");
         let error = client_config(&settings(&[("group.id", "mine")], &[])).unwrap_err().to_string();
         assert!(error.contains("set by Lacuna"), "{error}");
+        // Auto-commit would commit records before they are done: a crash would then lose them.
+        let error = client_config(&settings(&[("enable.auto.offset.store", "true")], &[])).unwrap_err().to_string();
+        assert!(error.contains("set by Lacuna") && error.contains("offset tracking"), "{error}");
+        let error = client_config(&settings(&[("session.timeout.ms", "45000")], &[])).unwrap_err().to_string();
+        assert!(error.contains("kafka.session_timeout_ms governs it"), "{error}");
         let malformed = KafkaSettings { properties: vec!["sasl.password".into()], ..settings(&[], &[]) };
         let error = client_config(&malformed).unwrap_err().to_string();
         assert!(error.contains("kafka.properties[0] is not"), "{error}");
