@@ -260,6 +260,10 @@ def main():
     wrong = render(default, "--set", "stages.leef.replicas=2")
     check(wrong.returncode != 0 and 'stages.leef: no pipeline has a stage "leef"' in wrong.stderr,
           f"settings for an unknown stage rendered: {wrong.stderr.strip()}")
+    # A stage setting the chart does not read is refused, not ignored: a stage cannot be switched off.
+    unread = render(default, "--set", "stages.leaf.enabled=false")
+    check(unread.returncode != 0 and "stages.leaf.enabled is not a stage setting" in unread.stderr,
+          f"an unread stage setting rendered: {unread.stderr.strip()}")
     # Each pipeline renders exactly its declared stages, whatever other stages have settings.
     for pipeline, stages in PIPELINES.items():
         result = render(default, "--set", f"pipeline={pipeline}")
