@@ -17,9 +17,16 @@ pub struct AskArgs {
     /// Which method answers.
     #[arg(long, default_value = "migres")]
     pipeline: PipelineKind,
+    /// Answer repeated LLM calls from the response cache (llm.cache_dir): asking the same question
+    /// again with the same settings costs no LLM time.
+    #[arg(long)]
+    llm_cache: bool,
 }
 
 pub async fn ask(settings: &Settings, args: AskArgs) -> anyhow::Result<()> {
+    let mut settings = settings.clone();
+    settings.llm.cache |= args.llm_cache;
+    let settings = &settings;
     let question = match InputReader::new(settings.run.max_question_chars).question("ask-1".into(), args.question) {
         Input::Question(question) => question,
         Input::Rejected(error) => anyhow::bail!("{}", error.message),

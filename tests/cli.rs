@@ -204,3 +204,31 @@ fn kafka_properties_reach_the_client_and_secrets_never_the_logs() {
     assert!(!output.status.success());
     assert!(stderr.contains("the environment variable LACUNA_TEST_KAFKA_UNSET is not set"), "{stderr}");
 }
+
+/// `ask --llm-cache` asked twice: the second answer is the first, and reaches no LLM.
+#[tokio::test]
+async fn ask_with_the_llm_cache_answers_again_without_calling_the_llm() {
+    let llm = FakeLlm::start(answering_llm()).await;
+    let cache = support::scratch_dir("ask-llm-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let ask = || {
+        let output = lacuna(&llm.base_url)
+            .env("LACUNA__LLM__CACHE_DIR", &cache)
+            .args(["ask", "--llm-cache", "--json", "What was Tottenham Hotspur commonly referred to as?"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let record: Value = serde_json::from_slice(&output.stdout).unwrap();
+        record
+    };
+    // The method's calls: the start-up check that the endpoint answers is not one of them.
+    let method_calls =
+        || [Prompt::Main, Prompt::Leaf, Prompt::QueryGen].map(|kind| llm.calls_of(kind)).iter().sum::<usize>();
+    let first = ask();
+    let calls = method_calls();
+    assert!(calls > 0 && first["answer"] == "Spurs", "{first}");
+    let again = ask();
+    assert_eq!(method_calls(), calls, "the second ask was answered from the cache");
+    assert_eq!(again["answer"], first["answer"]);
+    assert!(again["usage"]["cache_hits"].as_u64().unwrap() > 0, "{}", again["usage"]);
+}
