@@ -29,9 +29,10 @@ pub(crate) fn ordered<'a>(values: impl Iterator<Item = &'a str>) -> Vec<&'a str>
     out
 }
 
-/// Rows are pipelines, columns datasets; each cell is "EM / lenient EM / accuracy (LLM calls)".
+/// Rows are pipelines, columns datasets; each cell is "EM / lenient EM / cover EM (LLM calls)",
+/// and Acc† after them when every run was judged.
 pub fn markdown_table(reports: &[Report]) -> String {
-    let (metric, accuracy) = accuracy_metric(reports);
+    let judged = !reports.is_empty() && reports.iter().all(|r| r.acc_judged.is_some());
     let pipelines = ordered(reports.iter().map(|r| r.pipeline.as_str()));
     let datasets = ordered(reports.iter().map(|r| r.dataset.as_str()));
     let mut out = String::new();
@@ -42,10 +43,11 @@ pub fn markdown_table(reports: &[Report]) -> String {
             .iter()
             .map(|dataset| match reports.iter().find(|r| r.pipeline == *pipeline && r.dataset == *dataset) {
                 Some(r) => format!(
-                    "{:.1} / {:.1} / {:.1} ({:.1}, n={}){}",
+                    "{:.1} / {:.1} / {:.1}{} ({:.1}, n={}){}",
                     100.0 * r.em,
                     100.0 * r.lenient_em,
-                    100.0 * accuracy(r),
+                    100.0 * r.cover_em,
+                    r.acc_judged.filter(|_| judged).map(|a| format!(" / {:.1}", 100.0 * a)).unwrap_or_default(),
                     r.llm_calls,
                     r.questions,
                     r.upper_bound_lenient_em.map(|u| format!(" ≤ {:.1}", 100.0 * u)).unwrap_or_default()
@@ -57,8 +59,9 @@ pub fn markdown_table(reports: &[Report]) -> String {
     }
     let _ = writeln!(
         out,
-        "\nEach cell: EM / lenient EM / {metric} in %, (LLM calls per question, questions scored); \
-         ≤ u: lenient EM had the best candidate been chosen (RQ-RAG's upper bound, any trajectory right)."
+        "\nEach cell: EM / lenient EM / cover EM{} in %, (LLM calls per question, questions scored); \
+         ≤ u: lenient EM had the best candidate been chosen (RQ-RAG's upper bound, any trajectory right).",
+        if judged { " / Acc†" } else { "" }
     );
     out
 }
@@ -165,6 +168,7 @@ mod tests {
             dataset: dataset.into(),
             em,
             lenient_em: em,
+            cover_em: em + 0.05,
             llm_calls: calls,
             questions: 10,
             ..Report::default()
@@ -181,9 +185,11 @@ mod tests {
         let table = markdown_table(&reports);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines[0], "| pipeline | hotpotqa | musique |");
-        assert_eq!(lines[2], "| vanilla | 20.0 / 20.0 / 20.0 (1.0, n=10) | - |");
-        assert_eq!(lines[3], "| migres | 40.0 / 40.0 / 40.0 (7.5, n=10) | 10.0 / 10.0 / 10.0 (9.0, n=10) |");
-        assert!(table.contains("lenient EM in %"), "without judged reports the plot metric is lenient EM");
+        assert_eq!(lines[2], "| vanilla | 20.0 / 20.0 / 25.0 (1.0, n=10) | - |");
+        assert_eq!(lines[3], "| migres | 40.0 / 40.0 / 45.0 (7.5, n=10) | 10.0 / 10.0 / 15.0 (9.0, n=10) |");
+        assert!(table.contains("EM / lenient EM / cover EM in %"), "without judged reports, no Acc†");
+        let judged: Vec<Report> = reports.iter().map(|r| Report { acc_judged: Some(0.5), ..r.clone() }).collect();
+        assert!(markdown_table(&judged).contains("| vanilla | 20.0 / 20.0 / 25.0 / 50.0 (1.0, n=10) | - |"));
     }
 
     #[test]
