@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::settings::Settings;
+use lacuna::topics::dead_letter::DeadLetter;
 use lacuna::topics::in_process::InProcessBus;
-use lacuna::topics::{AnswerRecord, Bus, BusError, QuestionEvent, Topic};
+use lacuna::topics::{AnswerRecord, Bus, BusError, ErrorRecord, QuestionEvent, Topic};
 use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 use support::faulty_bus::FaultyBus;
@@ -91,22 +92,27 @@ async fn a_joined_parent_the_bus_rejects_for_good_ends_its_question_in_an_error_
     small(&mut settings);
     settings.join.deadline_ms = 2000;
     settings.join.tick_ms = 100;
+    let (error, letter) = rejected_for_good(PipelineKind::Raisf, &settings, Topic::Joined).await;
+    assert_eq!(error.stage, "join");
+    assert_eq!(error.question, hugo().question, "the record names its question");
+    assert!(error.trace.iter().any(|step| step.stage.contains('@')), "the children's steps are in its trace");
+    assert_eq!((letter.stage.as_str(), letter.original_topic), ("join", Topic::Joined));
+}
+
+/// Asks the Hugo question through `kind` on a bus that rejects every record for `topic` for good:
+/// the question's error record (`publish_rejected`, naming the rejection) and the first dead letter.
+async fn rejected_for_good(kind: PipelineKind, settings: &Settings, topic: Topic) -> (ErrorRecord, DeadLetter) {
     let inner: Arc<dyn Bus> = Arc::new(InProcessBus::new(256));
     let mut dead_letters = inner.subscribe(&[Topic::DeadLetters], "test").await.unwrap();
     let bus = Arc::new(
-        FaultyBus::new(inner)
-            .failing(Topic::Joined, |_, _| Some(BusError::Rejected("message too large (injected)".into()))),
+        FaultyBus::new(inner).failing(topic, |_, _| Some(BusError::Rejected("message too large (injected)".into()))),
     );
-    let record = ask_on(PipelineKind::Raisf, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
+    let record = ask_on(kind, bus, settings, hugo(), Duration::from_secs(30)).await.unwrap();
     let AnswerRecord::Error(error) = record else { panic!("expected an error record, got {record:?}") };
-    assert_eq!((error.stage.as_str(), error.error_type.as_str()), ("join", "publish_rejected"));
+    assert_eq!(error.error_type, "publish_rejected");
     assert!(error.message.contains("message too large"), "{}", error.message);
-    assert_eq!(error.question, hugo().question, "the record names its question");
-    assert!(error.trace.iter().any(|step| step.stage.contains('@')), "the children's steps are in its trace");
     let letter = tokio::time::timeout(Duration::from_secs(5), dead_letters.next()).await.unwrap().unwrap();
-    let letter: lacuna::topics::dead_letter::DeadLetter =
-        lacuna::topics::Event::from_payload(&letter.record.payload).unwrap();
-    assert_eq!((letter.stage.as_str(), letter.original_topic), ("join", Topic::Joined));
+    (error, lacuna::topics::Event::from_payload(&letter.record.payload).unwrap())
 }
 
 fn migres_settings(llm: &FakeLlm) -> Settings {
@@ -137,20 +143,8 @@ async fn a_publish_refused_twice_is_retried_and_the_question_answered() {
 #[actix::test]
 async fn an_output_rejected_for_good_ends_its_question_in_an_error_record_and_a_dead_letter() {
     let llm = FakeLlm::start(hugo_script).await;
-    let settings = migres_settings(&llm);
-    let inner: Arc<dyn Bus> = Arc::new(InProcessBus::new(256));
-    let mut dead_letters = inner.subscribe(&[Topic::DeadLetters], "test").await.unwrap();
-    let bus = Arc::new(
-        FaultyBus::new(inner)
-            .failing(Topic::Facts, |_, _| Some(BusError::Rejected("message too large (injected)".into()))),
-    );
-    let record = ask_on(PipelineKind::Migres, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
-    let AnswerRecord::Error(error) = record else { panic!("expected an error record, got {record:?}") };
-    assert_eq!((error.stage.as_str(), error.error_type.as_str()), ("leaf", "publish_rejected"));
-    assert!(error.message.contains("message too large"), "{}", error.message);
-    let letter = tokio::time::timeout(Duration::from_secs(5), dead_letters.next()).await.unwrap().unwrap();
-    let letter: lacuna::topics::dead_letter::DeadLetter =
-        lacuna::topics::Event::from_payload(&letter.record.payload).unwrap();
+    let (error, letter) = rejected_for_good(PipelineKind::Migres, &migres_settings(&llm), Topic::Facts).await;
+    assert_eq!(error.stage, "leaf");
     assert_eq!((letter.stage.as_str(), letter.original_topic), ("leaf", Topic::Evidence));
 }
 
