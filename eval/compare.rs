@@ -11,11 +11,12 @@ use super::report::Report;
 
 /// The accuracy the comparison plots: Acc† when every report has it, else lenient EM.
 pub fn accuracy_metric(reports: &[Report]) -> (&'static str, fn(&Report) -> f64) {
-    if !reports.is_empty() && reports.iter().all(|r| r.acc_judged.is_some()) {
-        ("Acc†", |r| r.acc_judged.unwrap_or(0.0))
-    } else {
-        ("lenient EM", |r| r.lenient_em)
-    }
+    if all_judged(reports) { ("Acc†", |r| r.acc_judged.unwrap_or(0.0)) } else { ("lenient EM", |r| r.lenient_em) }
+}
+
+/// Every run was scored by the judge (`--judge`), so Acc† can stand beside the others.
+fn all_judged(reports: &[Report]) -> bool {
+    !reports.is_empty() && reports.iter().all(|r| r.acc_judged.is_some())
 }
 
 /// The values in order of first appearance, each once.
@@ -32,7 +33,7 @@ pub(crate) fn ordered<'a>(values: impl Iterator<Item = &'a str>) -> Vec<&'a str>
 /// Rows are pipelines, columns datasets; each cell is "EM / lenient EM / cover EM (LLM calls)",
 /// and Acc† after them when every run was judged.
 pub fn markdown_table(reports: &[Report]) -> String {
-    let judged = !reports.is_empty() && reports.iter().all(|r| r.acc_judged.is_some());
+    let judged = all_judged(reports);
     let pipelines = ordered(reports.iter().map(|r| r.pipeline.as_str()));
     let datasets = ordered(reports.iter().map(|r| r.dataset.as_str()));
     let mut out = String::new();

@@ -26,6 +26,16 @@ fn small(settings: &mut Settings) {
     settings.rqrag.width = 2;
 }
 
+/// RA-ISF whose second sub-question answers after the join's 2 s deadline (`slow_second_subquestion`):
+/// the parent goes on from a tick.
+fn past_the_deadline(llm: &FakeLlm) -> Settings {
+    let mut settings = support::settings(&llm.base_url);
+    small(&mut settings);
+    settings.join.deadline_ms = 2000;
+    settings.join.tick_ms = 100;
+    settings
+}
+
 /// Runs one question through `kind` on `bus`, giving up after `limit`.
 async fn ask_on(
     kind: PipelineKind,
@@ -71,10 +81,7 @@ async fn a_join_whose_joined_publish_fails_still_ends_its_question() {
 #[actix::test]
 async fn a_join_tick_whose_joined_publish_fails_still_ends_its_question() {
     let llm = FakeLlm::start(slow_second_subquestion).await;
-    let mut settings = support::settings(&llm.base_url);
-    small(&mut settings);
-    settings.join.deadline_ms = 2000;
-    settings.join.tick_ms = 100;
+    let settings = past_the_deadline(&llm);
     let bus = Arc::new(FaultyBus::new(Arc::new(InProcessBus::new(256))).failing(Topic::Joined, refused(1)));
     let record = ask_on(PipelineKind::Raisf, bus.clone(), &settings, hugo(), Duration::from_secs(30)).await.unwrap();
     assert_eq!(bus.failures(), 1, "the injected failure happened");
@@ -88,10 +95,7 @@ async fn a_join_tick_whose_joined_publish_fails_still_ends_its_question() {
 #[actix::test]
 async fn a_joined_parent_the_bus_rejects_for_good_ends_its_question_in_an_error_record() {
     let llm = FakeLlm::start(slow_second_subquestion).await;
-    let mut settings = support::settings(&llm.base_url);
-    small(&mut settings);
-    settings.join.deadline_ms = 2000;
-    settings.join.tick_ms = 100;
+    let settings = past_the_deadline(&llm);
     let (error, letter) = rejected_for_good(PipelineKind::Raisf, &settings, Topic::Joined).await;
     assert_eq!(error.stage, "join");
     assert_eq!(error.question, hugo().question, "the record names its question");

@@ -201,19 +201,19 @@ impl Bus for KafkaBus {
 
     async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {
         let (base, name) = (self.base.clone(), self.topic_name(topic));
-        tokio::task::spawn_blocking(move || read_whole_topic(base, &name, topic)).await.map_err(transport)?
+        // Never joined nor committed (partitions are assigned by hand), but named under the prefix
+        // like every group, for ACLs that grant groups by prefix.
+        let group = format!("{}table-reader", self.settings.topic_prefix);
+        tokio::task::spawn_blocking(move || read_whole_topic(base, &group, &name, topic)).await.map_err(transport)?
     }
 }
 
 /// Reads every partition of `name` from its beginning to its current end, outside any consumer group,
 /// keeping the latest record per key.
-fn read_whole_topic(mut base: ClientConfig, name: &str, topic: Topic) -> Result<Vec<Record>, BusError> {
+fn read_whole_topic(mut base: ClientConfig, group: &str, name: &str, topic: Topic) -> Result<Vec<Record>, BusError> {
     let timeout = Duration::from_secs(10);
-    // Never joined nor committed (partitions are assigned by hand), but named under the topic's
-    // prefix like every group, for ACLs that grant groups by prefix.
-    let prefix = name.strip_suffix(topic.name()).unwrap_or_default();
     let consumer: BaseConsumer = base
-        .set("group.id", format!("{prefix}table-reader"))
+        .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .create()
