@@ -86,7 +86,7 @@ impl Main {
             return Ok(MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information }.to_record());
         }
 
-        let information = self.information(&memory);
+        let information = self.information(&memory, false);
         let template = match self.settings.decision_prompt {
             DecisionPrompt::Flag => prompts::MAIN,
             DecisionPrompt::Attempt => prompts::MAIN_ATTEMPT,
@@ -174,11 +174,12 @@ impl Main {
         None
     }
 
-    /// What the answering prompts show as "Information": the known facts, then, with
-    /// `main_sees_passages`, the passages the verified facts cite (their shown text), so the model
-    /// can check a fact's wording against its source.
-    fn information(&self, memory: &Memory) -> String {
-        let facts = memory.facts_text();
+    /// What the answering prompts show as "Information": the known facts (the verified ones alone
+    /// with `verified_only`, when there are any), then, with `main_sees_passages`, the passages the
+    /// verified facts cite (their shown text), so the model can check a fact's wording against its
+    /// source.
+    fn information(&self, memory: &Memory, verified_only: bool) -> String {
+        let facts = if verified_only { memory.verified_facts_text() } else { memory.facts_text() };
         if !self.settings.main_sees_passages || memory.cited_passages.is_empty() {
             return facts;
         }
@@ -191,7 +192,7 @@ impl Main {
     /// the model's own knowledge where they fall short. With `best_guess`, a non-answer such as
     /// "None" is asked for once more as a guess: a guess can be right, "None" never is.
     async fn answer_at_limit(&self, mut memory: Memory) -> Result<Record, StageError> {
-        let information = self.information(&memory);
+        let information = self.information(&memory, self.settings.limit_reads_verified);
         let question = memory.question_to_answer();
         let prompt = prompts::fill(prompts::FINAL_ANSWER, &[("facts", &information), ("question", &question)]);
         let reply = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
@@ -341,6 +342,21 @@ mod tests {
         let memory = memory_with(&[("Tom Quill was born in Lindon.", &[], FactSource::ModelKnowledge)]);
         assert!(!grounded(&memory, "Lindon", 0));
         assert!(!grounded(&memory, "yes", 0));
+    }
+
+    #[test]
+    fn the_answer_at_the_limit_reads_verified_facts_over_closed_book_guesses() {
+        let memory = memory_with(&[
+            ("Tom Quill plays for Harwick Rovers.", &["p1"], FactSource::Verified),
+            ("Harwick Rovers are based in Lindon.", &["p2"], FactSource::Verified),
+            ("Harwick Rovers are based in Vessary.", &[], FactSource::ModelKnowledge),
+        ]);
+        let text = memory.verified_facts_text();
+        assert!(text.contains("Lindon") && text.contains("Tom Quill"), "{text}");
+        assert!(!text.contains("Vessary"), "a closed-book guess beside verified facts: {text}");
+        assert!(memory.facts_text().contains("Vessary"), "the loop's decisions still read every fact");
+        let guesses_only = memory_with(&[("Harwick Rovers are based in Vessary.", &[], FactSource::ModelKnowledge)]);
+        assert!(guesses_only.verified_facts_text().contains("Vessary"), "guesses count when nothing is verified");
     }
 
     fn sample(answerable: bool, answer: &str) -> Decision {

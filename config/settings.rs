@@ -145,6 +145,9 @@ pub struct MigresSettings {
     pub main_sees_passages: bool,
     /// At the iteration limit, a non-answer ("None", "unknown") is asked again for a best guess.
     pub best_guess: bool,
+    /// At the iteration limit, the final answer reads the verified facts alone whenever there are
+    /// any: a knowledge-prompted "fact" is a closed-book guess and must not outvote a passage.
+    pub limit_reads_verified: bool,
     /// Self-consistency: the main module's decision is the vote of this many samples, each at
     /// `sample_temperature` with its own seed (1: one greedy call).
     pub decision_samples: u32,

@@ -204,6 +204,17 @@ impl Memory {
         self.facts.iter().map(|f| f.text.as_str()).collect::<Vec<_>>().join("; ")
     }
 
+    /// The verified facts alone, or all facts when none is verified: what an answer that must not
+    /// rest on closed-book guesses reads when there is evidence.
+    pub fn verified_facts_text(&self) -> String {
+        let verified: Vec<&str> =
+            self.facts.iter().filter(|f| f.source == FactSource::Verified).map(|f| f.text.as_str()).collect();
+        if verified.is_empty() {
+            return self.facts_text();
+        }
+        verified.join("; ")
+    }
+
     /// The question as the answering prompts show it. For a yes/no question it carries the MIGRES
     /// instruction for StrategyQA (paper Table 17): reason from the Information whether the answer is
     /// "yes" or "no".
