@@ -1,6 +1,12 @@
 //! verify: keeps a fact only when one of the passages it cites entails it (MIGRES's NLI check), so
 //! the answer rests on what the corpus says, not on what the model imagined. Facts from model
 //! knowledge are checked against the generated text and kept labelled as model knowledge.
+//!
+//! With `nli.recite_uncited` > 0, a fact none of its citations entails is checked against the other
+//! passages the leaf was shown, best first: the small leaf model often writes a true fact and cites
+//! the wrong one of two passages ("EABL owns Tusker" citing the EABL passage, while the Tusker
+//! passage says who owns it). The fact is kept citing the passage that entails it, and the trace
+//! shows the failed verdicts on the leaf's own citations before it.
 
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -15,6 +21,8 @@ use crate::topics::{
 
 pub struct Verify {
     nli: Nli,
+    /// How many passages the leaf was shown but did not cite are tried, when no citation entails a fact.
+    recite_uncited: usize,
 }
 
 /// What the check found for one fact: the verdicts in order, and the evidence item that entails it.
@@ -27,14 +35,27 @@ struct Checked<'a> {
 
 impl Verify {
     pub fn new(nli: Nli) -> Self {
-        Verify { nli }
+        Verify { nli, recite_uncited: 0 }
     }
 
-    /// Tries the fact's citations in order and stops at the first that entails it.
+    pub fn with_recite_uncited(mut self, passages: usize) -> Self {
+        self.recite_uncited = passages;
+        self
+    }
+
+    /// Tries the fact's citations in order, then up to `recite_uncited` uncited passages (in the
+    /// order shown, best first), and stops at the first that entails it.
     async fn check<'a>(&self, fact: &CandidateFact, evidence: &'a [EvidenceItem]) -> Result<Checked<'a>, NliError> {
         let mut checked = Checked { verdicts: Vec::new(), entailed_by: None, broken: Vec::new() };
-        for id in &fact.citations {
-            let Some(item) = evidence.iter().find(|e| &e.id == id) else { continue };
+        let cited = fact.citations.iter().filter_map(|id| evidence.iter().find(|e| &e.id == id));
+        let uncited = evidence
+            .iter()
+            .filter(|e| e.origin == EvidenceOrigin::Passage && !fact.citations.contains(&e.id))
+            .take(self.recite_uncited);
+        // A fact citing nothing valid is the leaf's invention, not a citation slip: no recite.
+        let has_valid_citation = fact.citations.iter().any(|id| evidence.iter().any(|e| &e.id == id));
+        let uncited = uncited.filter(|_| has_valid_citation);
+        for item in cited.chain(uncited) {
             let verdict = match self.nli.judge(&premise(item), &fact.text).await {
                 Ok(verdict) => verdict,
                 // A verdict still broken after its re-asks counts as "not entailed": the fact
@@ -92,11 +113,18 @@ impl Verify {
             }
             let known = match source_item.origin {
                 EvidenceOrigin::Passage => {
-                    // A passage that gave a kept fact has done its work (MIGRES memory rule).
-                    for id in &fact.citations {
-                        if evidence.iter().any(|e| &e.id == id && e.origin == EvidenceOrigin::Passage) {
-                            memory.count_use(id);
-                        }
+                    // A passage that gave a kept fact has done its work (MIGRES memory rule): the
+                    // leaf's citations, and the passage that entails it when that is another.
+                    let mut used: Vec<&String> = fact
+                        .citations
+                        .iter()
+                        .filter(|id| evidence.iter().any(|e| &e.id == *id && e.origin == EvidenceOrigin::Passage))
+                        .collect();
+                    if !used.contains(&&source_item.id) {
+                        used.push(&source_item.id);
+                    }
+                    for id in used {
+                        memory.count_use(id);
                     }
                     memory.cited_passages.insert(
                         source_item.id.clone(),

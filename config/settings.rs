@@ -313,6 +313,9 @@ pub struct NliSettings {
     /// (the fact's new information must be; words that name its subject as the question did need not).
     pub entailment_prompt: EntailmentPrompt,
     pub entailment_label: usize,
+    /// A fact none of its citations entails is checked against up to this many passages the leaf
+    /// was shown but did not cite, and kept citing the one that entails it (0: the paper's check).
+    pub recite_uncited: usize,
     pub model: ModelSettings,
 }
 

@@ -25,7 +25,7 @@ pub const STAGES: &[StageDecl] = &[
         // The LLM judges entailment unless nli.backend = "onnx".
         needs: &[Part::Llm, Part::Nli],
         replicas: Replicas::Scaled,
-        build: |s| Ok(Startable::new(Verify::new(s.nli()))),
+        build: |s| Ok(Startable::new(Verify::new(s.nli()).with_recite_uncited(s.settings.nli.recite_uncited))),
     },
     StageDecl::llm(Main::NAME, &[Topic::Verified], &[Topic::Answers, Topic::Missing], |s| {
         Ok(Startable::new(Main::new(s.llm(), s.settings.migres.clone())))

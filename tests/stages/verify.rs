@@ -30,7 +30,17 @@ fn fact(text: &str, citations: &[&str]) -> CandidateFact {
 }
 
 async fn verify(llm: &FakeLlm, evidence: Vec<EvidenceItem>, facts: Vec<CandidateFact>) -> VerifiedEvent {
-    let stage = Verify::new(Nli::LlmJudge(support::llm(&llm.base_url), lacuna::settings::EntailmentPrompt::Strict));
+    verify_reciting(llm, 0, evidence, facts).await
+}
+
+async fn verify_reciting(
+    llm: &FakeLlm,
+    recite_uncited: usize,
+    evidence: Vec<EvidenceItem>,
+    facts: Vec<CandidateFact>,
+) -> VerifiedEvent {
+    let stage = Verify::new(Nli::LlmJudge(support::llm(&llm.base_url), lacuna::settings::EntailmentPrompt::Strict))
+        .with_recite_uncited(recite_uncited);
     let event = FactsEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), evidence, facts };
     single(stage.process(&event.to_record()).await.unwrap())
 }
@@ -64,6 +74,55 @@ async fn a_fact_is_kept_when_its_second_citation_entails_it() {
     assert_eq!(out.memory.uses("b"), 1);
     assert_eq!(out.memory.cited_passages["b"].text, "Hugo plays for FC Cartagena.");
     assert_eq!(out.memory.usage.llm_calls, 2, "each judgement is an LLM call");
+}
+
+#[tokio::test]
+async fn a_true_fact_citing_the_wrong_passage_is_kept_citing_the_right_one() {
+    let llm = literal_judge().await;
+    let evidence = vec![
+        item("eabl", "East African Breweries is a Kenya-based holding company.", EvidenceOrigin::Passage),
+        item("tusker", "Tusker is owned by East African Breweries.", EvidenceOrigin::Passage),
+        item("other", "Tusker is a lager.", EvidenceOrigin::Passage),
+    ];
+    let slip = || vec![fact("Tusker is owned by East African Breweries.", &["eabl"])];
+    let out = verify(&llm, evidence.clone(), slip()).await;
+    assert!(out.memory.facts.is_empty(), "the paper's check: citations only");
+
+    let out = verify_reciting(&llm, 4, evidence, slip()).await;
+    let kept = &out.memory.facts[0];
+    assert_eq!(kept.citations, vec!["tusker".to_string()], "cites the passage that entails it");
+    assert_eq!(out.memory.cited_passages["tusker"].text, "Tusker is owned by East African Breweries.");
+    assert_eq!(out.memory.uses("tusker"), 1, "the entailing passage has done its work");
+    let verdicts: Vec<(&str, bool)> = out
+        .memory
+        .trace
+        .iter()
+        .filter_map(|s| match &s.kind {
+            TraceKind::Verdict { passage_id, entailed, .. } => Some((passage_id.as_str(), *entailed)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        verdicts,
+        vec![("eabl", false), ("tusker", true)],
+        "the leaf's citation first, then the others in order"
+    );
+}
+
+#[tokio::test]
+async fn reciting_is_bounded_and_never_rescues_an_uncited_fact() {
+    let llm = literal_judge().await;
+    let evidence = vec![
+        item("a", "Something unrelated.", EvidenceOrigin::Passage),
+        item("b", "Nothing here either.", EvidenceOrigin::Passage),
+        item("c", "Hugo plays for FC Cartagena.", EvidenceOrigin::Passage),
+    ];
+    let out = verify_reciting(&llm, 1, evidence.clone(), vec![fact("Hugo plays for FC Cartagena.", &["a"])]).await;
+    assert!(out.memory.facts.is_empty(), "only one uncited passage is tried, and it does not entail the fact");
+    assert_eq!(llm.calls(), 2);
+    let out = verify_reciting(&llm, 4, evidence, vec![fact("Hugo plays for FC Cartagena.", &[])]).await;
+    assert!(out.memory.facts.is_empty(), "a fact with no valid citation is the leaf's invention");
+    assert_eq!(llm.calls(), 2, "and costs no call");
 }
 
 #[tokio::test]
