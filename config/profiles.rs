@@ -91,6 +91,10 @@ mod tests {
         assert_eq!(hotpot.migres.acceptance, Acceptance::Flag, "none of the answer levers");
         assert_eq!(hotpot.migres.decision_prompt, DecisionPrompt::Flag);
         assert!(!hotpot.migres.grounding_gate && !hotpot.llm.reasoning_first);
+        assert!(
+            !hotpot.migres.limit_reads_verified && hotpot.nli.recite_uncited == 0,
+            "the paper's final answer and NLI"
+        );
         assert_eq!(with_profile("musique").rqrag.max_depth, 4, "RQ-RAG goes 4 deep on MuSiQue and 2Wiki");
         assert_eq!(with_profile("nq").migres.max_iterations, 3);
         assert!(with_profile("strategyqa").migres.rerank_threshold < 0.0);
