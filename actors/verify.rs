@@ -47,15 +47,15 @@ impl Verify {
     /// order shown, best first), and stops at the first that entails it.
     async fn check<'a>(&self, fact: &CandidateFact, evidence: &'a [EvidenceItem]) -> Result<Checked<'a>, NliError> {
         let mut checked = Checked { verdicts: Vec::new(), entailed_by: None, broken: Vec::new() };
-        let cited = fact.citations.iter().filter_map(|id| evidence.iter().find(|e| &e.id == id));
+        let cited: Vec<&EvidenceItem> =
+            fact.citations.iter().filter_map(|id| evidence.iter().find(|e| &e.id == id)).collect();
+        // A fact citing nothing valid is the leaf's invention, not a citation slip: no recite.
+        let recite = if cited.is_empty() { 0 } else { self.recite_uncited };
         let uncited = evidence
             .iter()
             .filter(|e| e.origin == EvidenceOrigin::Passage && !fact.citations.contains(&e.id))
-            .take(self.recite_uncited);
-        // A fact citing nothing valid is the leaf's invention, not a citation slip: no recite.
-        let has_valid_citation = fact.citations.iter().any(|id| evidence.iter().any(|e| &e.id == id));
-        let uncited = uncited.filter(|_| has_valid_citation);
-        for item in cited.chain(uncited) {
+            .take(recite);
+        for item in cited.into_iter().chain(uncited) {
             let verdict = match self.nli.judge(&premise(item), &fact.text).await {
                 Ok(verdict) => verdict,
                 // A verdict still broken after its re-asks counts as "not entailed": the fact
@@ -115,16 +115,13 @@ impl Verify {
                 EvidenceOrigin::Passage => {
                     // A passage that gave a kept fact has done its work (MIGRES memory rule): the
                     // leaf's citations, and the passage that entails it when that is another.
-                    let mut used: Vec<&String> = fact
-                        .citations
-                        .iter()
-                        .filter(|id| evidence.iter().any(|e| &e.id == *id && e.origin == EvidenceOrigin::Passage))
-                        .collect();
-                    if !used.contains(&&source_item.id) {
-                        used.push(&source_item.id);
+                    for id in &fact.citations {
+                        if evidence.iter().any(|e| &e.id == id && e.origin == EvidenceOrigin::Passage) {
+                            memory.count_use(id);
+                        }
                     }
-                    for id in used {
-                        memory.count_use(id);
+                    if !fact.citations.contains(&source_item.id) {
+                        memory.count_use(&source_item.id);
                     }
                     memory.cited_passages.insert(
                         source_item.id.clone(),
