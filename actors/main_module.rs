@@ -19,9 +19,7 @@ use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts};
 use crate::metrics::METRICS;
 use crate::settings::{Acceptance, DecisionPrompt, MigresSettings};
-use crate::topics::{
-    Event, FactSource, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent,
-};
+use crate::topics::{Event, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
 
 pub struct Main {
     llm: LlmClient,
@@ -267,7 +265,7 @@ fn is_non_answer(answer: &str) -> bool {
 /// the normalised answer is among the words of those facts or the passages they cite (a yes/no
 /// answer needs only the passages). Facts from model knowledge are not evidence.
 fn grounded(memory: &Memory, answer: &str, min_passages: usize) -> bool {
-    let verified: Vec<_> = memory.facts.iter().filter(|f| f.source == FactSource::Verified).collect();
+    let verified: Vec<_> = memory.verified_facts().collect();
     let cited: BTreeSet<&String> = verified.iter().flat_map(|f| &f.citations).collect();
     if verified.is_empty() || cited.len() < min_passages {
         return false;
@@ -302,7 +300,7 @@ impl Stage for Main {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topics::{KnownFact, Passage};
+    use crate::topics::{FactSource, KnownFact, Passage};
 
     fn memory_with(facts: &[(&str, &[&str], FactSource)]) -> Memory {
         let mut memory = Memory::new("q", "Where was the goalkeeper of Harwick Rovers born?");

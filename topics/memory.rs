@@ -204,11 +204,15 @@ impl Memory {
         self.facts.iter().map(|f| f.text.as_str()).collect::<Vec<_>>().join("; ")
     }
 
+    /// The facts a cited passage entails (not model knowledge): the only evidence an answer has.
+    pub fn verified_facts(&self) -> impl Iterator<Item = &KnownFact> {
+        self.facts.iter().filter(|f| f.source == FactSource::Verified)
+    }
+
     /// The verified facts alone, or all facts when none is verified: what an answer that must not
     /// rest on closed-book guesses reads when there is evidence.
     pub fn verified_facts_text(&self) -> String {
-        let verified: Vec<&str> =
-            self.facts.iter().filter(|f| f.source == FactSource::Verified).map(|f| f.text.as_str()).collect();
+        let verified: Vec<&str> = self.verified_facts().map(|f| f.text.as_str()).collect();
         if verified.is_empty() {
             return self.facts_text();
         }
