@@ -40,6 +40,10 @@ pub struct EvalArgs {
     /// Answer repeated LLM calls from the response cache: a rerun is deterministic and free.
     #[arg(long)]
     llm_cache: bool,
+    /// Go on with an interrupted run in the same --out: the answers its answers.jsonl holds are kept,
+    /// only the other questions are asked, and the report covers them all.
+    #[arg(long, conflicts_with = "compare")]
+    resume: bool,
     /// Where records.jsonl, report.json and report.md go (with --compare: comparison.md, .json and
     /// .svg).
     #[arg(long)]
@@ -76,6 +80,7 @@ pub async fn eval(settings: &Settings, config: Option<&Path>, args: EvalArgs) ->
         concurrency: args.concurrency.unwrap_or(settings.run.max_open_questions),
         judge: args.judge,
         label: args.label.clone(),
+        resume: args.resume,
     };
     eprintln!("{}: {} questions through {}", dataset.name, dataset.questions.len(), args.pipeline);
     let progress = progress_bar(dataset.questions.len() as u64);

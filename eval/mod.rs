@@ -27,7 +27,7 @@ use futures::StreamExt;
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::settings::Settings;
-use crate::topics::{AnswerRecord, QuestionEvent, VersionedAnswer};
+use crate::topics::{AnswerRecord, Event, QuestionEvent, VersionedAnswer};
 use dataset::Dataset;
 use judge::Judge;
 use report::{EvalRecord, Report};
@@ -41,6 +41,8 @@ pub struct EvalOptions {
     pub judge: bool,
     /// The run's name in reports (default: the pipeline's).
     pub label: Option<String>,
+    /// Keep the answers an interrupted run left in `answers.jsonl` and ask only the rest.
+    pub resume: bool,
 }
 
 /// Runs `dataset` through the pipeline and writes `answers.jsonl` (as answers arrive),
@@ -68,17 +70,35 @@ pub async fn evaluate(
     if questions.len() != dataset.questions.len() {
         anyhow::bail!("{}: question ids are not unique", dataset.dir.display());
     }
+    let answers_path = out.join("answers.jsonl");
+    let earlier = if options.resume { earlier_answers(&answers_path, &questions)? } else { Vec::new() };
+    let resumed = earlier.len();
+    // Rewritten from what was kept, so a line cut short by the interruption is gone before appending.
+    let mut answers = std::io::BufWriter::new(std::fs::File::create(&answers_path)?);
+    for record in &earlier {
+        serde_json::to_writer(&mut answers, record)?;
+        answers.write_all(b"\n")?;
+    }
+    answers.flush()?;
+    let mut finished: HashMap<String, AnswerRecord> =
+        earlier.into_iter().map(|a| (a.record.question_id().to_string(), a.record)).collect();
     let events: Vec<QuestionEvent> = dataset
         .questions
         .iter()
+        .filter(|q| !finished.contains_key(&q.id))
         .map(|q| QuestionEvent::new(q.id.clone(), q.question.clone()).yes_no(q.is_yes_no()))
         .collect();
+    if resumed > 0 {
+        eprintln!(
+            "resuming: {resumed} questions already answered in {}, {} to go",
+            answers_path.display(),
+            events.len()
+        );
+    }
+    let asked = events.len();
 
-    let answers_path = out.join("answers.jsonl");
-    let mut answers = std::io::BufWriter::new(std::fs::File::create(&answers_path)?);
     let started = Instant::now();
     let mut pipeline = Pipeline::start_with(options.pipeline, options.transport, &settings, parts).await?;
-    let mut finished: HashMap<String, AnswerRecord> = HashMap::new();
     let mut io_error = None;
     pipeline
         .run(events, |record| {
@@ -112,6 +132,11 @@ pub async fn evaluate(
         judge_all(&settings, &mut records, &questions).await?;
     }
     let mut report = Report::from_records(&records, wall_seconds);
+    if resumed > 0 {
+        // The clock ran for this part only, so the rate is over the questions this part asked.
+        report.resumed = resumed;
+        report.questions_per_minute = if wall_seconds > 0.0 { asked as f64 * 60.0 / wall_seconds } else { 0.0 };
+    }
     report.dataset = dataset.name.clone();
     report.pipeline = options.label.clone().unwrap_or_else(|| options.pipeline.name().to_string());
     report.model = model;
@@ -126,6 +151,44 @@ pub async fn evaluate(
     std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
     std::fs::write(out.join("report.md"), report.markdown())?;
     Ok(report)
+}
+
+/// The answers of an interrupted run, in the order written: each parsed as the pipeline's own answer
+/// record, the first per question kept. A line that does not parse is the one the interruption cut
+/// short, and its question is asked again. An answer to a question outside `questions` means `out`
+/// belongs to another dataset (or another `--limit`), which is an error rather than a silent mix.
+fn earlier_answers(
+    path: &Path,
+    questions: &HashMap<&str, &dataset::EvalQuestion>,
+) -> anyhow::Result<Vec<VersionedAnswer>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut kept = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let answer = match VersionedAnswer::from_payload(line.as_bytes()) {
+            Ok(answer) => answer,
+            Err(e) => {
+                eprintln!("{} line {}: {e}; its question is asked again", path.display(), n + 1);
+                continue;
+            }
+        };
+        let id = answer.record.question_id().to_string();
+        if !questions.contains_key(id.as_str()) {
+            anyhow::bail!(
+                "{} answers question {id}, which this dataset does not ask: resume into the folder of the same \
+                 dataset and --limit, or choose another --out",
+                path.display()
+            );
+        }
+        if seen.insert(id) {
+            kept.push(answer);
+        }
+    }
+    Ok(kept)
 }
 
 /// Acc† for every answered question: exact matches and yes/no questions need no judge.

@@ -128,6 +128,14 @@ pub struct Report {
     pub cache_hits: u64,
     pub wall_seconds: f64,
     pub questions_per_minute: f64,
+    /// Questions answered by an earlier, interrupted part of the run (`--resume`); the wall time and
+    /// rate are the last part's alone.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resumed: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
@@ -209,6 +217,12 @@ impl Report {
             "Wall time {:.0} s, {:.2} questions/minute; {:.0} prompt + {:.0} completion tokens per question; {} LLM cache hits.\n",
             self.wall_seconds, self.questions_per_minute, self.prompt_tokens, self.completion_tokens, self.cache_hits
         ));
+        if self.resumed > 0 {
+            out.push_str(&format!(
+                "Resumed: {} questions were answered before an interruption; the wall time is the last part's.\n",
+                self.resumed
+            ));
+        }
         out
     }
 }

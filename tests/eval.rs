@@ -170,3 +170,43 @@ async fn calibration_picks_the_highest_threshold_that_keeps_80_percent() {
     assert!(keeping(c.threshold + 1e-3) < 8, "a higher threshold would keep fewer than 80%");
     assert!(c.gold_passing.is_some_and(|g| g > 0.0), "some gold passages pass the threshold");
 }
+
+#[tokio::test]
+async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
+    let llm = FakeLlm::start(eval_script).await;
+    let two = dataset("eval-resume", &[HUGO_QUESTION_ID, SPURS_ID]);
+    let out = support::scratch_dir("eval-resume-runs").join("vanilla-s");
+    let full = eval(&llm.base_url, &two, "vanilla-s", &out, &[]);
+    assert_eq!(llm.calls_of(Prompt::Reader), 2);
+
+    // An interruption: one answer written whole, the next cut mid-line, no report yet.
+    let answers = std::fs::read_to_string(out.join("answers.jsonl")).unwrap();
+    let lines: Vec<&str> = answers.lines().collect();
+    assert_eq!(lines.len(), 2);
+    let cut = &lines[1][..lines[1].len() / 2];
+    std::fs::write(out.join("answers.jsonl"), format!("{}\n{cut}", lines[0])).unwrap();
+    for file in ["records.jsonl", "report.json", "report.md"] {
+        std::fs::remove_file(out.join(file)).unwrap();
+    }
+
+    let resumed = eval(&llm.base_url, &two, "vanilla-s", &out, &["--resume"]);
+    assert_eq!(llm.calls_of(Prompt::Reader), 3, "only the question whose answer was cut is asked again");
+    assert_eq!(resumed["resumed"], 1);
+    assert_eq!(resumed["questions"], 2);
+    assert_eq!(resumed["em"], full["em"], "the report covers both parts");
+    let rewritten = std::fs::read_to_string(out.join("answers.jsonl")).unwrap();
+    assert_eq!(rewritten.lines().count(), 2, "the cut line is replaced, not kept beside its answer");
+    assert_eq!(records(&out).len(), 2);
+
+    // A folder holding another dataset's answers is refused, not mixed in.
+    let other = dataset("eval-resume-other", &[SPURS_ID]);
+    let output = lacuna(&llm.base_url)
+        .args(["eval", "--dataset", other.to_str().unwrap(), "--pipeline", "vanilla-s", "--resume"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("which this dataset does not ask"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(out.join("answers.jsonl")).unwrap(), rewritten, "and the answers are untouched");
+}
