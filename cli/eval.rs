@@ -80,6 +80,7 @@ pub async fn eval(settings: &Settings, config: Option<&Path>, args: EvalArgs) ->
         concurrency: args.concurrency.unwrap_or(settings.run.max_open_questions),
         judge: args.judge,
         label: args.label.clone(),
+        profile: args.profile.clone(),
         resume: args.resume,
     };
     eprintln!("{}: {} questions through {}", dataset.name, dataset.questions.len(), args.pipeline);

@@ -7,6 +7,7 @@
 //! - `report`: per-question records and the run's report.
 //! - `compare`: several reports as one table and one plot.
 //! - `calibrate`: the re-ranker threshold from the paper's recipe.
+//! - `resume`: going on with an interrupted run.
 
 pub mod calibrate;
 pub mod compare;
@@ -15,6 +16,7 @@ pub mod judge;
 pub mod paired;
 pub mod recall;
 pub mod report;
+pub mod resume;
 pub mod score;
 
 use std::collections::HashMap;
@@ -27,7 +29,7 @@ use futures::StreamExt;
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::settings::Settings;
-use crate::topics::{AnswerRecord, Event, QuestionEvent, VersionedAnswer};
+use crate::topics::{AnswerRecord, QuestionEvent, VersionedAnswer};
 use dataset::Dataset;
 use judge::Judge;
 use report::{EvalRecord, Report};
@@ -41,6 +43,8 @@ pub struct EvalOptions {
     pub judge: bool,
     /// The run's name in reports (default: the pipeline's).
     pub label: Option<String>,
+    /// The profile the settings came from, recorded so a resume cannot mix two configurations.
+    pub profile: Option<String>,
     /// Keep the answers an interrupted run left in `answers.jsonl` and ask only the rest.
     pub resume: bool,
 }
@@ -70,16 +74,29 @@ pub async fn evaluate(
     if questions.len() != dataset.questions.len() {
         anyhow::bail!("{}: question ids are not unique", dataset.dir.display());
     }
+    let label = options.label.clone().unwrap_or_else(|| options.pipeline.name().to_string());
+    let identity = resume::RunIdentity {
+        dataset: dataset.name.clone(),
+        pipeline: options.pipeline.name().to_string(),
+        label: options.label.clone(),
+        profile: options.profile.clone(),
+        model: model.clone(),
+    };
+    resume::claim_folder(out, &identity, options.resume)?;
     let answers_path = out.join("answers.jsonl");
-    let earlier = if options.resume { earlier_answers(&answers_path, &questions)? } else { Vec::new() };
+    let earlier = if options.resume { resume::earlier_answers(&answers_path, &questions)? } else { Vec::new() };
     let resumed = earlier.len();
     // Rewritten from what was kept, so a line cut short by the interruption is gone before appending.
-    let mut answers = std::io::BufWriter::new(std::fs::File::create(&answers_path)?);
-    for record in &earlier {
-        serde_json::to_writer(&mut answers, record)?;
-        answers.write_all(b"\n")?;
+    resume::rewrite(&answers_path, &earlier)?;
+    let mut answers = std::io::BufWriter::new(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&answers_path)
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", answers_path.display()))?,
+    );
+    for answer in &earlier {
+        on_answer(&answer.record);
     }
-    answers.flush()?;
     let mut finished: HashMap<String, AnswerRecord> =
         earlier.into_iter().map(|a| (a.record.question_id().to_string(), a.record)).collect();
     let events: Vec<QuestionEvent> = dataset
@@ -138,7 +155,7 @@ pub async fn evaluate(
         report.questions_per_minute = if wall_seconds > 0.0 { asked as f64 * 60.0 / wall_seconds } else { 0.0 };
     }
     report.dataset = dataset.name.clone();
-    report.pipeline = options.label.clone().unwrap_or_else(|| options.pipeline.name().to_string());
+    report.pipeline = label;
     report.model = model;
     report.date = today();
 
@@ -151,44 +168,6 @@ pub async fn evaluate(
     std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
     std::fs::write(out.join("report.md"), report.markdown())?;
     Ok(report)
-}
-
-/// The answers of an interrupted run, in the order written: each parsed as the pipeline's own answer
-/// record, the first per question kept. A line that does not parse is the one the interruption cut
-/// short, and its question is asked again. An answer to a question outside `questions` means `out`
-/// belongs to another dataset (or another `--limit`), which is an error rather than a silent mix.
-fn earlier_answers(
-    path: &Path,
-    questions: &HashMap<&str, &dataset::EvalQuestion>,
-) -> anyhow::Result<Vec<VersionedAnswer>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
-    };
-    let mut seen = std::collections::HashSet::new();
-    let mut kept = Vec::new();
-    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let answer = match VersionedAnswer::from_payload(line.as_bytes()) {
-            Ok(answer) => answer,
-            Err(e) => {
-                eprintln!("{} line {}: {e}; its question is asked again", path.display(), n + 1);
-                continue;
-            }
-        };
-        let id = answer.record.question_id().to_string();
-        if !questions.contains_key(id.as_str()) {
-            anyhow::bail!(
-                "{} answers question {id}, which this dataset does not ask: resume into the folder of the same \
-                 dataset and --limit, or choose another --out",
-                path.display()
-            );
-        }
-        if seen.insert(id) {
-            kept.push(answer);
-        }
-    }
-    Ok(kept)
 }
 
 /// Acc† for every answered question: exact matches and yes/no questions need no judge.

@@ -176,19 +176,19 @@ async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
     let llm = FakeLlm::start(eval_script).await;
     let two = dataset("eval-resume", &[HUGO_QUESTION_ID, SPURS_ID]);
     let out = support::scratch_dir("eval-resume-runs").join("vanilla-s");
+    let _ = std::fs::remove_dir_all(&out);
     let full = eval(&llm.base_url, &two, "vanilla-s", &out, &[]);
     assert_eq!(llm.calls_of(Prompt::Reader), 2);
+    let answers = std::fs::read_to_string(out.join("answers.jsonl")).unwrap();
+    let lines: Vec<String> = answers.lines().map(String::from).collect();
+    assert_eq!(lines.len(), 2);
+    let interrupt = |text: String| {
+        std::fs::write(out.join("answers.jsonl"), text).unwrap();
+        let _ = std::fs::remove_file(out.join("report.json"));
+    };
 
     // An interruption: one answer written whole, the next cut mid-line, no report yet.
-    let answers = std::fs::read_to_string(out.join("answers.jsonl")).unwrap();
-    let lines: Vec<&str> = answers.lines().collect();
-    assert_eq!(lines.len(), 2);
-    let cut = &lines[1][..lines[1].len() / 2];
-    std::fs::write(out.join("answers.jsonl"), format!("{}\n{cut}", lines[0])).unwrap();
-    for file in ["records.jsonl", "report.json", "report.md"] {
-        std::fs::remove_file(out.join(file)).unwrap();
-    }
-
+    interrupt(format!("{}\n{}", lines[0], &lines[1][..lines[1].len() / 2]));
     let resumed = eval(&llm.base_url, &two, "vanilla-s", &out, &["--resume"]);
     assert_eq!(llm.calls_of(Prompt::Reader), 3, "only the question whose answer was cut is asked again");
     assert_eq!(resumed["resumed"], 1);
@@ -198,15 +198,37 @@ async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
     assert_eq!(rewritten.lines().count(), 2, "the cut line is replaced, not kept beside its answer");
     assert_eq!(records(&out).len(), 2);
 
-    // A folder holding another dataset's answers is refused, not mixed in.
-    let other = dataset("eval-resume-other", &[SPURS_ID]);
-    let output = lacuna(&llm.base_url)
-        .args(["eval", "--dataset", other.to_str().unwrap(), "--pipeline", "vanilla-s", "--resume"])
-        .args(["--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("which this dataset does not ask"), "{stderr}");
-    assert_eq!(std::fs::read_to_string(out.join("answers.jsonl")).unwrap(), rewritten, "and the answers are untouched");
+    // A question that ended because the LLM server went away is asked again; one the method ended in an
+    // error is not.
+    let ended = |line: &str, error_type: &str| {
+        let answer: Value = serde_json::from_str(line).unwrap();
+        json!({"schema_version": answer["schema_version"], "status": "error", "question_id": answer["question_id"],
+            "question": answer["question"], "stage": "main", "error_type": error_type, "message": "scripted"})
+        .to_string()
+    };
+    interrupt(format!("{}\n{}\n", ended(&lines[0], "llm_timeout"), ended(&lines[1], "llm_bad_response")));
+    let resumed = eval(&llm.base_url, &two, "vanilla-s", &out, &["--resume"]);
+    assert_eq!(llm.calls_of(Prompt::Reader), 4, "the timed-out question only");
+    assert_eq!((resumed["resumed"].clone(), resumed["errors"].clone()), (json!(1), json!(1)));
+
+    // Nothing is dropped silently: a broken line before the last, another pipeline's folder and answers to
+    // questions outside the dataset are all refused, and the answers stay as they were.
+    let refused = |pipeline: &str, extra: &[&str], why: &str| {
+        let before = std::fs::read_to_string(out.join("answers.jsonl")).unwrap();
+        let output = lacuna(&llm.base_url)
+            .args(["eval", "--dataset", two.to_str().unwrap(), "--pipeline", pipeline, "--resume"])
+            .args(["--out", out.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(why), "{stderr}");
+        assert_eq!(std::fs::read_to_string(out.join("answers.jsonl")).unwrap(), before, "answers untouched");
+    };
+    refused("vanilla", &[], "holds another run");
+    refused("vanilla-s", &["--limit", "1"], "which this dataset does not ask");
+    interrupt(format!("{{\"broken\n{}\n", lines[0]));
+    refused("vanilla-s", &[], "line 1");
+    assert_eq!(llm.calls_of(Prompt::Reader), 4);
 }
