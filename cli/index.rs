@@ -44,7 +44,7 @@ pub async fn index(settings: &Settings, args: IndexArgs) -> anyhow::Result<()> {
                 meili.index = index;
             }
             let (url, index) = (meili.url.clone(), meili.index.clone());
-            let report = MeiliSearch::new(meili).build(&args.corpus).await?;
+            let report = MeiliSearch::new(meili)?.build(&args.corpus).await?;
             eprintln!(
                 "indexed {} passages from {} into Meilisearch index {index:?} at {url} in {} batches, {:.1}s",
                 report.documents,

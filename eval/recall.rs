@@ -53,7 +53,7 @@ pub async fn measure(settings: &Settings, backend: SearchBackend, dataset: &Data
             // One index per dataset, so the corpora do not mix.
             let mut meili = settings.search.meilisearch.clone();
             meili.index = format!("{}-{}", meili.index, dataset.name);
-            let client = MeiliSearch::new(meili);
+            let client = MeiliSearch::new(meili)?;
             let report = client.build(&dataset.corpus()).await?;
             (Search::Meili(client), report.documents)
         }

@@ -33,24 +33,14 @@ fn hotpot_corpus() -> std::path::PathBuf {
     support::data_dir().join("hotpotqa/corpus.jsonl")
 }
 
-async fn documents_in(settings: &MeiliSettings) -> u64 {
-    let client = reqwest::Client::new();
-    let mut request = client.get(format!("{}/indexes/{}/stats", settings.url, settings.index));
-    if let Ok(key) = std::env::var(&settings.api_key_env) {
-        request = request.bearer_auth(key);
-    }
-    let stats: serde_json::Value = request.send().await.unwrap().json().await.unwrap();
-    stats["numberOfDocuments"].as_u64().unwrap()
-}
-
 #[tokio::test]
 async fn indexing_twice_leaves_one_copy_and_search_returns_scored_passages() {
     let Some(settings) = server("indexing_twice_leaves_one_copy_and_search_returns_scored_passages") else { return };
-    let meili = MeiliSearch::new(settings.clone());
+    let meili = MeiliSearch::new(settings.clone()).unwrap();
     let first = meili.build(&hotpot_corpus()).await.unwrap();
     let second = meili.build(&hotpot_corpus()).await.unwrap();
     assert_eq!(first, second);
-    assert_eq!(documents_in(&settings).await, first.documents as u64, "re-indexing is idempotent");
+    assert_eq!(meili.documents().await.unwrap(), first.documents, "re-indexing is idempotent");
 
     let (question, _, gold) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
     // Meilisearch returns only documents that match the words its matching strategy keeps, so
@@ -68,7 +58,7 @@ async fn indexing_twice_leaves_one_copy_and_search_returns_scored_passages() {
 #[tokio::test]
 async fn a_missing_meilisearch_index_is_named() {
     let Some(settings) = server("a_missing_meilisearch_index_is_named") else { return };
-    let error = MeiliSearch::new(settings.clone()).search("anything", 5).await.unwrap_err();
+    let error = MeiliSearch::new(settings.clone()).unwrap().search("anything", 5).await.unwrap_err();
     assert!(matches!(&error, SearchError::MissingRemoteIndex { index, .. } if *index == settings.index), "{error}");
     assert!(!error.is_transient());
 }
@@ -76,7 +66,7 @@ async fn a_missing_meilisearch_index_is_named() {
 #[actix::test]
 async fn the_vanilla_pipeline_runs_on_meilisearch_unchanged() {
     let Some(meili) = server("the_vanilla_pipeline_runs_on_meilisearch_unchanged") else { return };
-    MeiliSearch::new(meili.clone()).build(&hotpot_corpus()).await.unwrap();
+    MeiliSearch::new(meili.clone()).unwrap().build(&hotpot_corpus()).await.unwrap();
     let llm = FakeLlm::start(|prompt: &str| match prompt_kind(prompt) {
         Prompt::Reader => Reply::Json(json!({"answer": "Murcia", "confidence": 4, "explanation": "read"})),
         _ => Reply::Status(400),
@@ -95,7 +85,7 @@ async fn the_vanilla_pipeline_runs_on_meilisearch_unchanged() {
     let record = pipeline.ask(QuestionEvent::new("meili-1", question)).await.unwrap();
     pipeline.stop();
     let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
-    let index = MeiliSearch::new(meili);
+    let index = MeiliSearch::new(meili).unwrap();
     for passage in &answer.passages {
         assert!(index.passage(&passage.id).await.unwrap().is_some(), "cited passage {} is in Meilisearch", passage.id);
     }

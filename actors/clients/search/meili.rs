@@ -1,26 +1,39 @@
 //! Passage retrieval from a Meilisearch server (`search.backend = "meilisearch"`), for users who keep
-//! their passages there. Its REST API is small, so this speaks it with the HTTP client Lacuna already
-//! has rather than pulling in an SDK: the requests are built and the responses mapped by the plain
-//! functions below, which the unit tests check without a server.
+//! their passages there, through Meilisearch's official client, `meilisearch-sdk`. The SDK builds every
+//! request (search parameters, index settings, document batches, task polling); what stays ours is the
+//! policy around it: a timeout on every call, retries with backoff on what is worth retrying, and the
+//! mapping of its errors onto [`SearchError`], so a stage cannot tell this backend from tantivy.
 //!
 //! Documents are `{"id", "title", "text"}` with `id` the primary key; `title` and `text` are the
 //! searchable attributes. Hits come back with Meilisearch's `_rankingScore` (0 to 1) as their score.
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::{Value, json};
+use meilisearch_sdk::client::Client;
+use meilisearch_sdk::documents::DocumentsQuery;
+use meilisearch_sdk::errors::{Error as SdkError, ErrorCode, ErrorType, MeilisearchError};
+use meilisearch_sdk::indexes::Index;
+use meilisearch_sdk::search::{MatchingStrategies, SearchQuery, SearchResult, Selectors};
+use meilisearch_sdk::settings::Settings as IndexSettings;
+use meilisearch_sdk::task_info::TaskInfo;
+use meilisearch_sdk::tasks::Task;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{SearchError, corpus_error, for_each_passage};
 use crate::settings::{MatchingStrategy, MeiliSettings};
 use crate::topics::Passage;
 
+/// The attributes a Lacuna index stores, searches (all but the id) and returns.
+const FIELDS: [&str; 3] = ["id", "title", "text"];
+const SEARCHED: [&str; 2] = ["title", "text"];
+
 #[derive(Clone)]
 pub struct MeiliSearch {
-    http: reqwest::Client,
+    client: Client,
     settings: Arc<MeiliSettings>,
-    api_key: Option<String>,
 }
 
 /// What an upload of a corpus did.
@@ -30,52 +43,74 @@ pub struct IndexReport {
     pub batches: usize,
 }
 
-/// The body of a search request.
-pub fn search_request(query: &str, limit: usize, strategy: MatchingStrategy) -> Value {
-    json!({
-        "q": query,
-        "limit": limit.max(1),
-        "matchingStrategy": strategy,
-        "showRankingScore": true,
-        "attributesToRetrieve": ["id", "title", "text"],
-    })
+/// A passage as Meilisearch stores it. Ids written by other tools may be numbers; they come back as
+/// strings, and a missing title or text as empty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    #[serde(deserialize_with = "id_as_string")]
+    pub id: String,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub title: String,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub text: String,
+}
+
+impl From<Document> for Passage {
+    fn from(document: Document) -> Passage {
+        Passage { id: document.id, title: document.title, text: document.text }
+    }
+}
+
+fn id_as_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    match serde_json::Value::deserialize(deserializer)? {
+        serde_json::Value::String(id) => Ok(id),
+        serde_json::Value::Number(id) => Ok(id.to_string()),
+        other => Err(serde::de::Error::custom(format!("a document id must be a string or a number, not {other}"))),
+    }
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// The search a retrieve stage sends: the top `limit` documents (at least one) with their ranking
+/// scores and the passage fields, under the configured matching strategy.
+pub fn search_query<'a>(
+    index: &'a Index,
+    query: &'a str,
+    limit: usize,
+    strategy: MatchingStrategy,
+) -> SearchQuery<'a, meilisearch_sdk::DefaultHttpClient> {
+    let mut search = index.search();
+    search
+        .with_query(query)
+        .with_limit(limit.max(1))
+        .with_matching_strategy(match strategy {
+            MatchingStrategy::Last => MatchingStrategies::LAST,
+            MatchingStrategy::All => MatchingStrategies::ALL,
+            MatchingStrategy::Frequency => MatchingStrategies::FREQUENCY,
+        })
+        .with_show_ranking_score(true)
+        .with_attributes_to_retrieve(Selectors::Some(&FIELDS));
+    search
 }
 
 /// The settings every Lacuna index gets: what is searched, and what comes back.
-pub fn index_settings() -> Value {
-    json!({
-        "searchableAttributes": ["title", "text"],
-        "displayedAttributes": ["id", "title", "text"],
-    })
+pub fn index_settings() -> IndexSettings {
+    IndexSettings::new().with_searchable_attributes(SEARCHED).with_displayed_attributes(FIELDS)
 }
 
-/// A search response's hits as passages with their ranking scores, best first.
-pub fn parse_hits(body: &Value) -> Result<Vec<(Passage, f32)>, SearchError> {
-    let hits = body["hits"].as_array().ok_or_else(|| bad_response("no hits array", body))?;
-    hits.iter()
-        .map(|hit| {
-            let passage = parse_document(hit)?;
-            let score =
-                hit["_rankingScore"].as_f64().ok_or_else(|| bad_response("a hit without _rankingScore", hit))?;
-            Ok((passage, score as f32))
+/// Search hits as passages with their ranking scores, best first (Meilisearch's order).
+pub fn passages(hits: Vec<SearchResult<Document>>) -> Result<Vec<(Passage, f32)>, SearchError> {
+    hits.into_iter()
+        .map(|hit| match hit.ranking_score {
+            Some(score) => Ok((hit.result.into(), score as f32)),
+            None => Err(SearchError::Remote {
+                message: format!("Meilisearch returned document {:?} without its _rankingScore", hit.result.id),
+                transient: false,
+            }),
         })
         .collect()
-}
-
-fn parse_document(document: &Value) -> Result<Passage, SearchError> {
-    let id = match &document["id"] {
-        Value::String(id) => id.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => return Err(bad_response("a document without an id", document)),
-    };
-    let text = |field: &str| document[field].as_str().unwrap_or_default().to_string();
-    Ok(Passage { id, title: text("title"), text: text("text") })
-}
-
-fn bad_response(what: &str, body: &Value) -> SearchError {
-    let mut shown = body.to_string();
-    shown.truncate(200);
-    SearchError::Remote { message: format!("unexpected Meilisearch response ({what}): {shown}"), transient: false }
 }
 
 /// Meilisearch accepts document ids of letters, digits, `-` and `_`, at most 511 bytes.
@@ -83,65 +118,128 @@ pub fn valid_document_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 511 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// A task's outcome from `GET /tasks/{uid}`: `Ok(true)` when done, `Ok(false)` while it waits or runs.
-pub fn task_done(task: &Value) -> Result<bool, SearchError> {
-    match task["status"].as_str() {
-        Some("succeeded") => Ok(true),
-        Some("enqueued" | "processing") => Ok(false),
-        Some(status) => {
-            let error = &task["error"];
-            Err(SearchError::Remote {
-                message: format!(
-                    "Meilisearch task {} {status}: {} ({})",
-                    task["uid"],
-                    error["message"].as_str().unwrap_or("no message"),
-                    error["code"].as_str().unwrap_or("no code")
-                ),
-                transient: false,
-            })
-        }
-        None => Err(bad_response("a task without status", task)),
+/// A finished task's outcome: a failed or canceled task is an error carrying Meilisearch's message and
+/// code; one still enqueued or processing is not finished (the SDK waits until it is, or times out).
+pub fn task_outcome(task: Task) -> Result<(), TaskFailure> {
+    match task {
+        Task::Succeeded { .. } => Ok(()),
+        Task::Failed { content } => Err(TaskFailure { uid: content.task.uid, error: Some(content.error) }),
+        Task::Enqueued { .. } | Task::Processing { .. } => Err(TaskFailure { uid: task.get_uid(), error: None }),
     }
 }
 
-/// An error response: missing indexes are said so, server errors are worth retrying.
-fn error_for(status: reqwest::StatusCode, body: &Value, index: &str, url: &str) -> SearchError {
-    let code = body["code"].as_str().unwrap_or_default();
-    if code == "index_not_found" {
-        return SearchError::MissingRemoteIndex { index: index.to_string(), url: url.to_string() };
+/// A task that did not succeed: Meilisearch's error, or none when it never finished.
+#[derive(Debug)]
+pub struct TaskFailure {
+    uid: u32,
+    error: Option<MeilisearchError>,
+}
+
+impl TaskFailure {
+    fn is(&self, code: ErrorCode) -> bool {
+        self.error.as_ref().is_some_and(|error| error.error_code == code)
     }
-    let message = body["message"].as_str().map(str::to_string).unwrap_or_else(|| body.to_string());
-    SearchError::Remote {
-        message: format!("Meilisearch answered {status} ({code}): {message}"),
-        transient: status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS,
+}
+
+impl From<TaskFailure> for SearchError {
+    fn from(failure: TaskFailure) -> SearchError {
+        let message = match failure.error {
+            Some(error) => {
+                format!("Meilisearch task {} failed: {} ({})", failure.uid, error.error_message, error.error_code)
+            }
+            None => format!("Meilisearch task {} did not finish", failure.uid),
+        };
+        SearchError::Remote { message, transient: false }
     }
+}
+
+/// The SDK's errors as ours. What a retry may cure is transient: no connection, a timeout, 429, a
+/// server-side failure (5xx, Meilisearch's `internal` and `system` errors). A bad request, a bad key or
+/// a failed task is not, and a missing index is named with what to do.
+pub fn search_error(error: SdkError, settings: &MeiliSettings) -> SearchError {
+    let remote = |message: String, transient| SearchError::Remote { message, transient };
+    match error {
+        SdkError::Meilisearch(error) if error.error_code == ErrorCode::IndexNotFound => {
+            SearchError::MissingRemoteIndex { index: settings.index.clone(), url: settings.url.clone() }
+        }
+        SdkError::Meilisearch(error) => {
+            let transient = !matches!(error.error_type, ErrorType::InvalidRequest | ErrorType::Auth);
+            remote(
+                format!("Meilisearch answered {} ({}): {}", error.error_type, error.error_code, error.error_message),
+                transient,
+            )
+        }
+        SdkError::MeilisearchCommunication(error) => {
+            let status = error.status_code;
+            let message = error.message.unwrap_or_default();
+            remote(format!("Meilisearch answered HTTP {status}: {message}"), status >= 500 || status == 429)
+        }
+        SdkError::HttpError(error) => {
+            remote(format!("Meilisearch at {} unreachable: {error}", settings.url), !error.is_builder())
+        }
+        SdkError::Timeout => remote(
+            format!(
+                "a Meilisearch task was not done after search.meilisearch.task_timeout_ms ({} ms)",
+                settings.task_timeout_ms
+            ),
+            false,
+        ),
+        SdkError::ParseError(error) => remote(format!("unexpected Meilisearch response: {error}"), false),
+        other => remote(format!("Meilisearch client error: {other}"), false),
+    }
+}
+
+/// The API key read from the environment variable the config names (`None` when unset or empty). The
+/// key itself is never shown, and one an HTTP header cannot carry is refused here rather than left to
+/// the client.
+fn api_key(variable: &str, value: Option<String>) -> Result<Option<String>, SearchError> {
+    let Some(key) = value.filter(|key| !key.is_empty()) else { return Ok(None) };
+    if !key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(SearchError::Remote {
+            message: format!("the Meilisearch API key in ${variable} holds characters an HTTP header cannot carry"),
+            transient: false,
+        });
+    }
+    Ok(Some(key))
 }
 
 impl MeiliSearch {
-    pub fn new(settings: MeiliSettings) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(settings.timeout_ms))
-            .build()
-            .expect("a reqwest client with a timeout builds");
-        // Only the variable's name is in the config; the key itself is never logged.
-        let api_key = std::env::var(&settings.api_key_env).ok().filter(|key| !key.is_empty());
-        MeiliSearch { http, settings: Arc::new(settings), api_key }
+    pub fn new(settings: MeiliSettings) -> Result<Self, SearchError> {
+        let key = api_key(&settings.api_key_env, std::env::var(&settings.api_key_env).ok())?;
+        let client =
+            Client::new(settings.url.trim_end_matches('/'), key).map_err(|error| search_error(error, &settings))?;
+        Ok(MeiliSearch { client, settings: Arc::new(settings) })
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}/{}", self.settings.url.trim_end_matches('/'), path.trim_start_matches('/'))
+    fn index(&self) -> Index {
+        self.client.index(&self.settings.index)
     }
 
-    /// One request with retries on connection errors, timeouts, 429 and 5xx.
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<Value, SearchError> {
-        let url = self.url(path);
+    /// One SDK call under `timeout_ms`, retried with jittered backoff while it fails transiently, up to
+    /// `max_retries` times. A call is safe to repeat: searches read, and uploads replace by id.
+    async fn retrying<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, SearchError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, SdkError>>,
+    {
+        let timeout = Duration::from_millis(self.settings.timeout_ms);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.send_once(method.clone(), &url, body).await {
+            let outcome = match tokio::time::timeout(timeout, call()).await {
+                Ok(outcome) => outcome.map_err(|error| search_error(error, &self.settings)),
+                Err(_) => Err(SearchError::Remote {
+                    message: format!(
+                        "Meilisearch at {} did not answer ({what}) within {} ms",
+                        self.settings.url, self.settings.timeout_ms
+                    ),
+                    transient: true,
+                }),
+            };
+            match outcome {
                 Err(SearchError::Remote { transient: true, message }) if attempt <= self.settings.max_retries => {
                     let backoff = crate::settings::backoff(self.settings.retry_backoff_ms, attempt);
-                    tracing::warn!(attempt, backoff_ms = backoff.as_millis() as u64, error = %message, "Meilisearch call failed, retrying");
+                    tracing::warn!(attempt, backoff_ms = backoff.as_millis() as u64, error = %message, "Meilisearch call failed ({what}), retrying");
                     tokio::time::sleep(backoff).await;
                 }
                 outcome => return outcome,
@@ -149,35 +247,14 @@ impl MeiliSearch {
         }
     }
 
-    async fn send_once(&self, method: reqwest::Method, url: &str, body: Option<&Value>) -> Result<Value, SearchError> {
-        let mut request = self.http.request(method, url);
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
-        }
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        let response = request.send().await.map_err(|e| SearchError::Remote {
-            message: format!("Meilisearch at {} unreachable: {e}", self.settings.url),
-            transient: true,
-        })?;
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        if status.is_success() {
-            Ok(value)
-        } else {
-            Err(error_for(status, &value, &self.settings.index, &self.settings.url))
-        }
-    }
-
     /// The top `limit` passages for a free-text query, best first, scored by `_rankingScore`.
     pub async fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
-        let path = format!("indexes/{}/search", self.settings.index);
-        let body = self
-            .call(reqwest::Method::POST, &path, Some(&search_request(query, limit, self.settings.matching_strategy)))
+        let index = self.index();
+        let strategy = self.settings.matching_strategy;
+        let results = self
+            .retrying("search", || async { search_query(&index, query, limit, strategy).execute::<Document>().await })
             .await?;
-        parse_hits(&body)
+        passages(results.hits)
     }
 
     /// The passage with this id, if the index has it.
@@ -185,63 +262,63 @@ impl MeiliSearch {
         if !valid_document_id(id) {
             return Ok(None);
         }
-        let path = format!("indexes/{}/documents/{id}", self.settings.index);
-        match self.call(reqwest::Method::GET, &path, None).await {
-            Ok(document) => Ok(Some(parse_document(&document)?)),
-            Err(SearchError::Remote { message, .. }) if message.contains("document_not_found") => Ok(None),
-            Err(error) => Err(error),
-        }
+        let index = self.index();
+        let document = self
+            .retrying("get a document", || async {
+                match index.get_document::<Document>(id).await {
+                    Err(SdkError::Meilisearch(error)) if error.error_code == ErrorCode::DocumentNotFound => Ok(None),
+                    outcome => outcome.map(Some),
+                }
+            })
+            .await?;
+        Ok(document.map(Passage::from))
     }
 
-    /// Waits for a task to succeed; a failed or canceled task is an error carrying its message.
-    async fn wait(&self, enqueued: &Value) -> Result<(), SearchError> {
-        let uid = enqueued["taskUid"].as_u64().ok_or_else(|| bad_response("no taskUid", enqueued))?;
-        let give_up = Instant::now() + Duration::from_millis(self.settings.task_timeout_ms);
-        let mut pause = Duration::from_millis(20);
-        loop {
-            let task = self.call(reqwest::Method::GET, &format!("tasks/{uid}"), None).await?;
-            if task_done(&task)? {
-                return Ok(());
-            }
-            if Instant::now() > give_up {
-                return Err(SearchError::Remote {
-                    message: format!("Meilisearch task {uid} not done after {} ms", self.settings.task_timeout_ms),
-                    transient: false,
-                });
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
-        }
+    /// How many documents the index holds.
+    pub async fn documents(&self) -> Result<usize, SearchError> {
+        let index = self.index();
+        let mut query = DocumentsQuery::new(&index);
+        query.with_limit(0);
+        let documents = self.retrying("count documents", || query.execute::<Document>()).await?;
+        Ok(documents.total as usize)
     }
 
-    /// Creates the index if it does not exist, sets its attributes, and uploads the corpus in batches,
-    /// waiting for each task. Documents replace those with the same id, so re-indexing the same corpus
-    /// leaves the index as it was.
+    /// Waits for an enqueued task to end, up to `task_timeout_ms`; its failure is the caller's to judge.
+    async fn finished(&self, enqueued: &TaskInfo) -> Result<Result<(), TaskFailure>, SearchError> {
+        let poll = Some(Duration::from_millis(50));
+        let timeout = Some(Duration::from_millis(self.settings.task_timeout_ms));
+        let task = self.retrying("wait for a task", || self.client.wait_for_task(enqueued, poll, timeout)).await?;
+        Ok(task_outcome(task))
+    }
+
+    /// Creates the index if it does not exist, sets its attributes, and uploads the corpus in batches
+    /// of `batch_size`, waiting for every task. Documents replace those with the same id, so
+    /// re-indexing the same corpus leaves the index as it was.
     pub async fn build(&self, corpus: &Path) -> Result<IndexReport, SearchError> {
         let documents = read_corpus(corpus)?;
-        let index = &self.settings.index;
-        let created =
-            self.call(reqwest::Method::POST, "indexes", Some(&json!({"uid": index, "primaryKey": "id"}))).await?;
-        match self.wait(&created).await {
-            Err(SearchError::Remote { message, .. }) if message.contains("index_already_exists") => {}
+        let uid = &self.settings.index;
+        let created = self.retrying("create the index", || self.client.create_index(uid, Some("id"))).await?;
+        match self.finished(&created).await? {
+            Err(failure) if failure.is(ErrorCode::IndexAlreadyExists) => {}
             outcome => outcome?,
         }
-        let settings =
-            self.call(reqwest::Method::PATCH, &format!("indexes/{index}/settings"), Some(&index_settings())).await?;
-        self.wait(&settings).await?;
-        let mut batches = 0;
-        for batch in documents.chunks(self.settings.batch_size.max(1)) {
-            let path = format!("indexes/{index}/documents?primaryKey=id");
-            let enqueued = self.call(reqwest::Method::POST, &path, Some(&Value::Array(batch.to_vec()))).await?;
-            self.wait(&enqueued).await?;
-            batches += 1;
+        let index = self.index();
+        let settings = index_settings();
+        let updated = self.retrying("set the index settings", || index.set_settings(&settings)).await?;
+        self.finished(&updated).await??;
+        let batch_size = self.settings.batch_size.max(1);
+        let enqueued = self
+            .retrying("upload documents", || index.add_documents_in_batches(&documents, Some(batch_size), Some("id")))
+            .await?;
+        for task in &enqueued {
+            self.finished(task).await??;
         }
-        Ok(IndexReport { documents: documents.len(), batches })
+        Ok(IndexReport { documents: documents.len(), batches: enqueued.len() })
     }
 }
 
 /// The corpus as Meilisearch documents, every id checked before anything is sent.
-pub fn read_corpus(corpus: &Path) -> Result<Vec<Value>, SearchError> {
+pub fn read_corpus(corpus: &Path) -> Result<Vec<Document>, SearchError> {
     let mut documents = Vec::new();
     for_each_passage(corpus, |line, passage| {
         if !valid_document_id(&passage.id) {
@@ -251,7 +328,7 @@ pub fn read_corpus(corpus: &Path) -> Result<Vec<Value>, SearchError> {
             );
             return Err(corpus_error(corpus, line, message));
         }
-        documents.push(json!({"id": passage.id, "title": passage.title, "text": passage.text}));
+        documents.push(Document { id: passage.id, title: passage.title, text: passage.text });
         Ok(())
     })?;
     Ok(documents)
@@ -259,59 +336,123 @@ pub fn read_corpus(corpus: &Path) -> Result<Vec<Value>, SearchError> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::settings::Settings;
+
+    fn settings() -> MeiliSettings {
+        let mut settings = Settings::defaults().search.meilisearch;
+        settings.url = "http://127.0.0.1:7700".into();
+        settings.index = "hotpot".into();
+        settings
+    }
+
+    fn sdk_error(body: serde_json::Value) -> SdkError {
+        SdkError::Meilisearch(serde_json::from_value(body).unwrap())
+    }
 
     #[test]
-    fn a_search_asks_for_ranking_scores_and_the_passage_fields() {
-        let body = search_request("Who directed Levity?", 50, MatchingStrategy::Frequency);
+    fn the_sdk_sends_a_search_for_ranking_scores_and_the_passage_fields() {
+        let client = Client::new("http://127.0.0.1:7700", None::<String>).unwrap();
+        let index = client.index("hotpot");
+        let body = serde_json::to_value(search_query(&index, "Who directed Levity?", 50, MatchingStrategy::Frequency))
+            .unwrap();
         assert_eq!(body["q"], "Who directed Levity?");
         assert_eq!(body["limit"], 50);
         assert_eq!(body["showRankingScore"], true);
         assert_eq!(body["attributesToRetrieve"], json!(["id", "title", "text"]));
         assert_eq!(body["matchingStrategy"], "frequency");
-        assert_eq!(search_request("q", 0, MatchingStrategy::Last)["limit"], 1, "a zero limit still asks for one hit");
-        assert_eq!(search_request("q", 5, MatchingStrategy::Last)["matchingStrategy"], "last");
+        let body = |limit, strategy| serde_json::to_value(search_query(&index, "q", limit, strategy)).unwrap();
+        assert_eq!(body(0, MatchingStrategy::Last)["limit"], 1, "a zero limit still asks for one hit");
+        assert_eq!(body(5, MatchingStrategy::Last)["matchingStrategy"], "last");
+        assert_eq!(body(5, MatchingStrategy::All)["matchingStrategy"], "all");
+        let settings = serde_json::to_value(index_settings()).unwrap();
+        assert_eq!(settings["searchableAttributes"], json!(["title", "text"]));
+        assert_eq!(settings["displayedAttributes"], json!(["id", "title", "text"]));
     }
 
     #[test]
     fn hits_map_to_passages_with_their_ranking_scores() {
-        let body = json!({"hits": [
+        let body = json!([
             {"id": "p1", "title": "Levity", "text": "Levity is a 2003 film.", "_rankingScore": 0.93},
-            {"id": 7, "title": "Ed Solomon", "text": "An American writer.", "_rankingScore": 0.5},
-        ], "query": "levity", "processingTimeMs": 1});
-        let hits = parse_hits(&body).unwrap();
+            {"id": 7, "title": null, "text": "An American writer.", "_rankingScore": 0.5},
+        ]);
+        let hits = passages(serde_json::from_value(body).unwrap()).unwrap();
         assert_eq!(hits.len(), 2);
         assert_eq!(
             hits[0].0,
             Passage { id: "p1".into(), title: "Levity".into(), text: "Levity is a 2003 film.".into() }
         );
         assert!((hits[0].1 - 0.93).abs() < 1e-6);
-        assert_eq!(hits[1].0.id, "7", "numeric ids come back as strings");
-        assert!(parse_hits(&json!({"message": "oops"})).is_err());
-        assert!(parse_hits(&json!({"hits": [{"id": "p1"}]})).is_err(), "a hit without a score is an error");
+        assert_eq!((hits[1].0.id.as_str(), hits[1].0.title.as_str()), ("7", ""), "numeric ids come back as strings");
+        let unscored = serde_json::from_value(json!([{"id": "p1", "text": "x"}])).unwrap();
+        assert!(passages(unscored).is_err(), "a hit without a score is an error");
+        assert!(serde_json::from_value::<Vec<SearchResult<Document>>>(json!([{"id": [1]}])).is_err());
     }
 
     #[test]
-    fn task_states_are_read_and_failures_carry_their_message() {
-        assert!(!task_done(&json!({"uid": 3, "status": "enqueued"})).unwrap());
-        assert!(!task_done(&json!({"uid": 3, "status": "processing"})).unwrap());
-        assert!(task_done(&json!({"uid": 3, "status": "succeeded"})).unwrap());
-        let failed = json!({"uid": 3, "status": "failed", "error": {"message": "Document identifier `a:b` is invalid.", "code": "invalid_document_id"}});
-        let error = task_done(&failed).unwrap_err().to_string();
+    fn task_failures_carry_their_message_and_code() {
+        let task = |status: &str| {
+            let mut task = json!({"uid": 3, "indexUid": "hotpot", "status": status, "type": "documentAdditionOrUpdate",
+                "enqueuedAt": "2026-11-24T10:00:00Z", "startedAt": "2026-11-24T10:00:01Z",
+                "finishedAt": "2026-11-24T10:00:02Z", "duration": "PT1S"});
+            if status == "failed" {
+                task["error"] = json!({"message": "Document identifier `a:b` is invalid.",
+                    "code": "invalid_document_id", "type": "invalid_request", "link": "https://docs.meilisearch.com"});
+            }
+            serde_json::from_value::<Task>(task).unwrap()
+        };
+        assert!(task_outcome(task("succeeded")).is_ok());
+        let failure = task_outcome(task("failed")).unwrap_err();
+        assert!(!failure.is(ErrorCode::IndexAlreadyExists));
+        let error = SearchError::from(failure).to_string();
         assert!(error.contains("task 3 failed") && error.contains("invalid_document_id"), "{error}");
+        assert!(!SearchError::from(task_outcome(task("failed")).unwrap_err()).is_transient());
     }
 
     #[test]
     fn a_missing_index_is_named_and_server_errors_are_retryable() {
-        let missing =
-            json!({"message": "Index `hotpot` not found.", "code": "index_not_found", "type": "invalid_request"});
-        let error = error_for(reqwest::StatusCode::NOT_FOUND, &missing, "hotpot", "http://m:7700");
+        let missing = sdk_error(json!({"message": "Index `hotpot` not found.", "code": "index_not_found",
+            "type": "invalid_request", "link": "https://docs.meilisearch.com"}));
+        let error = search_error(missing, &settings());
         assert!(matches!(&error, SearchError::MissingRemoteIndex { index, .. } if index == "hotpot"));
         assert!(error.to_string().contains("lacuna index --backend meilisearch"), "{error}");
-        let busy = error_for(reqwest::StatusCode::SERVICE_UNAVAILABLE, &json!({}), "i", "u");
-        assert!(matches!(busy, SearchError::Remote { transient: true, .. }));
-        let bad = error_for(reqwest::StatusCode::BAD_REQUEST, &json!({"code": "invalid_search_q"}), "i", "u");
-        assert!(matches!(bad, SearchError::Remote { transient: false, .. }));
+
+        let internal = sdk_error(json!({"message": "boom", "code": "internal", "type": "internal", "link": ""}));
+        assert!(search_error(internal, &settings()).is_transient());
+        // Meilisearch's `system` errors (too many search requests, no space left) are unknown to the SDK.
+        let busy = sdk_error(json!({"message": "Too many search requests running at the same time: 1000.",
+            "code": "too_many_search_requests", "type": "system", "link": ""}));
+        assert!(search_error(busy, &settings()).is_transient());
+        let bad =
+            sdk_error(json!({"message": "bad q", "code": "invalid_search_q", "type": "invalid_request", "link": ""}));
+        assert!(!search_error(bad, &settings()).is_transient());
+        let key = sdk_error(json!({"message": "The provided API key is invalid.", "code": "invalid_api_key",
+            "type": "auth", "link": ""}));
+        let error = search_error(key, &settings());
+        assert!(!error.is_transient() && error.to_string().contains("API key is invalid"), "{error}");
+
+        let proxy = |status_code| {
+            SdkError::MeilisearchCommunication(meilisearch_sdk::errors::MeilisearchCommunicationError {
+                status_code,
+                message: None,
+                url: "http://127.0.0.1:7700/indexes/hotpot/search".into(),
+            })
+        };
+        assert!(search_error(proxy(503), &settings()).is_transient());
+        assert!(search_error(proxy(429), &settings()).is_transient());
+        assert!(!search_error(proxy(404), &settings()).is_transient());
+        assert!(!search_error(SdkError::Timeout, &settings()).is_transient(), "a task past its timeout is not retried");
+    }
+
+    #[test]
+    fn an_api_key_a_header_cannot_carry_is_refused_without_showing_it() {
+        let error = api_key("MEILI_MASTER_KEY", Some("secret\nkey".into())).unwrap_err().to_string();
+        assert!(error.contains("MEILI_MASTER_KEY") && !error.contains("secret"), "{error}");
+        assert_eq!(api_key("MEILI_MASTER_KEY", Some("a-good-key".into())).unwrap().as_deref(), Some("a-good-key"));
+        assert_eq!(api_key("MEILI_MASTER_KEY", Some(String::new())).unwrap(), None, "an empty key is no key");
+        assert_eq!(api_key("MEILI_MASTER_KEY", None).unwrap(), None);
     }
 
     #[test]
@@ -329,7 +470,9 @@ mod tests {
         let error = read_corpus(&corpus).unwrap_err().to_string();
         assert!(error.contains("line 3") && error.contains("bad id"), "{error}");
         std::fs::write(&corpus, "{\"id\": \"p1\", \"title\": \"T\", \"text\": \"x\"}\n").unwrap();
-        assert_eq!(read_corpus(&corpus).unwrap(), vec![json!({"id": "p1", "title": "T", "text": "x"})]);
+        let documents = read_corpus(&corpus).unwrap();
+        assert_eq!(documents, vec![Document { id: "p1".into(), title: "T".into(), text: "x".into() }]);
+        assert_eq!(serde_json::to_value(&documents[0]).unwrap(), json!({"id": "p1", "title": "T", "text": "x"}));
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -52,7 +52,7 @@ impl Search {
     pub fn open(settings: &SearchSettings) -> Result<Search, SearchError> {
         Ok(match settings.backend {
             SearchBackend::Tantivy => Search::Tantivy(TantivySearch::open(&settings.index_dir)?),
-            SearchBackend::Meilisearch => Search::Meili(MeiliSearch::new(settings.meilisearch.clone())),
+            SearchBackend::Meilisearch => Search::Meili(MeiliSearch::new(settings.meilisearch.clone())?),
         })
     }
 
