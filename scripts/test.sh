@@ -29,7 +29,9 @@ scripts/chart-test.sh
 
 port="${LACUNA_TEST_LLM_PORT:-18377}"
 broker_port="${LACUNA_TEST_BROKER_PORT:-19092}"
-trap 'scripts/llm-server.sh stop --port "$port" || true; scripts/broker.sh stop --port "$broker_port" || true' EXIT
+rebalance_port="${LACUNA_TEST_REBALANCE_BROKER_PORT:-19093}"
+trap 'scripts/llm-server.sh stop --port "$port" || true; scripts/broker.sh stop --port "$broker_port" || true
+      scripts/broker.sh stop --port "$rebalance_port" || true' EXIT
 export LACUNA_LLM_PORT="$port" LACUNA_LLM_THREADS="${LACUNA_LLM_THREADS:-2}"
 scripts/llm-server.sh start --model "$LACUNA_MODEL_PATH"
 export LACUNA_TEST_LLM_URL="http://127.0.0.1:$port/v1"
@@ -37,6 +39,10 @@ export LACUNA_TEST_LLM_URL="http://127.0.0.1:$port/v1"
 scripts/broker.sh stop --port "$broker_port" || true
 scripts/broker.sh start --port "$broker_port"
 export LACUNA_TEST_KAFKA="127.0.0.1:$broker_port"
+# Tansu for the rebalance test: unlike the broker above, it accepts a member's commits mid-rebalance.
+scripts/broker.sh stop --port "$rebalance_port" || true
+scripts/broker.sh start --kind tansu --port "$rebalance_port"
+export LACUNA_TEST_KAFKA_REBALANCE="127.0.0.1:$rebalance_port"
 
 cargo test --locked "$@"
 
