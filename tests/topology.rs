@@ -74,10 +74,12 @@ fn the_documented_diagrams_are_what_lacuna_graph_prints() {
 }
 
 #[test]
-fn the_readme_lists_what_lacuna_graph_prints() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn the_readme_and_the_pipelines_page_show_what_lacuna_graph_prints() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let docs = std::fs::read_to_string(format!("{root}/docs/pipelines.md")).unwrap();
     let all: String = PipelineKind::ALL.iter().map(|k| graph::text(*k)).collect();
-    assert!(readme.contains(&format!("$ lacuna graph\n{all}```")), "the README's `lacuna graph` output is stale");
+    assert!(docs.contains(&format!("$ lacuna graph\n{all}```")), "docs/pipelines.md's `lacuna graph` output is stale");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
     let migres = format!("```mermaid\n{}```", graph::mermaid(PipelineKind::Migres));
     assert!(readme.contains(&migres), "the README's MIGRES diagram is stale");
 }
