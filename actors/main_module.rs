@@ -16,7 +16,7 @@ use crate::actors::answer::{
 };
 use crate::actors::clients::{CallStats, LlmClient, Schema};
 use crate::actors::stage::{Stage, StageError, decode};
-use crate::actors::{note_call, prompts};
+use crate::actors::{note_call, prompts, two_options};
 use crate::metrics::METRICS;
 use crate::settings::{Acceptance, DecisionPrompt, MigresSettings};
 use crate::topics::{Event, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
@@ -114,13 +114,16 @@ impl Main {
             },
         );
         if rejected.is_none() {
-            return Ok(answer_record(memory, answer, d.confidence, d.explanation, Outcome::Answered));
+            let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
+            let given = self.settled(&mut memory, given).await?;
+            return Ok(answer_record(memory, given.answer, given.confidence, given.explanation, Outcome::Answered));
         }
         if memory.iteration >= self.settings.max_iterations {
             // An answer held back only for want of confidence or evidence is still the best guess
             // there is: no need to ask for another.
             if held_back.is_some() {
                 let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
+                let given = self.settled(&mut memory, given).await?;
                 return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
             }
             return self.answer_at_limit(memory).await;
@@ -196,7 +199,8 @@ impl Main {
         let reply = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
         note_call(&mut memory, Self::NAME, "final_answer", &reply.stats);
         if !self.settings.best_guess || !is_non_answer(&reply.value.answer) {
-            return Ok(given_answer(memory, Self::NAME, reply.value, Outcome::AnsweredAtLimit));
+            let given = self.settled(&mut memory, reply.value).await?;
+            return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
         }
         let insisting = format!(
             "{question} (The Information may not settle it: give your best guess anyway, a name, date, number or yes/no. Never answer \"None\" or \"unknown\".)"
@@ -205,7 +209,20 @@ impl Main {
         let guess = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
         note_call(&mut memory, Self::NAME, "best_guess", &guess.stats);
         let given = if is_non_answer(&guess.value.answer) { reply.value } else { guess.value };
+        let given = self.settled(&mut memory, given).await?;
         Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit))
+    }
+
+    /// With `compare_options`, a two-option question's answer as the options' copied dates or
+    /// numbers decide it, compared in code (`two_options`); any other answer as given.
+    async fn settled(&self, memory: &mut Memory, given: FinalAnswer) -> Result<FinalAnswer, StageError> {
+        if !self.settings.compare_options {
+            return Ok(given);
+        }
+        let information = self.information(memory, true);
+        let (answer, explanation) =
+            two_options::settle(&self.llm, memory, Self::NAME, &information, given.answer, given.explanation).await?;
+        Ok(FinalAnswer { answer, confidence: given.confidence, explanation })
     }
 }
 

@@ -34,6 +34,7 @@ pub mod selection;
 pub mod self_knowledge;
 pub mod sentence_filter;
 pub mod stage;
+pub mod two_options;
 pub mod verify;
 
 use clients::CallStats;

@@ -6,6 +6,8 @@ pub const SYSTEM: &str = "";
 pub const MAIN: &str = include_str!("prompts/main.txt");
 pub const MAIN_ATTEMPT: &str = include_str!("prompts/main_attempt.txt");
 pub const FINAL_ANSWER: &str = include_str!("prompts/final_answer.txt");
+/// Two-option comparisons: copy each option's date or number; the code compares (`two_options`).
+pub const COMPARE_OPTIONS: &str = include_str!("prompts/compare_options.txt");
 pub const QUERY_GEN: &str = include_str!("prompts/query_gen.txt");
 pub const LEAF: &str = include_str!("prompts/leaf.txt");
 pub const KNOWLEDGE: &str = include_str!("prompts/knowledge.txt");

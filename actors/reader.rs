@@ -7,19 +7,22 @@
 
 use async_trait::async_trait;
 
-use crate::actors::answer::given_answer;
+use crate::actors::answer::{FinalAnswer, given_answer};
 use crate::actors::clients::LlmClient;
 use crate::actors::evidence::{YOUR_KNOWLEDGE, cite_shown, documents, read};
 use crate::actors::stage::{Stage, StageError, decode};
+use crate::actors::two_options::settle;
 use crate::topics::{EvidenceEvent, Outcome, Record};
 
 pub struct Reader {
     llm: LlmClient,
+    /// `reader.compare_options`: two-option comparisons decided in code (`two_options`).
+    compare_options: bool,
 }
 
 impl Reader {
-    pub fn new(llm: LlmClient) -> Self {
-        Reader { llm }
+    pub fn new(llm: LlmClient, compare_options: bool) -> Self {
+        Reader { llm, compare_options }
     }
 }
 
@@ -32,7 +35,12 @@ impl Stage for Reader {
         let generated = memory.generated_passage.clone();
         let shown = evidence.iter().map(|e| (e.title.as_str(), e.text.as_str()));
         let docs = documents(shown.chain(generated.as_deref().map(|text| (YOUR_KNOWLEDGE, text))));
-        let answer = read(&self.llm, &mut memory, Self::NAME, "answer", &docs).await?;
+        let mut answer = read(&self.llm, &mut memory, Self::NAME, "answer", &docs).await?;
+        if self.compare_options {
+            let (given, explanation) =
+                settle(&self.llm, &mut memory, Self::NAME, &docs, answer.answer, answer.explanation).await?;
+            answer = FinalAnswer { answer: given, explanation, ..answer };
+        }
         cite_shown(&mut memory, &evidence);
         Ok(vec![given_answer(memory, Self::NAME, answer, Outcome::Answered)])
     }

@@ -31,6 +31,7 @@ pub struct Settings {
     pub eval: EvalSettings,
     pub join: JoinSettings,
     pub qpaug: QpaugSettings,
+    pub reader: ReaderSettings,
     pub raisf: RaisfSettings,
     pub rqrag: RqragSettings,
 }
@@ -49,6 +50,15 @@ pub struct JoinSettings {
 pub struct QpaugSettings {
     /// K: passages in the answer prompt, the self-generated one included (K-1 retrieved).
     pub top_k: usize,
+}
+
+/// The baselines' (and QPaug's) single answer call.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReaderSettings {
+    /// `migres.compare_options` for the reader: a two-option comparison is decided by the options'
+    /// dates or numbers, copied from the shown passages by one more call and compared in code.
+    pub compare_options: bool,
 }
 
 /// An LLM endpoint for one module; empty fields take the `[llm]` value.
@@ -155,6 +165,9 @@ pub struct MigresSettings {
     /// When the LLM writes no new query, the missing-information summary itself is searched before
     /// the question is declared exhausted.
     pub missing_as_query: bool,
+    /// A question naming two options ("Which film came out first, A or B?") is answered with the
+    /// option its copied dates or numbers choose, compared in code, not by the model.
+    pub compare_options: bool,
 }
 
 /// When the main module's decision ends the loop.

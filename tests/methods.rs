@@ -85,6 +85,35 @@ async fn qpaug_leaves_out_a_none_passage() {
     assert!(!reader.contains("Your knowledge"), "[NONE] is not shown: {reader}");
 }
 
+/// `reader.compare_options` gives the one-call baselines MIGRES's two-option lever, for a
+/// like-for-like comparison: the heights are copied from the passages shown, the code compares.
+#[actix::test]
+async fn a_baseline_with_compare_options_answers_a_two_option_question_by_the_copied_numbers() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::Reader => Reply::Json(json!({"explanation": "Muztagh Ata is higher.", "answer": "Muztagh Ata", "confidence": 4})),
+        Prompt::CompareOptions => {
+            Reply::Json(json!({"explanation": "the passages", "first": "7,509 metres", "second": "8,163 metres"}))
+        }
+        _ => Reply::Status(500),
+    })
+    .await;
+    let mut settings = support::settings(&llm.base_url);
+    small(&mut settings);
+    let id = "5a756b175542996c70cfaef7";
+    let (question, answers, _) = support::question("hotpotqa", id);
+    let plain = answered(ask(PipelineKind::VanillaS, &settings, id, &question).await);
+    assert_eq!((plain.answer.as_str(), plain.usage.llm_calls), ("Muztagh Ata", 1), "off by default: the paper's baseline");
+
+    settings.reader.compare_options = true;
+    let answer = answered(ask(PipelineKind::VanillaS, &settings, id, &question).await);
+    assert_eq!(answer.answer, answers[0], "8,163 metres is higher");
+    assert_eq!(answer.usage.llm_calls, 2);
+    let prompts = llm.prompts.lock().unwrap().clone();
+    let compare = prompts.iter().find(|p| prompt_kind(p) == Prompt::CompareOptions).unwrap();
+    assert!(compare.contains("First option: Muztagh Ata\nSecond option: Manaslu"), "{compare}");
+    assert!(compare.contains("Information: [1] "), "the documents shown are the Information: {compare}");
+}
+
 #[actix::test]
 async fn raisf_decomposes_when_nothing_is_relevant_and_answers_from_the_sub_answers() {
     let llm = FakeLlm::start(methods_script).await;

@@ -26,6 +26,7 @@ const GENERIC: &[&str] = &[
     "Missing Information",
     "Ground-truth Answer",
     "The Information",
+    "The Question",
     "The Premise",
     "The Hypothesis",
     "New queries",

@@ -128,6 +128,14 @@ pub enum TraceKind {
         answer: String,
         scores: Vec<(String, f64)>,
     },
+    /// A two-option question's answer settled by comparing the options' copied dates or numbers,
+    /// or by the option a verified fact links the answer to (`migres.compare_options`).
+    OptionsSettled {
+        /// Each option and the value copied for it (empty when no comparison was asked for).
+        values: Vec<(String, String)>,
+        answer_before: String,
+        answer: String,
+    },
     /// A step of a kind this build does not know, written by a later one during a rolling upgrade:
     /// read rather than refused, its details are not kept.
     #[serde(other)]

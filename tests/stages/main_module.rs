@@ -276,3 +276,73 @@ async fn self_consistency_votes_over_samples_with_their_own_seeds() {
     assert_eq!(seeds, vec![1, 2, 3]);
     assert!(requests.iter().all(|r| r["temperature"].as_f64().unwrap() > 0.5), "samples are drawn, not greedy");
 }
+
+/// A two-option comparison whose both dates are verified, answered the wrong way round by the
+/// model (2WikiMultihopQA: Bernhardt died 1981, Boese 1958, "Payment on Demand" answered).
+fn two_directors() -> Memory {
+    let mut m = memory("Which film has the director died earlier, Payment On Demand or My Cousin From Warsaw?");
+    for text in [
+        "Curtis Bernhardt directed Payment on Demand.",
+        "Carl Boese directed My Cousin from Warsaw.",
+        "Curtis Bernhardt died on 22 February 1981.",
+        "Carl Boese died on 6 July 1958.",
+    ] {
+        m.facts.push(fact(text, FactSource::Verified));
+    }
+    m
+}
+
+#[tokio::test]
+async fn a_two_option_comparison_is_decided_by_the_copied_dates_not_the_model() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::Main => decision(true, "Payment on Demand", ""),
+        Prompt::CompareOptions => Reply::Json(
+            json!({"explanation": "Bernhardt died 1981, Boese 1958.", "first": "22 February 1981", "second": "6 July 1958"}),
+        ),
+        _ => Reply::Status(500),
+    })
+    .await;
+    let a = answered(run(&llm, two_directors()).await);
+    assert_eq!(a.answer, "My Cousin From Warsaw", "1958 is earlier than 1981");
+    assert_eq!(a.usage.llm_calls, 2, "one more call, to copy the dates");
+    let prompts = llm.prompts.lock().unwrap().clone();
+    let compare = prompts.iter().find(|p| prompt_kind(p) == Prompt::CompareOptions).unwrap();
+    assert!(compare.contains("First option: Payment On Demand\nSecond option: My Cousin From Warsaw"), "{compare}");
+    assert!(compare.contains("Carl Boese died on 6 July 1958."), "the verified facts are read: {compare}");
+    let settled = a.trace.iter().find_map(|step| match &step.kind {
+        lacuna::topics::TraceKind::OptionsSettled { answer_before, answer, values } => {
+            Some((answer_before.clone(), answer.clone(), values.len()))
+        }
+        _ => None,
+    });
+    assert_eq!(settled, Some(("Payment on Demand".into(), "My Cousin From Warsaw".into(), 2)), "the trace shows why");
+
+    // A date the facts do not give leaves the model's answer; the lever off makes no extra call.
+    let unknown = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::Main => decision(true, "Payment on Demand", ""),
+        Prompt::CompareOptions => {
+            Reply::Json(json!({"explanation": "no date for Boese", "first": "22 February 1981", "second": "unknown"}))
+        }
+        _ => Reply::Status(500),
+    })
+    .await;
+    assert_eq!(answered(run(&unknown, two_directors()).await).answer, "Payment on Demand");
+    let mut off = Settings::defaults().migres;
+    off.compare_options = false;
+    let plain = FakeLlm::start(|_| decision(true, "Payment on Demand", "")).await;
+    assert_eq!(answered(run_with(&plain, two_directors(), off).await).answer, "Payment on Demand");
+    assert_eq!(plain.calls(), 1);
+}
+
+#[tokio::test]
+async fn an_unusable_comparison_reply_keeps_the_answer_and_says_so() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::Main => decision(true, "Payment on Demand", ""),
+        Prompt::CompareOptions => Reply::Text("{\"explanation\": \"cut".into()),
+        _ => Reply::Status(500),
+    })
+    .await;
+    let a = answered(run(&llm, two_directors()).await);
+    assert_eq!(a.answer, "Payment on Demand");
+    assert!(a.degraded.iter().any(|d| d.contains("main")), "{:?}", a.degraded);
+}

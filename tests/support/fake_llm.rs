@@ -32,6 +32,8 @@ pub enum Reply {
 pub enum Prompt {
     Main,
     FinalAnswer,
+    /// Copying a two-option question's dates or numbers (`migres.compare_options`).
+    CompareOptions,
     QueryGen,
     Leaf,
     Knowledge,
@@ -60,6 +62,8 @@ pub fn prompt_kind(prompt: &str) -> Prompt {
         Prompt::Main
     } else if prompt.starts_with("Answer the Question using the provided Information") {
         Prompt::FinalAnswer
+    } else if prompt.starts_with("The Question asks which of two options") {
+        Prompt::CompareOptions
     } else if prompt.starts_with("Based on the Original Question") {
         Prompt::QueryGen
     } else if prompt.starts_with("Given the following Question and Passages") {
