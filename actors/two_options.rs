@@ -201,9 +201,24 @@ fn parse_number(text: &str) -> Option<f64> {
     tokens(text).iter().find_map(|t| NUMBER_WORDS.iter().position(|w| w == t)).map(|n| n as f64)
 }
 
-/// Which option the values choose: the first or second, None when a value is missing or they tie.
-fn choose(comparison: Comparison, first: &str, second: &str) -> Option<bool> {
+/// A copied value the Information holds: its year, or its number, is written there. The 1.5B model
+/// fills in a date it was not shown (at times the prompt example's own) rather than write "unknown".
+fn in_information(measure: Measure, value: &str, information: &str) -> bool {
+    match measure {
+        Measure::Date => parse_date(value).is_some_and(|date| tokens(information).contains(&date.year.to_string())),
+        Measure::Number => parse_number(value)
+            .is_some_and(|number| information.split_whitespace().filter_map(parse_number).any(|n| n == number)),
+    }
+}
+
+/// Which option the values choose: the first or second, None when a value is missing, is not in the
+/// Information, or they tie.
+fn choose(comparison: Comparison, first: &str, second: &str, information: &str) -> Option<bool> {
     use std::cmp::Ordering;
+    if !in_information(comparison.measure, first, information) || !in_information(comparison.measure, second, information)
+    {
+        return None;
+    }
     let order = match comparison.measure {
         Measure::Date => {
             let (a, b) = (parse_date(first)?, parse_date(second)?);
@@ -311,7 +326,7 @@ pub async fn settle(
             Ok(reply) => {
                 note_call(memory, stage, "compare_options", &reply.stats);
                 let Values { explanation: copied, first, second } = reply.value;
-                let chosen = choose(comparison, &first, &second);
+                let chosen = choose(comparison, &first, &second, information);
                 values = vec![(options.first.clone(), first.clone()), (options.second.clone(), second.clone())];
                 if let Some(is_first) = chosen {
                     let option = if is_first { &options.first } else { &options.second };
@@ -408,15 +423,20 @@ mod tests {
     fn dates_and_numbers_are_compared_as_written() {
         let died_earlier = Comparison { wanted: Wanted::Least, measure: Measure::Date };
         // The 2Wiki case the model got wrong: Bernhardt died 22 February 1981, Boese 6 July 1958.
-        assert_eq!(choose(died_earlier, "22 February 1981", "6 July 1958"), Some(false));
-        assert_eq!(choose(died_earlier, "March 9, 1979", "14 October 1979"), Some(true), "same year: the month decides");
-        assert_eq!(choose(died_earlier, "1979", "14 October 1979"), None, "same year, one month unknown");
-        assert_eq!(choose(died_earlier, "unknown", "1958"), None);
-        assert_eq!(choose(died_earlier, "1901 – 1979", "1958"), None, "a range is not one date");
+        let facts = "Curtis Bernhardt died on 22 February 1981.; Carl Boese died on 6 July 1958.";
+        assert_eq!(choose(died_earlier, "22 February 1981", "6 July 1958", facts), Some(false));
+        let same_year = "Lyle Crossley died on March 9, 1979; Ferdl Amsinger died in October 1979.";
+        assert_eq!(choose(died_earlier, "March 9, 1979", "14 October 1979", same_year), Some(true), "the month decides");
+        assert_eq!(choose(died_earlier, "1979", "14 October 1979", same_year), None, "same year, one month unknown");
+        assert_eq!(choose(died_earlier, "unknown", "1958", facts), None);
+        assert_eq!(choose(died_earlier, "1901 – 1981", "1958", facts), None, "a range is not one date");
+        assert_eq!(choose(died_earlier, "14 October 1961", "6 July 1958", facts), None, "1961 is not in the Information");
         let higher = Comparison { wanted: Wanted::Most, measure: Measure::Number };
-        assert_eq!(choose(higher, "7,816 metres", "8,051 m"), Some(false));
-        assert_eq!(choose(higher, "three members", "2"), Some(true));
-        assert_eq!(choose(higher, "many", "2"), None);
+        let heights = "Muztagh Ata is 7,509 metres high. Manaslu rises to 8,163 metres (26,781 ft).";
+        assert_eq!(choose(higher, "7,509 metres", "8,163 m", heights), Some(false));
+        assert_eq!(choose(higher, "7,509 metres", "8,848 m", heights), None, "8,848 is not in the Information");
+        assert_eq!(choose(higher, "three members", "2", "The band has three members; the other 2."), Some(true));
+        assert_eq!(choose(higher, "many", "2", "many, 2"), None);
         assert_eq!(parse_date("born c. 1380 in Pisa").map(|d| d.year), Some(1380));
         assert_eq!(parse_date("Sept. 3, 1911"), Some(Date { year: 1911, month: Some(9), day: Some(3) }));
         assert_eq!(parse_date("Mart van Duren, 1975").map(|d| d.month), Some(None), "a name is not a month");
