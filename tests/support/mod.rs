@@ -73,16 +73,21 @@ pub fn settings(llm_url: &str) -> Settings {
     settings
 }
 
-/// The main module's answer checks switched off (`acceptance = "flag"`, no grounding gate), as
-/// environment variables for `lacuna` processes. Tests of the delivery machinery use fake LLMs
-/// that answer at once without evidence; the checks have tests of their own (tests/stages).
-pub const ANSWER_CHECKS_OFF: [(&str, &str); 2] =
-    [("LACUNA__MIGRES__ACCEPTANCE", "flag"), ("LACUNA__MIGRES__GROUNDING_GATE", "false")];
+/// The main module's answer checks switched off (`acceptance = "flag"`, no grounding gate, no
+/// two-option comparison), as environment variables for `lacuna` processes. Tests of the delivery
+/// machinery use fake LLMs that answer at once without evidence; the checks have tests of their own
+/// (tests/stages).
+pub const ANSWER_CHECKS_OFF: [(&str, &str); 3] = [
+    ("LACUNA__MIGRES__ACCEPTANCE", "flag"),
+    ("LACUNA__MIGRES__GROUNDING_GATE", "false"),
+    ("LACUNA__MIGRES__COMPARE_OPTIONS", "false"),
+];
 
 /// [`ANSWER_CHECKS_OFF`] on in-process settings.
 pub fn answer_checks_off(settings: &mut Settings) {
     settings.migres.acceptance = lacuna::settings::Acceptance::Flag;
     settings.migres.grounding_gate = false;
+    settings.migres.compare_options = false;
 }
 
 pub fn llm(url: &str) -> LlmClient {
