@@ -101,6 +101,13 @@ pub fn normalize_answer(text: &str) -> String {
     without_articles(&no_punct).split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The words of normalised `part` form a contiguous run of the words of normalised `text` (cover
+/// EM's test, and the stages' test that an answer names an option).
+pub fn contains_words(text: &str, part: &str) -> bool {
+    let (t, p): (Vec<&str>, Vec<&str>) = (text.split(' ').collect(), part.split(' ').collect());
+    t.windows(p.len()).any(|window| window == p.as_slice())
+}
+
 /// Python's `re.sub(r"\b(a|an|the)\b", " ", text)`: a run of word characters that is exactly an
 /// article becomes a space. Runs are split at any non-word character, not only at white space, as
 /// `\b` is ("“the" loses its article).

@@ -9,7 +9,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::actors::answer::normalize_answer;
+use crate::actors::answer::{contains_words, normalize_answer};
 use crate::actors::clients::{LlmClient, LlmError, Schema};
 use crate::actors::{degrade, note_call, prompts};
 use crate::topics::{Memory, TraceKind};
@@ -201,27 +201,18 @@ fn parse_number(text: &str) -> Option<f64> {
     tokens(text).iter().find_map(|t| NUMBER_WORDS.iter().position(|w| w == t)).map(|n| n as f64)
 }
 
-/// A copied value the Information holds: its year, or its number, is written there. The 1.5B model
-/// fills in a date it was not shown (at times the prompt example's own) rather than write "unknown".
-fn in_information(measure: Measure, value: &str, information: &str) -> bool {
-    match measure {
-        Measure::Date => parse_date(value).is_some_and(|date| tokens(information).contains(&date.year.to_string())),
-        Measure::Number => parse_number(value)
-            .is_some_and(|number| information.split_whitespace().filter_map(parse_number).any(|n| n == number)),
-    }
-}
-
 /// Which option the values choose: the first or second, None when a value is missing, is not in the
-/// Information, or they tie.
+/// Information (its year, or its number, is written nowhere there: the 1.5B model fills in a date it
+/// was not shown, at times the prompt example's own, rather than write "unknown"), or they tie.
 fn choose(comparison: Comparison, first: &str, second: &str, information: &str) -> Option<bool> {
     use std::cmp::Ordering;
-    if !in_information(comparison.measure, first, information) || !in_information(comparison.measure, second, information)
-    {
-        return None;
-    }
     let order = match comparison.measure {
         Measure::Date => {
             let (a, b) = (parse_date(first)?, parse_date(second)?);
+            let written = tokens(information);
+            if ![a.year, b.year].iter().all(|year| written.contains(&year.to_string())) {
+                return None;
+            }
             let mut order = a.year.cmp(&b.year);
             if order == Ordering::Equal
                 && let (Some(am), Some(bm)) = (a.month, b.month)
@@ -235,7 +226,14 @@ fn choose(comparison: Comparison, first: &str, second: &str, information: &str) 
             }
             order
         }
-        Measure::Number => parse_number(first)?.partial_cmp(&parse_number(second)?)?,
+        Measure::Number => {
+            let (a, b) = (parse_number(first)?, parse_number(second)?);
+            let written: Vec<f64> = information.split_whitespace().filter_map(parse_number).collect();
+            if !written.contains(&a) || !written.contains(&b) {
+                return None;
+            }
+            a.partial_cmp(&b)?
+        }
     };
     match (order, comparison.wanted) {
         (Ordering::Equal, _) => None,
@@ -244,11 +242,11 @@ fn choose(comparison: Comparison, first: &str, second: &str, information: &str) 
     }
 }
 
-/// The answer is the option, normalised as scoring does, or contains it as whole words or is
-/// contained in it ("Otto Preminger" for "Otto Ludwig Preminger" is not the point: both are names).
+/// The answer names the option: normalised as scoring does, either one's words are a run of the
+/// other's ("the Leonberger" names "Leonberger"; "Sordid" names "Sordid Lives").
 fn names(answer: &str, option: &str) -> bool {
     let (a, o) = (normalize_answer(answer), normalize_answer(option));
-    !a.is_empty() && !o.is_empty() && (format!(" {a} ").contains(&format!(" {o} ")) || format!(" {o} ").contains(&format!(" {a} ")))
+    !a.is_empty() && !o.is_empty() && (contains_words(&a, &o) || contains_words(&o, &a))
 }
 
 /// The option a verified fact links an answer naming neither option to ("Steve Carver directed

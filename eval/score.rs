@@ -19,6 +19,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::actors::answer::contains_words;
 pub use crate::actors::answer::normalize_answer as normalize;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -76,12 +77,6 @@ fn lenient_match(prediction: &str, label: &str) -> bool {
     }
     let (p, l): (Vec<&str>, Vec<&str>) = (prediction.split(' ').collect(), label.split(' ').collect());
     p.len() == l.len() && l.iter().all(|w| p.contains(w))
-}
-
-/// The label's words form a contiguous run of the prediction's words.
-fn contains_words(prediction: &str, label: &str) -> bool {
-    let (p, l): (Vec<&str>, Vec<&str>) = (prediction.split(' ').collect(), label.split(' ').collect());
-    p.windows(l.len()).any(|window| window == l.as_slice())
 }
 
 /// HotpotQA's answer F1: SQuAD's token F1, except that a yes/no/noanswer on either side scores only
