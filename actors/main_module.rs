@@ -3,7 +3,8 @@
 //! or says "unanswerable" and names the missing information, which sends the question round the loop
 //! again. An answer ends the loop only when `migres.acceptance` and the grounding gate let it: a small
 //! model often answers a two-hop question from belief after the first hop. At the iteration limit
-//! it answers with what is known, and guesses rather than answer "None".
+//! it answers with what is known, and guesses rather than answer "None"; when even the guess is
+//! "None", it reads the best passages it was shown, as VANILLA-s would.
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -15,6 +16,7 @@ use crate::actors::answer::{
     FinalAnswer, answer_record, confidence_schema, final_schema, given_answer, normalize_answer,
 };
 use crate::actors::clients::{CallStats, LlmClient, Schema};
+use crate::actors::evidence::{cite_shown, documents, read};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts, two_options};
 use crate::metrics::METRICS;
@@ -191,26 +193,53 @@ impl Main {
 
     /// T iterations passed or no new query can be written: answer from the known facts, and from
     /// the model's own knowledge where they fall short. With `best_guess`, a non-answer such as
-    /// "None" is asked for once more as a guess: a guess can be right, "None" never is.
+    /// "None" is asked for once more as a guess: a guess can be right, "None" never is. With
+    /// `reader_fallback`, a non-answer that stays one is read from the best passages shown.
     async fn answer_at_limit(&self, mut memory: Memory) -> Result<Record, StageError> {
         let information = self.information(&memory, self.settings.limit_reads_verified);
         let question = memory.question_to_answer();
         let prompt = prompts::fill(prompts::FINAL_ANSWER, &[("facts", &information), ("question", &question)]);
         let reply = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
         note_call(&mut memory, Self::NAME, "final_answer", &reply.stats);
-        if !self.settings.best_guess || !is_non_answer(&reply.value.answer) {
-            let given = self.settled(&mut memory, reply.value).await?;
-            return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
+        let mut given = reply.value;
+        if self.settings.best_guess && is_non_answer(&given.answer) {
+            let insisting = format!(
+                "{question} (The Information may not settle it: give your best guess anyway, a name, date, number or yes/no. Never answer \"None\" or \"unknown\".)"
+            );
+            let prompt = prompts::fill(prompts::FINAL_ANSWER, &[("facts", &information), ("question", &insisting)]);
+            let guess = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
+            note_call(&mut memory, Self::NAME, "best_guess", &guess.stats);
+            if !is_non_answer(&guess.value.answer) {
+                given = guess.value;
+            }
         }
-        let insisting = format!(
-            "{question} (The Information may not settle it: give your best guess anyway, a name, date, number or yes/no. Never answer \"None\" or \"unknown\".)"
-        );
-        let prompt = prompts::fill(prompts::FINAL_ANSWER, &[("facts", &information), ("question", &insisting)]);
-        let guess = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
-        note_call(&mut memory, Self::NAME, "best_guess", &guess.stats);
-        let given = if is_non_answer(&guess.value.answer) { reply.value } else { guess.value };
+        if self.settings.reader_fallback && is_non_answer(&given.answer) && !memory.best_shown.is_empty() {
+            return self.read_best_shown(memory, given).await;
+        }
         let given = self.settled(&mut memory, given).await?;
         Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit))
+    }
+
+    /// The reader fallback: the facts settle nothing, so answer as VANILLA-s does, from the best
+    /// passages the loop was shown (facts are distilled from a few of them and can miss what a
+    /// passage says plainly). The passages read become the answer's citations; a non-answer from
+    /// them too leaves the facts' answer standing.
+    async fn read_best_shown(&self, mut memory: Memory, given: FinalAnswer) -> Result<Record, StageError> {
+        let shown = memory.best_shown.clone();
+        let docs = documents(shown.iter().map(|e| (e.title.as_str(), e.text.as_str())));
+        let reading = read(&self.llm, &mut memory, Self::NAME, "reader_fallback", &docs).await?;
+        if is_non_answer(&reading.answer) {
+            let given = self.settled(&mut memory, given).await?;
+            return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
+        }
+        let (answer, explanation) = if self.settings.compare_options {
+            two_options::settle(&self.llm, &mut memory, Self::NAME, &docs, reading.answer, reading.explanation).await?
+        } else {
+            (reading.answer, reading.explanation)
+        };
+        cite_shown(&mut memory, &shown);
+        let read = FinalAnswer { answer, confidence: reading.confidence, explanation };
+        Ok(given_answer(memory, Self::NAME, read, Outcome::AnsweredAtLimit))
     }
 
     /// With `compare_options`, a two-option question's answer as the options' copied dates or
@@ -219,11 +248,26 @@ impl Main {
         if !self.settings.compare_options {
             return Ok(given);
         }
-        let information = self.information(memory, true);
+        let mut information = self.information(memory, true);
+        if self.settings.compare_reads_shown {
+            information.push_str(&shown_uncited(memory));
+        }
         let (answer, explanation) =
             two_options::settle(&self.llm, memory, Self::NAME, &information, given.answer, given.explanation).await?;
         Ok(FinalAnswer { answer, confidence: given.confidence, explanation })
     }
+}
+
+/// The best passages shown that no kept fact cites, as a paragraph of the Information: a date the
+/// leaf did not turn into a fact can still be copied from them.
+fn shown_uncited(memory: &Memory) -> String {
+    let uncited: Vec<String> = memory
+        .best_shown
+        .iter()
+        .filter(|e| !memory.cited_passages.contains_key(&e.id))
+        .map(|e| format!("(Title: {}) {}", e.title, e.text))
+        .collect();
+    if uncited.is_empty() { String::new() } else { format!("\nOther passages shown:\n{}", uncited.join("\n")) }
 }
 
 /// The model says the question is answerable: the flag where the prompt asks for one, and an

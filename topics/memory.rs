@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::evidence::{EvidenceItem, EvidenceOrigin};
 use super::node::{NodeRef, TrajectoryStep};
 use super::trace::{TraceKind, TraceStep};
 
@@ -127,8 +128,15 @@ pub struct Memory {
     /// The question event's `submission`, which sub-questions inherit.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub submission: String,
+    /// The best passages shown to the leaf so far, by re-ranker score, at most [`BEST_SHOWN`], as
+    /// shown: what MIGRES reads when its facts settle nothing at the limit (`migres.reader_fallback`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub best_shown: Vec<EvidenceItem>,
     pub trace: Vec<TraceStep>,
 }
+
+/// How many shown passages the memory keeps for the reader fallback: VANILLA-s's top-k.
+pub const BEST_SHOWN: usize = 5;
 
 impl Memory {
     pub fn new(question_id: impl Into<String>, question: impl Into<String>) -> Self {
@@ -148,6 +156,7 @@ impl Memory {
             trajectory: Vec::new(),
             generated_passage: None,
             submission: String::new(),
+            best_shown: Vec::new(),
             trace: Vec::new(),
         }
     }
@@ -189,6 +198,21 @@ impl Memory {
     pub fn has_asked(&self, query: &str) -> bool {
         let wanted = normalize_query(query);
         normalize_query(&self.question) == wanted || self.queries.iter().any(|q| normalize_query(q) == wanted)
+    }
+
+    /// Keeps the best [`BEST_SHOWN`] passages among those already kept and `shown`, by score; a
+    /// passage shown twice counts once, at its better score and with the text it had then. Model
+    /// knowledge is not a passage.
+    pub fn note_shown(&mut self, shown: &[EvidenceItem]) {
+        for item in shown.iter().filter(|e| e.origin == EvidenceOrigin::Passage) {
+            match self.best_shown.iter_mut().find(|kept| kept.id == item.id) {
+                Some(kept) if kept.score >= item.score => {}
+                Some(kept) => *kept = item.clone(),
+                None => self.best_shown.push(item.clone()),
+            }
+        }
+        self.best_shown.sort_by(|a, b| b.score.total_cmp(&a.score));
+        self.best_shown.truncate(BEST_SHOWN);
     }
 
     /// Facts kept in the current iteration.

@@ -2,8 +2,8 @@ use lacuna::actors::main_module::Main;
 use lacuna::actors::stage::Stage;
 use lacuna::settings::{Acceptance, DecisionPrompt, MigresSettings, Settings};
 use lacuna::topics::{
-    AnswerRecord, Event, FactSource, KnownFact, Memory, MissingEvent, Outcome, Passage, SCHEMA_VERSION, VerifiedEvent,
-    VersionedAnswer,
+    AnswerRecord, Event, EvidenceItem, EvidenceOrigin, FactSource, KnownFact, Memory, MissingEvent, Outcome, Passage,
+    SCHEMA_VERSION, VerifiedEvent, VersionedAnswer,
 };
 use serde_json::json;
 
@@ -239,6 +239,43 @@ async fn at_the_limit_a_non_answer_is_asked_again_for_a_best_guess() {
     assert_eq!(a.usage.llm_calls, 2);
 }
 
+/// The facts settle nothing and the guess is "unknown" too: the best passage shown, never cited,
+/// says it plainly, and the reader fallback answers from it, citing it.
+#[tokio::test]
+async fn at_the_limit_a_non_answer_is_read_from_the_best_passages_shown() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::FinalAnswer => Reply::Json(json!({"explanation": "not in the facts", "answer": "unknown", "confidence": 1})),
+        Prompt::Reader if prompt.contains("[1] Lindon: Tom Quill was born in Lindon.") => {
+            Reply::Json(json!({"explanation": "[1] says so", "answer": "Lindon", "confidence": 4}))
+        }
+        _ => Reply::Status(500),
+    })
+    .await;
+    let shown = |id: &str, title: &str, text: &str, score: f32| EvidenceItem {
+        id: id.into(),
+        title: title.into(),
+        text: text.into(),
+        score,
+        origin: EvidenceOrigin::Passage,
+    };
+    let mut m = memory("Where was the goalkeeper of Harwick Rovers born?");
+    m.exhausted = true;
+    m.note_shown(&[
+        shown("rovers", "Harwick Rovers", "Harwick Rovers play in blue.", 2.0),
+        shown("quill", "Lindon", "Tom Quill was born in Lindon.", 6.0),
+    ]);
+    let a = answered(run(&llm, m.clone()).await);
+    assert_eq!((a.answer.as_str(), a.outcome), ("Lindon", Outcome::AnsweredAtLimit));
+    assert_eq!(a.usage.llm_calls, 3, "final answer, best guess, then the reader");
+    let cited: Vec<&str> = a.passages.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(cited, ["quill", "rovers"], "the passages read are the answer's citations");
+
+    let mut settings = Settings::defaults().migres;
+    settings.reader_fallback = false;
+    let a = answered(run_with(&llm, m, settings).await);
+    assert_eq!((a.answer.as_str(), a.usage.llm_calls), ("unknown", 2), "the switch turns it off");
+}
+
 #[tokio::test]
 async fn the_main_module_reads_the_passages_its_facts_cite() {
     let llm = FakeLlm::start(|_| decision(true, "Murcia", "")).await;
@@ -332,6 +369,39 @@ async fn a_two_option_comparison_is_decided_by_the_copied_dates_not_the_model() 
     let plain = FakeLlm::start(|_| decision(true, "Payment on Demand", "")).await;
     assert_eq!(answered(run_with(&plain, two_directors(), off).await).answer, "Payment on Demand");
     assert_eq!(plain.calls(), 1);
+}
+
+/// Boese's death date is in a passage the leaf was shown but drew no fact from: with
+/// `compare_reads_shown` the comparator reads it there, and the dates decide.
+#[tokio::test]
+async fn the_comparison_can_read_a_date_from_a_shown_passage_no_fact_cites() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::Main => decision(true, "Payment on Demand", ""),
+        Prompt::CompareOptions => {
+            let second = if prompt.contains("Other passages shown:\n(Title: Carl Boese) Carl Boese (1887 – 6 July 1958)") {
+                "6 July 1958"
+            } else {
+                "unknown"
+            };
+            Reply::Json(json!({"explanation": "copied", "first": "22 February 1981", "second": second}))
+        }
+        _ => Reply::Status(500),
+    })
+    .await;
+    let mut m = two_directors();
+    m.facts.retain(|f| !f.text.contains("6 July 1958"));
+    m.note_shown(&[EvidenceItem {
+        id: "boese".into(),
+        title: "Carl Boese".into(),
+        text: "Carl Boese (1887 – 6 July 1958) was a German film director.".into(),
+        score: 5.0,
+        origin: EvidenceOrigin::Passage,
+    }]);
+    let mut settings = Settings::defaults().migres;
+    settings.compare_reads_shown = false;
+    assert_eq!(answered(run_with(&llm, m.clone(), settings.clone()).await).answer, "Payment on Demand");
+    settings.compare_reads_shown = true;
+    assert_eq!(answered(run_with(&llm, m, settings).await).answer, "My Cousin From Warsaw");
 }
 
 #[tokio::test]
