@@ -4,7 +4,7 @@
 //! again. An answer ends the loop only when `migres.acceptance` and the grounding gate let it: a small
 //! model often answers a two-hop question from belief after the first hop. At the iteration limit
 //! it answers with what is known, and guesses rather than answer "None"; when even the guess is
-//! "None", it reads the best passages it was shown, as VANILLA-s would.
+//! "None", it reads the best passages it found, as VANILLA would.
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -16,12 +16,14 @@ use crate::actors::answer::{
     FinalAnswer, answer_record, confidence_schema, final_schema, given_answer, normalize_answer,
 };
 use crate::actors::clients::{CallStats, LlmClient, Schema};
-use crate::actors::evidence::{cite_shown, documents, read};
+use crate::actors::evidence::{documents, read};
 use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{note_call, prompts, two_options};
 use crate::metrics::METRICS;
 use crate::settings::{Acceptance, DecisionPrompt, MigresSettings};
-use crate::topics::{Event, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
+use crate::topics::{
+    Event, Memory, MissingEvent, Outcome, Passage, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent,
+};
 
 pub struct Main {
     llm: LlmClient,
@@ -194,7 +196,7 @@ impl Main {
     /// T iterations passed or no new query can be written: answer from the known facts, and from
     /// the model's own knowledge where they fall short. With `best_guess`, a non-answer such as
     /// "None" is asked for once more as a guess: a guess can be right, "None" never is. With
-    /// `reader_fallback`, a non-answer that stays one is read from the best passages shown.
+    /// `reader_fallback`, a non-answer that stays one is read from the best passages found.
     async fn answer_at_limit(&self, mut memory: Memory) -> Result<Record, StageError> {
         let information = self.information(&memory, self.settings.limit_reads_verified);
         let question = memory.question_to_answer();
@@ -213,20 +215,20 @@ impl Main {
                 given = guess.value;
             }
         }
-        if self.settings.reader_fallback && is_non_answer(&given.answer) && !memory.best_shown.is_empty() {
-            return self.read_best_shown(memory, given).await;
+        if self.settings.reader_fallback && is_non_answer(&given.answer) && !memory.best_passages.is_empty() {
+            return self.read_best_passages(memory, given).await;
         }
         let given = self.settled(&mut memory, given).await?;
         Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit))
     }
 
-    /// The reader fallback: the facts settle nothing, so answer as VANILLA-s does, from the best
-    /// passages the loop was shown (facts are distilled from a few of them and can miss what a
-    /// passage says plainly). The passages read become the answer's citations; a non-answer from
-    /// them too leaves the facts' answer standing.
-    async fn read_best_shown(&self, mut memory: Memory, given: FinalAnswer) -> Result<Record, StageError> {
-        let shown = memory.best_shown.clone();
-        let docs = documents(shown.iter().map(|e| (e.title.as_str(), e.text.as_str())));
+    /// The reader fallback: the facts settle nothing, so answer as VANILLA does, from the passages
+    /// the re-ranker scored best for any query, whole: facts are distilled from the few passages over
+    /// the threshold, and can miss what a passage says plainly. The passages read become the
+    /// answer's citations; a non-answer from them too leaves the facts' answer standing.
+    async fn read_best_passages(&self, mut memory: Memory, given: FinalAnswer) -> Result<Record, StageError> {
+        let passages: Vec<Passage> = memory.best_passages.iter().map(|p| p.passage.clone()).collect();
+        let docs = documents(passages.iter().map(|p| (p.title.as_str(), p.text.as_str())));
         let reading = read(&self.llm, &mut memory, Self::NAME, "reader_fallback", &docs).await?;
         if is_non_answer(&reading.answer) {
             let given = self.settled(&mut memory, given).await?;
@@ -237,7 +239,9 @@ impl Main {
         } else {
             (reading.answer, reading.explanation)
         };
-        cite_shown(&mut memory, &shown);
+        for passage in passages {
+            memory.cited_passages.insert(passage.id.clone(), passage);
+        }
         let read = FinalAnswer { answer, confidence: reading.confidence, explanation };
         Ok(given_answer(memory, Self::NAME, read, Outcome::AnsweredAtLimit))
     }
@@ -249,8 +253,8 @@ impl Main {
             return Ok(given);
         }
         let mut information = self.information(memory, true);
-        if self.settings.compare_reads_shown {
-            information.push_str(&shown_uncited(memory));
+        if self.settings.compare_reads_found {
+            information.push_str(&scored_uncited(memory));
         }
         let (answer, explanation) =
             two_options::settle(&self.llm, memory, Self::NAME, &information, given.answer, given.explanation).await?;
@@ -258,16 +262,17 @@ impl Main {
     }
 }
 
-/// The best passages shown that no kept fact cites, as a paragraph of the Information: a date the
+/// The best-scored passages that no kept fact cites, as a paragraph of the Information: a date the
 /// leaf did not turn into a fact can still be copied from them.
-fn shown_uncited(memory: &Memory) -> String {
+fn scored_uncited(memory: &Memory) -> String {
     let uncited: Vec<String> = memory
-        .best_shown
+        .best_passages
         .iter()
-        .filter(|e| !memory.cited_passages.contains_key(&e.id))
-        .map(|e| format!("(Title: {}) {}", e.title, e.text))
+        .map(|p| &p.passage)
+        .filter(|p| !memory.cited_passages.contains_key(&p.id))
+        .map(|p| format!("(Title: {}) {}", p.title, p.text))
         .collect();
-    if uncited.is_empty() { String::new() } else { format!("\nOther passages shown:\n{}", uncited.join("\n")) }
+    if uncited.is_empty() { String::new() } else { format!("\nOther passages found:\n{}", uncited.join("\n")) }
 }
 
 /// The model says the question is answerable: the flag where the prompt asks for one, and an

@@ -2,7 +2,8 @@
 //! query that found it and drops those below the threshold; the survivors are cut down to their
 //! relevant sentences (or kept whole when the passage scores higher than its best sentence), and the
 //! top k are shown to the leaf module. When nothing survives, the LLM writes what it knows instead
-//! (knowledge prompting, paper 4.5), marked as model knowledge.
+//! (knowledge prompting, paper 4.5), marked as model knowledge. The memory keeps the best-scored
+//! passages, whole, for MIGRES's reader fallback at the limit.
 
 use async_trait::async_trait;
 
@@ -79,6 +80,10 @@ impl SentenceFilter {
             if keep {
                 kept.push((hit, score));
             }
+        }
+        if self.mode.passage_threshold {
+            // Under the threshold is not irrelevant: main's reader fallback reads the best of them.
+            memory.note_scored(hits.iter().map(|h| &h.passage).zip(scores.iter().copied()));
         }
 
         if !self.mode.passage_threshold {

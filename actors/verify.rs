@@ -7,9 +7,6 @@
 //! the wrong one of two passages ("EABL owns Tusker" citing the EABL passage, while the Tusker
 //! passage says who owns it). The fact is kept citing the passage that entails it, and the trace
 //! shows the failed verdicts on the leaf's own citations before it.
-//!
-//! The memory also keeps the best passages the leaf was shown (`Memory::note_shown`), cited or not:
-//! main's reader fallback answers from them when the facts settle nothing at the limit.
 
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -80,7 +77,6 @@ impl Verify {
 
     async fn verify(&self, event: FactsEvent) -> Result<VerifiedEvent, StageError> {
         let FactsEvent { mut memory, evidence, facts, .. } = event;
-        memory.note_shown(&evidence);
         // Facts are checked concurrently; the NLI client's limit bounds the calls in flight.
         let results = join_all(facts.iter().map(|fact| self.check(fact, &evidence))).await;
         for (fact, result) in facts.iter().zip(results) {

@@ -156,7 +156,7 @@ pub struct MigresSettings {
     /// At the iteration limit, a non-answer ("None", "unknown") is asked again for a best guess.
     pub best_guess: bool,
     /// At the iteration limit, an answer that is still a non-answer (after the best guess) is read
-    /// from the best passages the leaf was shown, as VANILLA-s reads its top-k.
+    /// from the passages the re-ranker scored best for any query, whole, as VANILLA reads its top-k.
     pub reader_fallback: bool,
     /// At the iteration limit, the final answer reads the verified facts alone whenever there are
     /// any: a knowledge-prompted "fact" is a closed-book guess and must not outvote a passage.
@@ -171,8 +171,8 @@ pub struct MigresSettings {
     /// A question naming two options ("Which film came out first, A or B?") is answered with the
     /// option its copied dates or numbers choose, compared in code, not by the model.
     pub compare_options: bool,
-    /// The `compare_options` call also reads the best passages shown that no fact cites.
-    pub compare_reads_shown: bool,
+    /// The `compare_options` call also reads the best-scored passages that no fact cites.
+    pub compare_reads_found: bool,
 }
 
 /// When the main module's decision ends the loop.

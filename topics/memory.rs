@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::evidence::{EvidenceItem, EvidenceOrigin};
 use super::node::{NodeRef, TrajectoryStep};
 use super::trace::{TraceKind, TraceStep};
 
@@ -128,15 +127,23 @@ pub struct Memory {
     /// The question event's `submission`, which sub-questions inherit.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub submission: String,
-    /// The best passages shown to the leaf so far, by re-ranker score, at most [`BEST_SHOWN`], as
-    /// shown: what MIGRES reads when its facts settle nothing at the limit (`migres.reader_fallback`).
+    /// The passages the re-ranker scored best for any query so far, whole, at most [`BEST_KEPT`],
+    /// best first, whether or not they passed the threshold: what MIGRES reads when its facts settle
+    /// nothing at the limit (`migres.reader_fallback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub best_shown: Vec<EvidenceItem>,
+    pub best_passages: Vec<ScoredPassage>,
     pub trace: Vec<TraceStep>,
 }
 
-/// How many shown passages the memory keeps for the reader fallback: VANILLA-s's top-k.
-pub const BEST_SHOWN: usize = 5;
+/// How many scored passages the memory keeps for the reader fallback: VANILLA's top-k.
+pub const BEST_KEPT: usize = 5;
+
+/// A passage and its best re-ranker score against any of the question's queries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScoredPassage {
+    pub passage: Passage,
+    pub score: f32,
+}
 
 impl Memory {
     pub fn new(question_id: impl Into<String>, question: impl Into<String>) -> Self {
@@ -156,7 +163,7 @@ impl Memory {
             trajectory: Vec::new(),
             generated_passage: None,
             submission: String::new(),
-            best_shown: Vec::new(),
+            best_passages: Vec::new(),
             trace: Vec::new(),
         }
     }
@@ -200,19 +207,17 @@ impl Memory {
         normalize_query(&self.question) == wanted || self.queries.iter().any(|q| normalize_query(q) == wanted)
     }
 
-    /// Keeps the best [`BEST_SHOWN`] passages among those already kept and `shown`, by score; a
-    /// passage shown twice counts once, at its better score and with the text it had then. Model
-    /// knowledge is not a passage.
-    pub fn note_shown(&mut self, shown: &[EvidenceItem]) {
-        for item in shown.iter().filter(|e| e.origin == EvidenceOrigin::Passage) {
-            match self.best_shown.iter_mut().find(|kept| kept.id == item.id) {
-                Some(kept) if kept.score >= item.score => {}
-                Some(kept) => *kept = item.clone(),
-                None => self.best_shown.push(item.clone()),
+    /// Keeps the best [`BEST_KEPT`] passages among those already kept and `scored`; a passage
+    /// scored for two queries counts once, at its better score.
+    pub fn note_scored<'a>(&mut self, scored: impl IntoIterator<Item = (&'a Passage, f32)>) {
+        for (passage, score) in scored {
+            match self.best_passages.iter_mut().find(|kept| kept.passage.id == passage.id) {
+                Some(kept) => kept.score = kept.score.max(score),
+                None => self.best_passages.push(ScoredPassage { passage: passage.clone(), score }),
             }
         }
-        self.best_shown.sort_by(|a, b| b.score.total_cmp(&a.score));
-        self.best_shown.truncate(BEST_SHOWN);
+        self.best_passages.sort_by(|a, b| b.score.total_cmp(&a.score));
+        self.best_passages.truncate(BEST_KEPT);
     }
 
     /// Facts kept in the current iteration.

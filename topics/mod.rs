@@ -30,7 +30,7 @@ pub use bus::{Bus, BusError, Delivery, Record, Subscription};
 pub use evidence::{EvidenceEvent, EvidenceItem, EvidenceOrigin};
 pub use facts::{CandidateFact, FactsEvent};
 pub use joins::{JoinEvent, JoinedEvent};
-pub use memory::{FactSource, KnownFact, Memory, Passage, Usage};
+pub use memory::{FactSource, KnownFact, Memory, Passage, ScoredPassage, Usage};
 pub use missing::MissingEvent;
 pub use node::{AnswerLogprobs, Candidate, NodeEvent, NodeRef, NodeResult, TrajectoryStep};
 pub use passages::{PassagesEvent, RetrievedPassage};

@@ -2,8 +2,8 @@ use lacuna::actors::main_module::Main;
 use lacuna::actors::stage::Stage;
 use lacuna::settings::{Acceptance, DecisionPrompt, MigresSettings, Settings};
 use lacuna::topics::{
-    AnswerRecord, Event, EvidenceItem, EvidenceOrigin, FactSource, KnownFact, Memory, MissingEvent, Outcome, Passage,
-    SCHEMA_VERSION, VerifiedEvent, VersionedAnswer,
+    AnswerRecord, Event, FactSource, KnownFact, Memory, MissingEvent, Outcome, Passage, SCHEMA_VERSION, VerifiedEvent,
+    VersionedAnswer,
 };
 use serde_json::json;
 
@@ -239,31 +239,23 @@ async fn at_the_limit_a_non_answer_is_asked_again_for_a_best_guess() {
     assert_eq!(a.usage.llm_calls, 2);
 }
 
-/// The facts settle nothing and the guess is "unknown" too: the best passage shown, never cited,
-/// says it plainly, and the reader fallback answers from it, citing it.
+/// The facts settle nothing and the guess is "unknown" too: the best passage found, never shown
+/// (under the threshold), says it plainly, and the reader fallback answers from it, citing it.
 #[tokio::test]
-async fn at_the_limit_a_non_answer_is_read_from_the_best_passages_shown() {
+async fn at_the_limit_a_non_answer_is_read_from_the_best_passages_found() {
     let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
         Prompt::FinalAnswer => Reply::Json(json!({"explanation": "not in the facts", "answer": "unknown", "confidence": 1})),
-        Prompt::Reader if prompt.contains("[1] Lindon: Tom Quill was born in Lindon.") => {
+        Prompt::Reader if prompt.contains("[1] Tom Quill: Tom Quill was born in Lindon.") => {
             Reply::Json(json!({"explanation": "[1] says so", "answer": "Lindon", "confidence": 4}))
         }
         _ => Reply::Status(500),
     })
     .await;
-    let shown = |id: &str, title: &str, text: &str, score: f32| EvidenceItem {
-        id: id.into(),
-        title: title.into(),
-        text: text.into(),
-        score,
-        origin: EvidenceOrigin::Passage,
-    };
+    let rovers = passage("rovers", "Harwick Rovers", "Harwick Rovers play in blue.");
+    let quill = passage("quill", "Tom Quill", "Tom Quill was born in Lindon.");
     let mut m = memory("Where was the goalkeeper of Harwick Rovers born?");
     m.exhausted = true;
-    m.note_shown(&[
-        shown("rovers", "Harwick Rovers", "Harwick Rovers play in blue.", 2.0),
-        shown("quill", "Lindon", "Tom Quill was born in Lindon.", 6.0),
-    ]);
+    m.note_scored([(&rovers, 2.0), (&quill, 3.5)]);
     let a = answered(run(&llm, m.clone()).await);
     assert_eq!((a.answer.as_str(), a.outcome), ("Lindon", Outcome::AnsweredAtLimit));
     assert_eq!(a.usage.llm_calls, 3, "final answer, best guess, then the reader");
@@ -274,6 +266,10 @@ async fn at_the_limit_a_non_answer_is_read_from_the_best_passages_shown() {
     settings.reader_fallback = false;
     let a = answered(run_with(&llm, m, settings).await);
     assert_eq!((a.answer.as_str(), a.usage.llm_calls), ("unknown", 2), "the switch turns it off");
+}
+
+fn passage(id: &str, title: &str, text: &str) -> Passage {
+    Passage { id: id.into(), title: title.into(), text: text.into() }
 }
 
 #[tokio::test]
@@ -371,14 +367,14 @@ async fn a_two_option_comparison_is_decided_by_the_copied_dates_not_the_model() 
     assert_eq!(plain.calls(), 1);
 }
 
-/// Boese's death date is in a passage the leaf was shown but drew no fact from: with
-/// `compare_reads_shown` the comparator reads it there, and the dates decide.
+/// Boese's death date is in a passage the re-ranker found but no fact cites: with
+/// `compare_reads_found` the comparator reads it there, and the dates decide.
 #[tokio::test]
-async fn the_comparison_can_read_a_date_from_a_shown_passage_no_fact_cites() {
+async fn the_comparison_can_read_a_date_from_a_found_passage_no_fact_cites() {
     let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
         Prompt::Main => decision(true, "Payment on Demand", ""),
         Prompt::CompareOptions => {
-            let second = if prompt.contains("Other passages shown:\n(Title: Carl Boese) Carl Boese (1887 – 6 July 1958)") {
+            let second = if prompt.contains("Other passages found:\n(Title: Carl Boese) Carl Boese (1887 – 6 July 1958)") {
                 "6 July 1958"
             } else {
                 "unknown"
@@ -390,17 +386,12 @@ async fn the_comparison_can_read_a_date_from_a_shown_passage_no_fact_cites() {
     .await;
     let mut m = two_directors();
     m.facts.retain(|f| !f.text.contains("6 July 1958"));
-    m.note_shown(&[EvidenceItem {
-        id: "boese".into(),
-        title: "Carl Boese".into(),
-        text: "Carl Boese (1887 – 6 July 1958) was a German film director.".into(),
-        score: 5.0,
-        origin: EvidenceOrigin::Passage,
-    }]);
+    let boese = passage("boese", "Carl Boese", "Carl Boese (1887 – 6 July 1958) was a German film director.");
+    m.note_scored([(&boese, 5.0)]);
     let mut settings = Settings::defaults().migres;
-    settings.compare_reads_shown = false;
+    settings.compare_reads_found = false;
     assert_eq!(answered(run_with(&llm, m.clone(), settings.clone()).await).answer, "Payment on Demand");
-    settings.compare_reads_shown = true;
+    settings.compare_reads_found = true;
     assert_eq!(answered(run_with(&llm, m, settings).await).answer, "My Cousin From Warsaw");
 }
 

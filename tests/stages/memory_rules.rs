@@ -37,30 +37,17 @@ fn facts_are_shown_joined_or_as_none() {
 }
 
 #[test]
-fn the_memory_keeps_the_five_best_passages_shown_once_each() {
-    use lacuna::topics::{EvidenceItem, EvidenceOrigin};
-    let item = |id: &str, score: f32, origin| EvidenceItem {
-        id: id.into(),
-        title: "T".into(),
-        text: format!("{id} at {score}"),
-        score,
-        origin,
-    };
+fn the_memory_keeps_the_five_best_scored_passages_once_each() {
+    use lacuna::topics::Passage;
+    let passage = |id: &str| Passage { id: id.into(), title: "T".into(), text: format!("{id} says so.") };
+    let [a, b, c, d, e, f] = ["a", "b", "c", "d", "e", "f"].map(passage);
     let mut m = Memory::new("q", "question");
-    m.note_shown(&[item("a", 4.0, EvidenceOrigin::Passage), item("b", 6.0, EvidenceOrigin::Passage)]);
-    m.note_shown(&[
-        item("knowledge-2", 9.0, EvidenceOrigin::ModelKnowledge),
-        item("a", 7.0, EvidenceOrigin::Passage),
-        item("b", 5.0, EvidenceOrigin::Passage),
-        item("c", 3.0, EvidenceOrigin::Passage),
-        item("d", 2.0, EvidenceOrigin::Passage),
-        item("e", 1.0, EvidenceOrigin::Passage),
-        item("f", 0.5, EvidenceOrigin::Passage),
-    ]);
-    let kept: Vec<(&str, &str)> = m.best_shown.iter().map(|e| (e.id.as_str(), e.text.as_str())).collect();
+    m.note_scored([(&a, 4.0), (&b, 6.0)]);
+    m.note_scored([(&a, 7.0), (&b, 5.0), (&c, 3.0), (&d, 2.0), (&e, 1.0), (&f, 0.5), (&c, -1.0)]);
+    let kept: Vec<(&str, f32)> = m.best_passages.iter().map(|p| (p.passage.id.as_str(), p.score)).collect();
     assert_eq!(
         kept,
-        [("a", "a at 7"), ("b", "b at 6"), ("c", "c at 3"), ("d", "d at 2"), ("e", "e at 1")],
-        "best first, each once at its better score, model knowledge left out"
+        [("a", 7.0), ("b", 6.0), ("c", 3.0), ("d", 2.0), ("e", 1.0)],
+        "best first, each once at its better score"
     );
 }

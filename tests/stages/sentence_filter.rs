@@ -52,6 +52,17 @@ async fn irrelevant_passages_are_dropped_and_shown_ones_count_a_use() {
     assert_eq!(llm.calls(), 0, "no knowledge prompting when a passage survives");
 }
 
+/// The reader fallback's passages: the best-scored, whole, including one under the threshold.
+#[tokio::test]
+async fn the_memory_keeps_the_best_scored_passages_whole_shown_or_not() {
+    let llm = FakeLlm::start(|_| Reply::Status(500)).await;
+    let out = filter(vec![irrelevant("p1"), hugo()], memory("q"), &llm.base_url).await;
+    let ids: Vec<_> = out.memory.best_passages.iter().map(|p| p.passage.id.as_str()).collect();
+    assert_eq!(ids, ["hugo", "p1"], "best first, the one under the threshold too");
+    assert_eq!(out.memory.best_passages[0].passage, hugo().passage, "whole, not cut to its sentences");
+    assert_eq!(out.evidence.len(), 1, "only what passed is shown");
+}
+
 #[tokio::test]
 async fn sentence_below_threshold_is_dropped() {
     let llm = FakeLlm::start(|_| Reply::Status(500)).await;
