@@ -15,10 +15,10 @@ use std::collections::{BTreeSet, HashSet};
 use crate::actors::answer::{
     FinalAnswer, answer_record, confidence_schema, final_schema, given_answer, normalize_answer,
 };
-use crate::actors::clients::{CallStats, LlmClient, Schema};
+use crate::actors::clients::{CallStats, LlmClient, LlmError, Schema};
 use crate::actors::evidence::{documents, read};
 use crate::actors::stage::{Stage, StageError, decode};
-use crate::actors::{note_call, prompts, two_options};
+use crate::actors::{degrade, note_call, prompts, two_options};
 use crate::metrics::METRICS;
 use crate::settings::{Acceptance, DecisionPrompt, MigresSettings};
 use crate::topics::{
@@ -218,6 +218,10 @@ impl Main {
         if self.settings.reader_fallback && is_non_answer(&given.answer) && !memory.best_passages.is_empty() {
             return self.read_best_passages(memory, given).await;
         }
+        self.give_at_limit(memory, given).await
+    }
+
+    async fn give_at_limit(&self, mut memory: Memory, given: FinalAnswer) -> Result<Record, StageError> {
         let given = self.settled(&mut memory, given).await?;
         Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit))
     }
@@ -225,15 +229,21 @@ impl Main {
     /// The reader fallback: the facts settle nothing, so answer as VANILLA does, from the passages
     /// the re-ranker scored best for any query, whole: facts are distilled from the few passages over
     /// the threshold, and can miss what a passage says plainly. The passages read become the
-    /// answer's citations; a non-answer from them too leaves the facts' answer standing.
+    /// answer's citations; a non-answer from them too leaves the facts' answer standing, and so
+    /// does a reply still unusable after its re-asks (marked degraded): a last try must not turn
+    /// an answer in hand into an error record.
     async fn read_best_passages(&self, mut memory: Memory, given: FinalAnswer) -> Result<Record, StageError> {
         let passages: Vec<Passage> = memory.best_passages.iter().map(|p| p.passage.clone()).collect();
         let docs = documents(passages.iter().map(|p| (p.title.as_str(), p.text.as_str())));
-        let reading = read(&self.llm, &mut memory, Self::NAME, "reader_fallback", &docs).await?;
-        if is_non_answer(&reading.answer) {
-            let given = self.settled(&mut memory, given).await?;
-            return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
-        }
+        let reading = match read(&self.llm, &mut memory, Self::NAME, "reader_fallback", &docs).await {
+            Ok(reading) if !is_non_answer(&reading.answer) => reading,
+            Ok(_) => return self.give_at_limit(memory, given).await,
+            Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
+                degrade(&mut memory, Self::NAME, error.error_type(), format!("reader fallback: {error}"));
+                return self.give_at_limit(memory, given).await;
+            }
+            Err(error) => return Err(error),
+        };
         let (answer, explanation) = if self.settings.compare_options {
             two_options::settle(&self.llm, &mut memory, Self::NAME, &docs, reading.answer, reading.explanation).await?
         } else {

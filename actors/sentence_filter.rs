@@ -82,7 +82,8 @@ impl SentenceFilter {
             }
         }
         if self.mode.passage_threshold {
-            // Under the threshold is not irrelevant: main's reader fallback reads the best of them.
+            // Under the threshold is not irrelevant: MIGRES's reader fallback reads the best five of
+            // every query's hits (the baselines' modes show their top k anyway).
             memory.note_scored(hits.iter().map(|h| &h.passage).zip(scores.iter().copied()));
         }
 

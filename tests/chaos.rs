@@ -57,6 +57,10 @@ fn two_hops(prompt: &str) -> Reply {
         Prompt::FinalAnswer => Reply::Json(
             json!({"answer": last_field(prompt, "Information: "), "confidence": 2, "explanation": "At the limit."}),
         ),
+        // The reader fallback, when the final answer above is "None" (no fact at all).
+        Prompt::Reader => {
+            Reply::Json(json!({"answer": "From the documents.", "confidence": 2, "explanation": "Read."}))
+        }
         _ => Reply::Text("I don't know.".into()),
     }
 }

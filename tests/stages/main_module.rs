@@ -264,8 +264,23 @@ async fn at_the_limit_a_non_answer_is_read_from_the_best_passages_found() {
 
     let mut settings = Settings::defaults().migres;
     settings.reader_fallback = false;
-    let a = answered(run_with(&llm, m, settings).await);
+    let a = answered(run_with(&llm, m.clone(), settings).await);
     assert_eq!((a.answer.as_str(), a.usage.llm_calls), ("unknown", 2), "the switch turns it off");
+
+    // A reader reply that stays broken leaves the answer in hand, marked degraded, not an error.
+    let broken = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::FinalAnswer => Reply::Json(json!({"explanation": "not in the facts", "answer": "unknown", "confidence": 1})),
+        _ => Reply::Text("{\"explanation\": \"cut".into()),
+    })
+    .await;
+    let a = answered(run(&broken, m).await);
+    assert_eq!(a.answer, "unknown");
+    assert_eq!(a.degraded, ["main"]);
+    let degraded = a.trace.iter().find_map(|step| match &step.kind {
+        lacuna::topics::TraceKind::Degraded { message, .. } => Some(message.clone()),
+        _ => None,
+    });
+    assert!(degraded.is_some_and(|m| m.starts_with("reader fallback:")), "the trace says which call");
 }
 
 fn passage(id: &str, title: &str, text: &str) -> Passage {
