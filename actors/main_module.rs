@@ -21,9 +21,7 @@ use crate::actors::stage::{Stage, StageError, decode};
 use crate::actors::{degrade, note_call, prompts, two_options};
 use crate::metrics::METRICS;
 use crate::settings::{Acceptance, DecisionPrompt, MigresSettings};
-use crate::topics::{
-    Event, Memory, MissingEvent, Outcome, Passage, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent,
-};
+use crate::topics::{Event, Memory, MissingEvent, Outcome, Passage, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
 
 pub struct Main {
     llm: LlmClient,

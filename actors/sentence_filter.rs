@@ -85,9 +85,7 @@ impl SentenceFilter {
             // Under the threshold is not irrelevant: MIGRES's reader fallback reads the best five of
             // every query's hits (the baselines' modes show their top k anyway).
             memory.note_scored(hits.iter().map(|h| &h.passage).zip(scores.iter().copied()));
-        }
-
-        if !self.mode.passage_threshold {
+        } else {
             // Without a threshold only the k best can be shown: do not score the sentences of the rest.
             kept.sort_by(|a, b| b.1.total_cmp(&a.1));
             kept.truncate(self.settings.top_k);

@@ -208,16 +208,23 @@ impl Memory {
     }
 
     /// Keeps the best [`BEST_KEPT`] passages among those already kept and `scored`; a passage
-    /// scored for two queries counts once, at its better score.
+    /// scored for two queries counts once, at its better score. Only a passage that makes the list
+    /// is copied: this runs on every hit the re-ranker scores.
     pub fn note_scored<'a>(&mut self, scored: impl IntoIterator<Item = (&'a Passage, f32)>) {
         for (passage, score) in scored {
-            match self.best_passages.iter_mut().find(|kept| kept.passage.id == passage.id) {
-                Some(kept) => kept.score = kept.score.max(score),
-                None => self.best_passages.push(ScoredPassage { passage: passage.clone(), score }),
+            // The list is kept sorted, best first, so its last is the one a newcomer must beat.
+            let makes_the_list = self.best_passages.len() < BEST_KEPT
+                || self.best_passages.last().is_some_and(|lowest| score > lowest.score);
+            if let Some(kept) = self.best_passages.iter_mut().find(|kept| kept.passage.id == passage.id) {
+                kept.score = kept.score.max(score);
+            } else if makes_the_list {
+                self.best_passages.push(ScoredPassage { passage: passage.clone(), score });
+            } else {
+                continue;
             }
+            self.best_passages.sort_by(|a, b| b.score.total_cmp(&a.score));
+            self.best_passages.truncate(BEST_KEPT);
         }
-        self.best_passages.sort_by(|a, b| b.score.total_cmp(&a.score));
-        self.best_passages.truncate(BEST_KEPT);
     }
 
     /// Facts kept in the current iteration.

@@ -244,7 +244,9 @@ async fn at_the_limit_a_non_answer_is_asked_again_for_a_best_guess() {
 #[tokio::test]
 async fn at_the_limit_a_non_answer_is_read_from_the_best_passages_found() {
     let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
-        Prompt::FinalAnswer => Reply::Json(json!({"explanation": "not in the facts", "answer": "unknown", "confidence": 1})),
+        Prompt::FinalAnswer => {
+            Reply::Json(json!({"explanation": "not in the facts", "answer": "unknown", "confidence": 1}))
+        }
         Prompt::Reader if prompt.contains("[1] Tom Quill: Tom Quill was born in Lindon.") => {
             Reply::Json(json!({"explanation": "[1] says so", "answer": "Lindon", "confidence": 4}))
         }
@@ -269,7 +271,9 @@ async fn at_the_limit_a_non_answer_is_read_from_the_best_passages_found() {
 
     // A reader reply that stays broken leaves the answer in hand, marked degraded, not an error.
     let broken = FakeLlm::start(|prompt| match prompt_kind(prompt) {
-        Prompt::FinalAnswer => Reply::Json(json!({"explanation": "not in the facts", "answer": "unknown", "confidence": 1})),
+        Prompt::FinalAnswer => {
+            Reply::Json(json!({"explanation": "not in the facts", "answer": "unknown", "confidence": 1}))
+        }
         _ => Reply::Text("{\"explanation\": \"cut".into()),
     })
     .await;
@@ -389,11 +393,12 @@ async fn the_comparison_can_read_a_date_from_a_found_passage_no_fact_cites() {
     let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
         Prompt::Main => decision(true, "Payment on Demand", ""),
         Prompt::CompareOptions => {
-            let second = if prompt.contains("Other passages found:\n(Title: Carl Boese) Carl Boese (1887 – 6 July 1958)") {
-                "6 July 1958"
-            } else {
-                "unknown"
-            };
+            let second =
+                if prompt.contains("Other passages found:\n(Title: Carl Boese) Carl Boese (1887 – 6 July 1958)") {
+                    "6 July 1958"
+                } else {
+                    "unknown"
+                };
             Reply::Json(json!({"explanation": "copied", "first": "22 February 1981", "second": second}))
         }
         _ => Reply::Status(500),
