@@ -55,7 +55,17 @@ const NUMBER_MOST: &[&str] = &[
 const COMPUTED: &[&str] = &["lived", "live", "life", "lives", "age", "aged"];
 
 const MONTHS: &[&str] = &[
-    "january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
     "december",
 ];
 
@@ -146,11 +156,7 @@ struct Date {
 }
 
 fn tokens(text: &str) -> Vec<String> {
-    text.to_lowercase()
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .map(str::to_string)
-        .collect()
+    text.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_string).collect()
 }
 
 fn parse_date(text: &str) -> Option<Date> {
@@ -159,14 +165,19 @@ fn parse_date(text: &str) -> Option<Date> {
         return None;
     }
     let numbers: Vec<&String> = tokens.iter().filter(|t| t.chars().all(|c| c.is_ascii_digit())).collect();
-    let years: Vec<i32> = numbers.iter().filter(|t| (3..=4).contains(&t.len())).filter_map(|t| t.parse().ok()).collect();
+    let years: Vec<i32> =
+        numbers.iter().filter(|t| (3..=4).contains(&t.len())).filter_map(|t| t.parse().ok()).collect();
     let [year] = years[..] else { return None };
     let month = tokens
         .iter()
         .find_map(|t| MONTHS.iter().position(|m| t.chars().count() >= 3 && m.starts_with(t.as_str())))
         .map(|i| i as u32 + 1);
-    let days: Vec<u32> =
-        numbers.iter().filter(|t| t.len() <= 2).filter_map(|t| t.parse().ok()).filter(|d| (1..=31).contains(d)).collect();
+    let days: Vec<u32> = numbers
+        .iter()
+        .filter(|t| t.len() <= 2)
+        .filter_map(|t| t.parse().ok())
+        .filter(|d| (1..=31).contains(d))
+        .collect();
     let day = match (month, &days[..]) {
         (Some(_), [day]) => Some(*day),
         _ => None,
@@ -174,9 +185,8 @@ fn parse_date(text: &str) -> Option<Date> {
     Some(Date { year, month, day })
 }
 
-const NUMBER_WORDS: &[&str] = &[
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-];
+const NUMBER_WORDS: &[&str] =
+    &["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"];
 
 /// The first number in the text ("6,412 metres" is 6412), or a number word up to twelve.
 fn parse_number(text: &str) -> Option<f64> {
@@ -369,7 +379,9 @@ mod tests {
     fn options_are_read_as_the_questions_write_them() {
         // Real dev questions: commas and question marks inside the options.
         assert_eq!(
-            options("Which film has the director born earlier, The Adventures Of Priscilla, Queen Of The Desert or Harvest: 3,000 Years?"),
+            options(
+                "Which film has the director born earlier, The Adventures Of Priscilla, Queen Of The Desert or Harvest: 3,000 Years?"
+            ),
             opts("The Adventures Of Priscilla, Queen Of The Desert", "Harvest: 3,000 Years")
         );
         assert_eq!(
@@ -377,7 +389,9 @@ mod tests {
             opts("She Shall Have Music", "That Devil, Bateese")
         );
         assert_eq!(
-            options("Which film has the director who died later, What Will You Do When You Catch Me? or School On Fire?"),
+            options(
+                "Which film has the director who died later, What Will You Do When You Catch Me? or School On Fire?"
+            ),
             opts("What Will You Do When You Catch Me?", "School On Fire")
         );
         assert_eq!(
@@ -391,7 +405,9 @@ mod tests {
         assert_eq!(options("Is Baiyin or Xinghua, Jiangsu a county-level city?"), opts("Baiyin", "Xinghua"));
         assert_eq!(options("Who directed the film Payment on Demand?"), None);
         assert_eq!(
-            options("Who has more national championships than the school with Fort Hill or the facility in the location Edwards won the primary, but not the state with the 404 area code?"),
+            options(
+                "Who has more national championships than the school with Fort Hill or the facility in the location Edwards won the primary, but not the state with the 404 area code?"
+            ),
             None
         );
     }
@@ -402,11 +418,17 @@ mod tests {
         let number = |wanted| Some(Comparison { wanted, measure: Measure::Number });
         let comparison = |question: &str| comparison(question, &options(question).unwrap());
         assert_eq!(comparison("Which film has the director died earlier, Kestrel or Marlow?"), date(Wanted::Least));
-        assert_eq!(comparison("Which film has the director who is older than the other, Kestrel or Marlow?"), date(Wanted::Least));
+        assert_eq!(
+            comparison("Which film has the director who is older than the other, Kestrel or Marlow?"),
+            date(Wanted::Least)
+        );
         assert_eq!(comparison("Which film was released more recently, Kestrel or Marlow?"), date(Wanted::Most));
         assert_eq!(comparison("Who is younger, Kestrel or Marlow?"), date(Wanted::Most));
         assert_eq!(comparison("Which mountain is higher, Kestrel or Marlow?"), number(Wanted::Most));
-        assert_eq!(comparison("Which genus of flowering plants has the most species, Kestrel or Marlow?"), number(Wanted::Most));
+        assert_eq!(
+            comparison("Which genus of flowering plants has the most species, Kestrel or Marlow?"),
+            number(Wanted::Most)
+        );
         assert_eq!(comparison("Who lived longer, Kestrel or Marlow?"), None, "a lifespan is computed, not copied");
         assert_eq!(comparison("Which is a comedy film, Kestrel or Marlow?"), None);
         assert_eq!(
@@ -424,11 +446,19 @@ mod tests {
         let facts = "Curtis Bernhardt died on 22 February 1981.; Carl Boese died on 6 July 1958.";
         assert_eq!(choose(died_earlier, "22 February 1981", "6 July 1958", facts), Some(false));
         let same_year = "Lyle Crossley died on March 9, 1979; Ferdl Amsinger died in October 1979.";
-        assert_eq!(choose(died_earlier, "March 9, 1979", "14 October 1979", same_year), Some(true), "the month decides");
+        assert_eq!(
+            choose(died_earlier, "March 9, 1979", "14 October 1979", same_year),
+            Some(true),
+            "the month decides"
+        );
         assert_eq!(choose(died_earlier, "1979", "14 October 1979", same_year), None, "same year, one month unknown");
         assert_eq!(choose(died_earlier, "unknown", "1958", facts), None);
         assert_eq!(choose(died_earlier, "1901 – 1981", "1958", facts), None, "a range is not one date");
-        assert_eq!(choose(died_earlier, "14 October 1961", "6 July 1958", facts), None, "1961 is not in the Information");
+        assert_eq!(
+            choose(died_earlier, "14 October 1961", "6 July 1958", facts),
+            None,
+            "1961 is not in the Information"
+        );
         let higher = Comparison { wanted: Wanted::Most, measure: Measure::Number };
         let heights = "Muztagh Ata is 7,509 metres high. Manaslu rises to 8,163 metres (26,781 ft).";
         assert_eq!(choose(higher, "7,509 metres", "8,163 m", heights), Some(false));

@@ -24,7 +24,6 @@ pub const VANILLA_S: &[StageDecl] = &[
 ];
 
 /// One answer call over the evidence shown (QPaug's answer step too).
-pub const READER: StageDecl =
-    StageDecl::llm(Reader::NAME, &[Topic::Evidence], &[Topic::Answers], |s| {
-        Ok(Startable::new(Reader::new(s.llm(), s.settings.reader.compare_options)))
-    });
+pub const READER: StageDecl = StageDecl::llm(Reader::NAME, &[Topic::Evidence], &[Topic::Answers], |s| {
+    Ok(Startable::new(Reader::new(s.llm(), s.settings.reader.compare_options)))
+});

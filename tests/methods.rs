@@ -90,7 +90,9 @@ async fn qpaug_leaves_out_a_none_passage() {
 #[actix::test]
 async fn a_baseline_with_compare_options_answers_a_two_option_question_by_the_copied_numbers() {
     let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
-        Prompt::Reader => Reply::Json(json!({"explanation": "Muztagh Ata is higher.", "answer": "Muztagh Ata", "confidence": 4})),
+        Prompt::Reader => {
+            Reply::Json(json!({"explanation": "Muztagh Ata is higher.", "answer": "Muztagh Ata", "confidence": 4}))
+        }
         Prompt::CompareOptions => {
             Reply::Json(json!({"explanation": "the passages", "first": "7,509 metres", "second": "8,163 metres"}))
         }
@@ -102,7 +104,11 @@ async fn a_baseline_with_compare_options_answers_a_two_option_question_by_the_co
     let id = "5a756b175542996c70cfaef7";
     let (question, answers, _) = support::question("hotpotqa", id);
     let plain = answered(ask(PipelineKind::VanillaS, &settings, id, &question).await);
-    assert_eq!((plain.answer.as_str(), plain.usage.llm_calls), ("Muztagh Ata", 1), "off by default: the paper's baseline");
+    assert_eq!(
+        (plain.answer.as_str(), plain.usage.llm_calls),
+        ("Muztagh Ata", 1),
+        "off by default: the paper's baseline"
+    );
 
     settings.reader.compare_options = true;
     let answer = answered(ask(PipelineKind::VanillaS, &settings, id, &question).await);
