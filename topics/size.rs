@@ -1,8 +1,9 @@
 //! Keeping events under `bus.max_event_bytes`. Events carry their question's whole trace, which
 //! grows with every iteration, so a long question could outgrow what the broker accepts. Before a
 //! record would pass the limit, its trace loses its bulkiest and least useful parts first, and a
-//! `trimmed` step says how many went; facts, passages and decisions are never touched. A record that
-//! cannot be made to fit is refused with the reason, for the stage to end its question with.
+//! `trimmed` step says how many went; facts, passages and decisions are never touched. Last, the whole
+//! passages kept for the reader fallback are cut to their start. A record that cannot be made to fit
+//! is refused with the reason, for the stage to end its question with.
 
 use serde_json::{Value, json};
 
@@ -14,6 +15,12 @@ const TRACES: [&str; 3] = ["/memory/trace", "/trace", "/result/trace"];
 
 /// Passes over a trace, gentlest first; each runs only while the record is still too large.
 const PASSES: [fn(&mut Vec<Value>); 4] = [drop_unkept_scores, shorten_hit_lists, drop_all_scores, drop_oldest_half];
+
+/// Where an event keeps the passages for the reader fallback (`Memory::best_passages`): up to five
+/// whole passages, a few kilobytes, which the last pass cuts to this many bytes each. They go last:
+/// the answer at the iteration limit may read them, and the start of a passage is its subject.
+const BEST_PASSAGES: &str = "/memory/best_passages";
+const BEST_PASSAGE_BYTES: usize = 512;
 
 /// `record` as it is when it fits in `max_bytes`, else trimmed to fit; `Err` says why it cannot be.
 pub fn fit(record: Record, max_bytes: usize) -> Result<Record, String> {
@@ -34,18 +41,26 @@ pub fn fit(record: Record, max_bytes: usize) -> Result<Record, String> {
     };
     let before = value.pointer(pointer).and_then(Value::as_array).map_or(0, Vec::len);
     let mut size = record.payload.len();
-    for pass in PASSES {
+    let mut shortened = 0;
+    for pass in PASSES.iter().map(Some).chain([None]) {
+        match pass {
+            Some(pass) => pass(value.pointer_mut(pointer).and_then(Value::as_array_mut).expect("found above")),
+            None => shortened = shorten_best_passages(&mut value),
+        }
         let trace = value.pointer_mut(pointer).and_then(Value::as_array_mut).expect("found above");
-        pass(trace);
         let removed = before - trace.len();
         let iteration = trace.last().and_then(|s| s["iteration"].as_u64()).unwrap_or(0);
-        trace.push(json!({
+        let mut marker = json!({
             "stage": "bus",
             "iteration": iteration,
             "kind": "trimmed",
             "removed_steps": removed,
             "limit_bytes": max_bytes,
-        }));
+        });
+        if shortened > 0 {
+            marker["shortened_passages"] = json!(shortened);
+        }
+        trace.push(marker);
         let payload = serde_json::to_vec(&value).expect("JSON re-serialises");
         size = payload.len();
         if size <= max_bytes {
@@ -87,19 +102,37 @@ fn drop_oldest_half(trace: &mut Vec<Value>) {
     trace.drain(..half);
 }
 
+/// Cuts each passage kept for the reader fallback to its first [`BEST_PASSAGE_BYTES`]; how many.
+fn shorten_best_passages(value: &mut Value) -> usize {
+    let Some(best) = value.pointer_mut(BEST_PASSAGES).and_then(Value::as_array_mut) else {
+        return 0;
+    };
+    let mut shortened = 0;
+    for text in best.iter_mut().filter_map(|scored| scored.pointer_mut("/passage/text")) {
+        if let Some(long) = text.as_str().filter(|t| t.len() > BEST_PASSAGE_BYTES) {
+            *text = Value::String(prefix(long, BEST_PASSAGE_BYTES));
+            shortened += 1;
+        }
+    }
+    shortened
+}
+
+/// The longest start of `text` that fits in `bytes`, cut between characters.
+fn prefix(text: &str, bytes: usize) -> String {
+    text.chars()
+        .scan(0, |used, c| {
+            *used += c.len_utf8();
+            (*used <= bytes).then_some(c)
+        })
+        .collect()
+}
+
 /// A dead letter keeps the start of its payload and says it was cut: replaying it is then
 /// impossible, but what failed and why stay readable.
 fn shorten_dead_letter(record: Record, mut value: Value, max_bytes: usize) -> Result<Record, String> {
     let payload = value["payload"].as_str().unwrap_or_default();
     let keep = max_bytes.saturating_sub(record.payload.len() - payload.len() + 64);
-    let cut: String = payload
-        .chars()
-        .scan(0, |bytes, c| {
-            *bytes += c.len_utf8();
-            (*bytes <= keep).then_some(c)
-        })
-        .collect();
-    value["payload"] = Value::String(cut);
+    value["payload"] = Value::String(prefix(payload, keep));
     value["payload_truncated"] = Value::Bool(true);
     let payload = serde_json::to_vec(&value).expect("JSON re-serialises");
     if payload.len() > max_bytes {
@@ -135,6 +168,26 @@ mod tests {
         assert_eq!(trace.len(), 2, "the kept passage's score and the marker");
         assert_eq!(trace[0]["kept"], true);
         assert_eq!((trace[1]["kind"].as_str(), trace[1]["removed_steps"].as_u64()), (Some("trimmed"), Some(199)));
+        assert_eq!(value["memory"]["facts"], json!(["kept"]));
+    }
+
+    #[test]
+    fn best_passages_are_cut_last_and_the_marker_counts_them() {
+        let long = "Ångström ".repeat(300);
+        let best: Vec<Value> = (0..5)
+            .map(|i| json!({"passage": {"id": format!("p{i}"), "title": "t", "text": long}, "score": 1.0}))
+            .collect();
+        let payload = json!({"memory": {"facts": ["kept"], "best_passages": best, "trace": []}});
+        let big = Record { topic: Topic::Facts, key: "q".into(), payload: serde_json::to_vec(&payload).unwrap() };
+        let fitted = fit(big.clone(), big.payload.len() / 2).unwrap();
+        let value: Value = serde_json::from_slice(&fitted.payload).unwrap();
+        let best = value["memory"]["best_passages"].as_array().unwrap();
+        assert_eq!(best.len(), 5, "every passage stays, shortened");
+        for scored in best {
+            let text = scored["passage"]["text"].as_str().unwrap();
+            assert!(text.len() <= BEST_PASSAGE_BYTES && long.starts_with(text), "{} bytes", text.len());
+        }
+        assert_eq!(value["memory"]["trace"][0]["shortened_passages"], 5);
         assert_eq!(value["memory"]["facts"], json!(["kept"]));
     }
 
