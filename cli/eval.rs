@@ -109,7 +109,10 @@ fn compare(inputs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     let mut runs = Vec::new();
     let mut notes = Vec::new();
     for input in inputs {
-        let path = if input.is_dir() { input.join("report.json") } else { input.clone() };
+        let Some(path) = report_path(input)? else {
+            eprintln!("{}: a comparison's output, not a run; skipped", input.display());
+            continue;
+        };
         let text =
             std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
         let report: Report = serde_json::from_str(&text)
@@ -136,6 +139,29 @@ fn compare(inputs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     print!("{markdown}");
     eprintln!("tables, numbers and plot in {}", out.display());
     Ok(())
+}
+
+/// Where an input's report is: the file itself, or report.json in a run's folder. A shell glob such as
+/// `runs/*` also matches earlier comparisons' folders, which are skipped (`None`); a folder that holds
+/// answers but no report is an interrupted run, which the error says how to finish.
+fn report_path(input: &Path) -> anyhow::Result<Option<PathBuf>> {
+    if !input.is_dir() {
+        return Ok(Some(input.to_path_buf()));
+    }
+    let report = input.join("report.json");
+    if report.exists() {
+        Ok(Some(report))
+    } else if input.join("comparison.json").exists() {
+        Ok(None)
+    } else if input.join("answers.jsonl").exists() {
+        anyhow::bail!(
+            "{} holds answers but no report.json: an interrupted run, which `lacuna eval --resume --out {0}` \
+             (with its --dataset and --pipeline) finishes",
+            input.display()
+        )
+    } else {
+        anyhow::bail!("{} holds no report.json: not a `lacuna eval` run", input.display())
+    }
 }
 
 /// A run's records.jsonl, one [`EvalRecord`] a line; a malformed line is an error naming it.

@@ -127,6 +127,26 @@ async fn eval_scores_every_question_judges_and_compares_pipelines() {
     assert!(table.contains("| migres | - | 100.0"), "{table}");
     let svg = std::fs::read_to_string(compare_out.join("comparison.svg")).unwrap();
     assert_eq!(svg.matches("<circle").count(), 4, "a dot per report and a legend mark per pipeline");
+
+    // A glob over the runs' folder also matches the comparison's own folder, which is skipped; a run that
+    // was interrupted before its report is refused with the way to finish it.
+    let compare_again = |inputs: &[&Path]| {
+        lacuna(&llm.base_url)
+            .args(["eval", "--out", scratch.join("compare-again").to_str().unwrap(), "--compare"])
+            .args(inputs)
+            .output()
+            .unwrap()
+    };
+    let output = compare_again(&[&vanilla_out, &migres_out, &compare_out]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), table, "the comparison's folder adds nothing");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("a comparison's output, not a run; skipped"));
+    let interrupted = scratch.join("interrupted");
+    std::fs::create_dir_all(&interrupted).unwrap();
+    std::fs::copy(migres_out.join("answers.jsonl"), interrupted.join("answers.jsonl")).unwrap();
+    let output = compare_again(&[&vanilla_out, &interrupted]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("an interrupted run, which `lacuna eval --resume"));
 }
 
 #[tokio::test]
