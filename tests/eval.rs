@@ -114,12 +114,11 @@ async fn eval_scores_every_question_judges_and_compares_pipelines() {
     assert!(migres["llm_calls"].as_f64().unwrap() > 1.0);
     assert_eq!(migres["acc_judged"], Value::Null, "not judged without --judge");
 
+    let compare = |out: &Path, inputs: &[&Path]| {
+        lacuna(&llm.base_url).args(["eval", "--out", out.to_str().unwrap(), "--compare"]).args(inputs).output().unwrap()
+    };
     let compare_out = scratch.join("compare");
-    let output = lacuna(&llm.base_url)
-        .args(["eval", "--out", compare_out.to_str().unwrap(), "--compare"])
-        .args([&vanilla_out, &migres_out])
-        .output()
-        .unwrap();
+    let output = compare(&compare_out, &[&vanilla_out, &migres_out]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let table = String::from_utf8(output.stdout).unwrap();
     assert!(table.starts_with("| pipeline | eval-three | eval-hugo |"), "{table}");
@@ -130,21 +129,15 @@ async fn eval_scores_every_question_judges_and_compares_pipelines() {
 
     // A glob over the runs' folder also matches the comparison's own folder, which is skipped; a run that
     // was interrupted before its report is refused with the way to finish it.
-    let compare_again = |inputs: &[&Path]| {
-        lacuna(&llm.base_url)
-            .args(["eval", "--out", scratch.join("compare-again").to_str().unwrap(), "--compare"])
-            .args(inputs)
-            .output()
-            .unwrap()
-    };
-    let output = compare_again(&[&vanilla_out, &migres_out, &compare_out]);
+    let again = scratch.join("compare-again");
+    let output = compare(&again, &[&vanilla_out, &migres_out, &compare_out]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(String::from_utf8(output.stdout).unwrap(), table, "the comparison's folder adds nothing");
     assert!(String::from_utf8_lossy(&output.stderr).contains("a comparison's output, not a run; skipped"));
     let interrupted = scratch.join("interrupted");
     std::fs::create_dir_all(&interrupted).unwrap();
     std::fs::copy(migres_out.join("answers.jsonl"), interrupted.join("answers.jsonl")).unwrap();
-    let output = compare_again(&[&vanilla_out, &interrupted]);
+    let output = compare(&again, &[&vanilla_out, &interrupted]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("an interrupted run, which `lacuna eval --resume"));
 }
