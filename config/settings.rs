@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
@@ -45,7 +45,7 @@ pub struct JoinSettings {
     pub tick_ms: u64,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct QpaugSettings {
     /// K: passages in the answer prompt, the self-generated one included (K-1 retrieved).
@@ -53,7 +53,7 @@ pub struct QpaugSettings {
 }
 
 /// The baselines' (and QPaug's) single answer call.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReaderSettings {
     /// `migres.compare_options` for the reader: a two-option comparison is decided by the options'
@@ -62,11 +62,15 @@ pub struct ReaderSettings {
 }
 
 /// An LLM endpoint for one module; empty fields take the `[llm]` value.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmOverride {
+    // Where a module's model is served, and its key's name, do not shape its answers: a run resumed
+    // against another endpoint of the same model is the same run (eval/resume.rs).
+    #[serde(skip_serializing)]
     pub base_url: String,
     pub model: String,
+    #[serde(skip_serializing)]
     pub api_key_env: String,
 }
 
@@ -85,7 +89,7 @@ impl LlmOverride {
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RaisfSettings {
     /// Ask the self-knowledge module first (false: always retrieve, the paper's "w/o SKM" ablation).
@@ -101,7 +105,7 @@ pub struct RaisfSettings {
     pub decompose: LlmOverride,
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Selection {
     /// The answer with the lowest perplexity.
@@ -112,7 +116,7 @@ pub enum Selection {
     Ensemble,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RqragSettings {
     /// Refinement steps along a trajectory before it must answer.
@@ -124,7 +128,7 @@ pub struct RqragSettings {
     pub selection: Selection,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MigresSettings {
     pub max_iterations: u32,
@@ -176,7 +180,7 @@ pub struct MigresSettings {
 }
 
 /// When the main module's decision ends the loop.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Acceptance {
     /// `answerable` is true and the answer is not "unanswerable".
@@ -188,7 +192,7 @@ pub enum Acceptance {
 }
 
 /// The main module's prompt.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum DecisionPrompt {
     /// The paper's: explanation, missing information, an `answerable` flag, then the answer. A small
@@ -255,7 +259,7 @@ impl Price {
 
 /// Per-question caps on LLM spending (0: none). Checked before each event: a question already over
 /// one ends in a `budget_exceeded` error record instead of making more calls.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetSettings {
     pub max_llm_calls: u32,
@@ -316,7 +320,7 @@ pub struct ModelSettings {
     pub coalesce_max_pairs: usize,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum NliBackend {
     Llm,
@@ -337,7 +341,7 @@ pub struct NliSettings {
     pub model: ModelSettings,
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum EntailmentPrompt {
     Strict,
@@ -398,7 +402,7 @@ pub struct MeiliSettings {
 /// Which query words Meilisearch may drop when not every word matches a document. Meilisearch does
 /// not rank by any-word overlap the way BM25 does, so for a whole natural-language question this
 /// decides most of its recall (README, "Recall: what you trade").
-#[derive(Clone, Copy, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum MatchingStrategy {
     /// Drop the words from the end of the query first (Meilisearch's own default).

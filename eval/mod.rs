@@ -81,6 +81,7 @@ pub async fn evaluate(
         label: options.label.clone(),
         profile: options.profile.clone(),
         model: model.clone(),
+        settings: Some(resume::answer_settings(&settings)),
     };
     resume::claim_folder(out, &identity, options.resume)?;
     let answers_path = out.join("answers.jsonl");

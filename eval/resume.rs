@@ -1,41 +1,125 @@
 //! `lacuna eval --resume`: what an interrupted run already answered, and the check that the folder
 //! belongs to the same run, so hours of answers are neither lost nor mixed with another system's.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
 use crate::eval::dataset::EvalQuestion;
+use crate::settings::Settings;
 use crate::topics::{AnswerRecord, Event, VersionedAnswer};
 
 /// What makes two parts one run; written to `run.json` in the output folder.
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RunIdentity {
     pub dataset: String,
     pub pipeline: String,
     pub label: Option<String>,
     pub profile: Option<String>,
     pub model: String,
+    /// The settings that shape answers (`answer_settings`), so that a run resumed under another
+    /// `LACUNA__...` override or `--config` is not two configurations in one report. Absent in folders
+    /// from builds before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<Value>,
+}
+
+/// The settings a pipeline's answers depend on: the methods' own sections, the LLM call's sampling
+/// and the NLI check. Endpoints, paths, concurrency and caching are left out: they change how fast
+/// a run goes, or where, not what it answers.
+pub fn answer_settings(settings: &Settings) -> Value {
+    let llm = &settings.llm;
+    let nli = &settings.nli;
+    let mut value = json!({
+        "migres": settings.migres,
+        "qpaug": settings.qpaug,
+        "reader": settings.reader,
+        "raisf": settings.raisf,
+        "rqrag": settings.rqrag,
+        "budget": settings.budget,
+        "llm": {"temperature": llm.temperature, "max_tokens": llm.max_tokens, "reasoning_first": llm.reasoning_first,
+            "max_reask": llm.max_reask, "reask_temperature": llm.reask_temperature},
+        "nli": {"backend": nli.backend, "entailment_prompt": nli.entailment_prompt,
+            "entailment_label": nli.entailment_label, "recite_uncited": nli.recite_uncited},
+    });
+    tidy_floats(&mut value);
+    value
+}
+
+/// serde_json widens an f32 to the nearest f64 (3.9 becomes 3.9000000953674316); written back as the
+/// f32's shortest form, run.json and the refusal below read as the settings were written.
+fn tidy_floats(value: &mut Value) {
+    match value {
+        Value::Object(map) => map.values_mut().for_each(tidy_floats),
+        Value::Number(n) => {
+            if let Some(x) = n.as_f64().filter(|x| n.is_f64() && f64::from(*x as f32) == *x)
+                && let Some(short) = (x as f32).to_string().parse().ok().and_then(serde_json::Number::from_f64)
+            {
+                *n = short;
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Records `identity` in `out/run.json`. Resuming a folder whose run.json names another dataset,
-/// pipeline, profile or model is refused (a folder from before run.json existed is taken as is).
+/// pipeline, label, profile or model, or another value of a setting that shapes answers, is refused
+/// (a folder from before run.json, or before it recorded settings, is taken as is).
 pub fn claim_folder(out: &Path, identity: &RunIdentity, resume: bool) -> anyhow::Result<()> {
     let path = out.join("run.json");
     if resume && let Ok(text) = std::fs::read_to_string(&path) {
         let earlier: RunIdentity =
             serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{} is unreadable: {e}", path.display()))?;
-        if &earlier != identity {
+        let differences = differences(&earlier, identity);
+        if !differences.is_empty() {
             anyhow::bail!(
-                "{} holds another run ({earlier:?}), not this one ({identity:?}): resume with the same \
-                 settings, or choose another --out",
-                out.display()
+                "{} holds another run ({}): resume with the same settings, or choose another --out",
+                out.display(),
+                differences.join("; ")
             );
         }
     }
     std::fs::write(&path, serde_json::to_vec_pretty(identity)?)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}
+
+/// What differs between two runs' identities, as "what: then, now" lines.
+fn differences(earlier: &RunIdentity, now: &RunIdentity) -> Vec<String> {
+    let leaves = |run: &RunIdentity| {
+        let mut leaves = BTreeMap::new();
+        flatten("", &serde_json::to_value(run).expect("a run identity serializes"), &mut leaves);
+        leaves
+    };
+    let (then, now) = (leaves(earlier), leaves(now));
+    let compared = |(key, was): (&String, &Value)| {
+        let is = match now.get(key) {
+            Some(is) => is,
+            // A setting only the earlier build records (removed since) is not compared, nor is any when
+            // the earlier build recorded none; a setting added since arrives with a default that keeps
+            // the old behaviour.
+            None if key.starts_with("settings.") => return None,
+            None => &Value::Null,
+        };
+        (was != is).then(|| format!("{key}: {was} then, {is} now"))
+    };
+    then.iter().filter_map(compared).collect()
+}
+
+/// A JSON object's leaves by dotted path (`migres.sentence_threshold`).
+fn flatten(prefix: &str, value: &Value, leaves: &mut BTreeMap<String, Value>) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+                flatten(&path, value, leaves);
+            }
+        }
+        leaf => {
+            leaves.insert(prefix.to_string(), leaf.clone());
+        }
+    }
 }
 
 /// Error records that an interruption or a failing server causes, not the question or the method:

@@ -224,11 +224,12 @@ async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
     assert_eq!(llm.calls_of(Prompt::Reader), 4, "the timed-out question only");
     assert_eq!((resumed["resumed"].clone(), resumed["errors"].clone()), (json!(1), json!(1)));
 
-    // Nothing is dropped silently: a broken line before the last, another pipeline's folder and answers to
-    // questions outside the dataset are all refused, and the answers stay as they were.
-    let refused = |pipeline: &str, extra: &[&str], why: &str| {
+    // Nothing is dropped silently: a broken line before the last, another pipeline's or configuration's
+    // folder and answers to questions outside the dataset are all refused, and the answers stay as they were.
+    let refused = |pipeline: &str, extra: &[&str], env: &[(&str, &str)], why: &str| {
         let before = std::fs::read_to_string(out.join("answers.jsonl")).unwrap();
         let output = lacuna(&llm.base_url)
+            .envs(env.iter().copied())
             .args(["eval", "--dataset", two.to_str().unwrap(), "--pipeline", pipeline, "--resume"])
             .args(["--out", out.to_str().unwrap()])
             .args(extra)
@@ -239,9 +240,12 @@ async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
         assert!(stderr.contains(why), "{stderr}");
         assert_eq!(std::fs::read_to_string(out.join("answers.jsonl")).unwrap(), before, "answers untouched");
     };
-    refused("vanilla", &[], "holds another run");
-    refused("vanilla-s", &["--limit", "1"], "which this dataset does not ask");
+    refused("vanilla", &[], &[], "pipeline: \"vanilla-s\" then, \"vanilla\" now");
+    // The same pipeline under another setting that shapes its answers is another run too.
+    let other_setting = [("LACUNA__READER__COMPARE_OPTIONS", "true")];
+    refused("vanilla-s", &[], &other_setting, "settings.reader.compare_options: false then, true now");
+    refused("vanilla-s", &["--limit", "1"], &[], "which this dataset does not ask");
     interrupt(format!("{{\"broken\n{}\n", lines[0]));
-    refused("vanilla-s", &[], "line 1");
+    refused("vanilla-s", &[], &[], "line 1");
     assert_eq!(llm.calls_of(Prompt::Reader), 4);
 }
