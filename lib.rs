@@ -21,12 +21,9 @@
 pub mod actors;
 pub mod bench;
 pub mod cli;
+pub mod config;
 pub mod eval;
 pub mod metrics;
 pub mod pipelines;
-#[path = "config/profiles.rs"]
-pub mod profiles;
 pub mod serve;
-#[path = "config/settings.rs"]
-pub mod settings;
 pub mod topics;

@@ -1,87 +1,24 @@
-//! The stages, one file each, the machinery they share, and the clients they use.
+//! The stages, the runner that feeds them from the bus, what several stages share, and the clients
+//! they use.
 //!
-//! - MIGRES: retrieve -> sentence_filter -> leaf -> verify -> main (`main_module.rs`) -> answers,
-//!   and main -> query_gen -> retrieve for the next iteration.
-//! - The baselines and QPaug: `reader` (and `augment`); RA-ISF: `self_knowledge`, `relevance`,
+//! - `stages/`: one file per stage, named after it. MIGRES: retrieve -> sentence_filter -> leaf ->
+//!   verify -> main -> answers, and main -> query_gen -> retrieve for the next iteration. The
+//!   baselines and QPaug: `reader` (and `augment`); RA-ISF: `self_knowledge`, `relevance`,
 //!   `decompose`, `compose`; RQ-RAG: `refine`, `select`; both fan out and come back through `join`.
-//! - Shared: `stage` (the generic runner: bus, retries, acks, error records), `answer` (final answers,
-//!   answer and error records, answer normalisation), `fanout` (expect and result records, node
-//!   paths), `evidence` (documents shown to the LLM, citations), `selection` (choosing among
-//!   candidate answers), `prompts`.
+//! - `runner/`: the generic stage runner (bus, bounded work in flight, retries, acks, error records
+//!   and dead letters), and the per-key order and de-duplication it keeps. It imports no stage.
+//! - `shared/`: what several stages use: final answers and records (`answer`), fan-out records and
+//!   node paths (`fanout`), documents shown to the LLM and citations (`evidence`), choosing among
+//!   candidate answers (`selection`), two-option questions settled in code (`two_options`), and
+//!   LLM calls and degraded steps in the trace (`accounting`).
+//! - `prompts/`: the prompt templates, one text file each.
+//! - `clients/`: the LLM (with its cache, circuit breaker and backoff), the re-ranker, the NLI
+//!   model and the search index.
 //!
 //! Which stage reads and writes which topic is declared per pipeline in `pipelines/`.
 
-pub mod answer;
-pub mod augment;
 pub mod clients;
-pub mod compose;
-pub mod decompose;
-pub mod dedupe;
-pub mod evidence;
-pub mod fanout;
-pub mod join;
-pub mod key_order;
-pub mod leaf;
-pub mod main_module;
 pub mod prompts;
-pub mod query_gen;
-pub mod reader;
-pub mod refine;
-pub mod relevance;
-pub mod retrieve;
-pub mod select;
-pub mod selection;
-pub mod self_knowledge;
-pub mod sentence_filter;
-pub mod stage;
-pub mod two_options;
-pub mod verify;
-
-use clients::CallStats;
-
-use crate::topics::{Memory, TraceKind};
-
-/// Records that `stage` went on without what it asked for, in the trace (and so in the record's
-/// `degraded` list) and in metrics.
-pub fn degrade(memory: &mut Memory, stage: &str, cause: &str, message: String) {
-    crate::metrics::METRICS.degraded.with_label_values(&[stage]).inc();
-    tracing::warn!(stage, cause, %message, "degraded instead of failing the question");
-    memory.record(stage, TraceKind::Degraded { cause: cause.to_string(), message });
-}
-
-/// Adds one LLM call to the question's usage and trace; a reply kept though cut at `max_tokens` is
-/// a degraded step.
-pub fn note_call(memory: &mut Memory, stage: &str, purpose: &str, stats: &CallStats) {
-    memory.usage.llm_calls += 1;
-    memory.usage.prompt_tokens += stats.prompt_tokens;
-    memory.usage.completion_tokens += stats.completion_tokens;
-    memory.usage.cached_tokens += stats.cached_tokens;
-    memory.usage.cache_hits += u32::from(stats.cache_hit);
-    if stats.cost > 0.0 {
-        memory.usage.cost += stats.cost;
-        // A fanned-out child's `stage@1.2` counts as `stage`.
-        let own = stage.split('@').next().unwrap_or(stage);
-        *memory.usage.cost_by_stage.entry(own.to_string()).or_default() += stats.cost;
-        crate::metrics::METRICS.llm_cost.with_label_values(&[own]).inc_by(stats.cost);
-    }
-    memory.record(
-        stage,
-        TraceKind::LlmCall {
-            purpose: purpose.to_string(),
-            prompt_tokens: stats.prompt_tokens,
-            completion_tokens: stats.completion_tokens,
-            cached_tokens: stats.cached_tokens,
-            latency_ms: stats.latency_ms,
-            attempts: stats.attempts,
-            reasks: stats.reasks,
-        },
-    );
-    if stats.truncated {
-        degrade(
-            memory,
-            stage,
-            "cut_at_max_tokens",
-            format!("the {purpose} reply stopped at max_tokens and is used as cut"),
-        );
-    }
-}
+pub mod runner;
+pub mod shared;
+pub mod stages;

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::config::Settings;
 use crate::eval::dataset::Dataset;
 use crate::metrics::METRICS;
 use crate::pipelines::parts::Parts;
 use crate::pipelines::{Pipeline, PipelineKind};
-use crate::settings::Settings;
 use crate::topics::{AnswerRecord, QuestionEvent};
 
 /// The limit LLM concurrency is reported against, whatever the stages' own limits.

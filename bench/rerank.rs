@@ -12,8 +12,8 @@ use serde::Serialize;
 use crate::actors::clients::onnx::{PairEncoder, open_session};
 use crate::actors::clients::rerank::titled;
 use crate::actors::clients::{ModelError, Reranker, TantivySearch};
+use crate::config::{ModelSettings, Settings};
 use crate::eval::dataset::Dataset;
-use crate::settings::{ModelSettings, Settings};
 
 /// One way of scoring the pairs, and how fast it went.
 #[derive(Clone, Debug, Serialize)]

@@ -2,10 +2,10 @@
 
 use clap::Args;
 
+use crate::config::Settings;
 use crate::pipelines::input::{Input, InputReader};
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::pipelines::{Pipeline, PipelineKind};
-use crate::settings::Settings;
 use crate::topics::{AnswerRecord, Answered, FactSource, TraceKind};
 
 #[derive(Args)]

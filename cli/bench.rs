@@ -6,9 +6,9 @@ use clap::{Args, Subcommand};
 
 use crate::bench::fake_llm::{FakeLlm, Latency};
 use crate::bench::pipeline::PipelineBench;
+use crate::config::Settings;
 use crate::eval::dataset::Dataset;
 use crate::pipelines::PipelineKind;
-use crate::settings::Settings;
 
 #[derive(Args)]
 pub struct BenchArgs {

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::actors::clients::{Reranker, TantivySearch};
+use crate::config::Settings;
 use crate::eval::calibrate::calibrate;
 use crate::eval::dataset::Dataset;
-use crate::settings::Settings;
 
 #[derive(Args)]
 pub struct CalibrateArgs {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use crate::config::Settings;
 use crate::pipelines::PipelineKind;
-use crate::settings::Settings;
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{Bus, Event, Record, Topic};
 

@@ -7,13 +7,13 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::cli::run::progress_bar;
+use crate::config::Settings;
 use crate::eval::compare::{comparison_markdown, svg_plot};
 use crate::eval::dataset::Dataset;
 use crate::eval::paired::{Comparison, Run};
 use crate::eval::report::{EvalRecord, Report};
 use crate::eval::{EvalOptions, evaluate};
 use crate::pipelines::{PipelineKind, Transport};
-use crate::settings::Settings;
 
 #[derive(Args)]
 pub struct EvalArgs {
@@ -67,7 +67,7 @@ pub async fn eval(settings: &Settings, config: Option<&Path>, args: EvalArgs) ->
     let mut settings = match &args.profile {
         // The profile sits between the defaults and --config, as a layer of configuration.
         Some(profile) => {
-            let layers = crate::profiles::layers(profile, &dir)?;
+            let layers = crate::config::profiles::layers(profile, &dir)?;
             eprintln!("profile {profile}: {} layers for {}", layers.len(), dataset.name);
             Settings::load_with(config, &layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?
         }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::Args;
 
 use crate::actors::clients::{MeiliSearch, TantivySearch};
-use crate::settings::{SearchBackend, Settings};
+use crate::config::{SearchBackend, Settings};
 
 #[derive(Args)]
 pub struct IndexArgs {

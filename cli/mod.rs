@@ -18,8 +18,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::config::{LogFormat, LogSettings, Settings};
 use crate::pipelines::PipelineKind;
-use crate::settings::{LogFormat, LogSettings, Settings};
 
 #[derive(Parser)]
 #[command(name = "lacuna", version, about = "Answers multi-hop questions with cited, verified facts (MIGRES)")]

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::config::{SearchBackend, Settings};
 use crate::eval::dataset::Dataset;
 use crate::eval::recall::{markdown, measure};
-use crate::settings::{SearchBackend, Settings};
 
 #[derive(Args)]
 pub struct RecallArgs {

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::config::Settings;
 use crate::pipelines::input::{Input, InputReader};
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
-use crate::settings::Settings;
 use crate::topics::{AnswerRecord, VersionedAnswer};
 
 #[derive(Args)]

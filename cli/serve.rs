@@ -2,10 +2,10 @@
 
 use clap::Args;
 
+use crate::config::Settings;
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::pipelines::{PipelineKind, Transport};
 use crate::serve::{ServeOptions, start};
-use crate::settings::Settings;
 
 #[derive(Args)]
 pub struct ServeArgs {

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 
-use crate::actors::stage::RunningStage;
+use crate::actors::runner::RunningStage;
+use crate::config::Settings;
 use crate::pipelines::PipelineKind;
 use crate::pipelines::declaration::Part;
 use crate::pipelines::parts::{Parts, check_llm};
-use crate::settings::Settings;
 
 #[derive(Args)]
 pub struct StageArgs {

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::config::Settings;
 use crate::pipelines::PipelineKind;
 use crate::pipelines::input::{Input, InputReader};
-use crate::settings::Settings;
 use crate::topics::{AnswerRecord, Bus, Event, Topic, VersionedAnswer};
 
 #[derive(Args)]

@@ -5,8 +5,8 @@
 
 use clap::Args;
 
+use crate::config::Settings;
 use crate::pipelines::{PipelineKind, StageDecl, graph};
-use crate::settings::Settings;
 
 #[derive(Args)]
 pub struct TopicsArgs {

@@ -51,8 +51,8 @@ pub fn layers(profile: &str, dataset_dir: &Path) -> anyhow::Result<Vec<String>> 
 fn group_of(dataset_dir: &Path, dataset: &str) -> anyhow::Result<&'static str> {
     let file = dataset_dir.join("profile.toml");
     if file.is_file() {
-        let group = config::Config::builder()
-            .add_source(config::File::from(file.clone()))
+        let group = ::config::Config::builder()
+            .add_source(::config::File::from(file.clone()))
             .build()
             .and_then(|c| c.get_string("group"))
             .with_context(|| {
@@ -77,7 +77,7 @@ fn group_of(dataset_dir: &Path, dataset: &str) -> anyhow::Result<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::{Acceptance, DecisionPrompt, Settings};
+    use crate::config::{Acceptance, DecisionPrompt, Settings};
 
     fn with_profile(dataset: &str) -> Settings {
         let layers = layers("paper", Path::new("/data").join(dataset).as_path()).unwrap();

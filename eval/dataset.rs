@@ -87,7 +87,7 @@ impl Dataset {
     /// The BM25 index of the corpus, built once under `<cache>/eval-index` and reused while the
     /// corpus is unchanged (the directory name carries the corpus size and modification time).
     pub fn index_dir(&self) -> anyhow::Result<PathBuf> {
-        let cache = crate::settings::cache_dir().join("eval-index");
+        let cache = crate::config::cache_dir().join("eval-index");
         let corpus = self.corpus();
         let meta = std::fs::metadata(&corpus).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", corpus.display()))?;
         let modified = meta.modified()?.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();

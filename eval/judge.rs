@@ -6,7 +6,7 @@
 
 use crate::actors::clients::{LlmClient, LlmError};
 use crate::actors::prompts::fill;
-use crate::settings::{EvalSettings, LlmSettings};
+use crate::config::{EvalSettings, LlmSettings};
 
 const PROMPT: &str = include_str!("judge.txt");
 

@@ -26,9 +26,9 @@ use std::time::Instant;
 
 use futures::StreamExt;
 
+use crate::config::Settings;
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
-use crate::settings::Settings;
 use crate::topics::{AnswerRecord, QuestionEvent, VersionedAnswer};
 use dataset::Dataset;
 use judge::Judge;

@@ -7,9 +7,9 @@
 use std::time::Instant;
 
 use crate::actors::clients::{MeiliSearch, Search, TantivySearch};
+use crate::config::{SearchBackend, Settings};
 use crate::eval::dataset::Dataset;
 use crate::eval::score::passage_recall;
-use crate::settings::{SearchBackend, Settings};
 
 pub const CUTOFFS: [usize; 3] = [5, 20, 50];
 
@@ -45,7 +45,7 @@ pub async fn measure(settings: &Settings, backend: SearchBackend, dataset: &Data
     let started = Instant::now();
     let (search, passages) = match backend {
         SearchBackend::Tantivy => {
-            let dir = crate::settings::cache_dir().join("recall-index").join(&dataset.name);
+            let dir = crate::config::cache_dir().join("recall-index").join(&dataset.name);
             let count = TantivySearch::build(&dir, &dataset.corpus())?;
             (Search::Tantivy(TantivySearch::open(&dir)?), count)
         }

@@ -7,8 +7,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::config::Settings;
 use crate::eval::dataset::EvalQuestion;
-use crate::settings::Settings;
 use crate::topics::{AnswerRecord, Event, VersionedAnswer};
 
 /// What makes two parts one run; written to `run.json` in the output folder.

@@ -19,8 +19,8 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::actors::answer::contains_words;
-pub use crate::actors::answer::normalize_answer as normalize;
+use crate::actors::shared::answer::contains_words;
+pub use crate::actors::shared::answer::normalize_answer as normalize;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Scores {

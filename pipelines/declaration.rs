@@ -9,10 +9,10 @@ use std::sync::Arc;
 use futures::future::LocalBoxFuture;
 
 use crate::actors::clients::{LlmClient, Nli};
-use crate::actors::sentence_filter::{FilterMode, SentenceFilter};
-use crate::actors::stage::{RunnerSettings, RunningStage, Stage, Wiring, spawn_stage};
+use crate::actors::runner::{RunnerSettings, RunningStage, Stage, Wiring, spawn_stage};
+use crate::actors::stages::sentence_filter::{FilterMode, SentenceFilter};
+use crate::config::{LlmOverride, Settings, StageSettings};
 use crate::pipelines::parts::Parts;
-use crate::settings::{LlmOverride, Settings, StageSettings};
 use crate::topics::{Bus, BusError, Topic};
 
 /// What a stage needs besides the bus, loaded once per process before it starts.
@@ -180,12 +180,14 @@ impl StageStart<'_> {
 /// Every pipeline's retrieve: BM25 for the queries of `inputs` (and new questions when listed).
 pub const fn retrieve(inputs: &'static [Topic]) -> StageDecl {
     StageDecl {
-        name: crate::actors::retrieve::Retrieve::NAME,
+        name: crate::actors::stages::retrieve::Retrieve::NAME,
         inputs,
         outputs: &[Topic::Passages],
         needs: &[Part::Search],
         replicas: Replicas::Scaled,
-        build: |s| Ok(Startable::new(crate::actors::retrieve::Retrieve::new(s.search()?, s.settings.migres.clone()))),
+        build: |s| {
+            Ok(Startable::new(crate::actors::stages::retrieve::Retrieve::new(s.search()?, s.settings.migres.clone())))
+        },
     }
 }
 
@@ -204,7 +206,7 @@ pub const fn sentence_filter(build: fn(&StageStart<'_>) -> Result<Startable, Sta
 
 /// The join of the pipelines that fan out; one replica, as it reads its whole state on start.
 pub const JOIN: StageDecl = StageDecl {
-    name: crate::actors::join::Join::NAME,
+    name: crate::actors::stages::join::Join::NAME,
     inputs: &[Topic::Joins],
     outputs: &[Topic::Joined, Topic::JoinState],
     needs: &[],
@@ -212,6 +214,6 @@ pub const JOIN: StageDecl = StageDecl {
     build: |s| {
         let tick = std::time::Duration::from_millis(s.settings.join.tick_ms.max(10));
         let bus = &s.settings.bus;
-        Ok(Startable::new(crate::actors::join::Join::new(tick, bus.max_event_bytes, bus.progress_timeout())))
+        Ok(Startable::new(crate::actors::stages::join::Join::new(tick, bus.max_event_bytes, bus.progress_timeout())))
     },
 };

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{KafkaSettings, Settings};
 use crate::pipelines::declaration::{StageDecl, StartError};
 use crate::pipelines::{graph, migres, qpaug, raisf, rqrag, vanilla};
-use crate::settings::{KafkaSettings, Settings};
 use crate::topics::BusError;
 use crate::topics::kafka::KafkaBus;
 

@@ -3,12 +3,12 @@
 //! questions -> retrieve -> passages -> sentence_filter -> evidence -> leaf -> facts -> verify -> verified -> main -> answers
 //! and main -> missing -> query_gen -> queries -> retrieve, until an answer or T iterations.
 
-use crate::actors::leaf::Leaf;
-use crate::actors::main_module::Main;
-use crate::actors::query_gen::QueryGen;
-use crate::actors::sentence_filter::FilterMode;
-use crate::actors::stage::Stage;
-use crate::actors::verify::Verify;
+use crate::actors::runner::Stage;
+use crate::actors::stages::leaf::Leaf;
+use crate::actors::stages::main::Main;
+use crate::actors::stages::query_gen::QueryGen;
+use crate::actors::stages::sentence_filter::FilterMode;
+use crate::actors::stages::verify::Verify;
 use crate::pipelines::declaration::{Part, Replicas, StageDecl, Startable, retrieve, sentence_filter};
 use crate::topics::Topic;
 

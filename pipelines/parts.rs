@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use crate::actors::clients::{ModelError, OnnxNli, Reranker, Search, SearchError};
+use crate::config::{NliBackend, Settings};
 use crate::pipelines::declaration::{Part, StageDecl};
 use crate::pipelines::kind::PipelineKind;
-use crate::settings::{NliBackend, Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PartsError {

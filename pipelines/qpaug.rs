@@ -5,9 +5,9 @@
 //! augment writes the step-by-step decomposition that is searched with the question, and the model's
 //! own passage, which the reader shows after the K-1 retrieved ones as "Your knowledge".
 
-use crate::actors::augment::Augment;
-use crate::actors::sentence_filter::FilterMode;
-use crate::actors::stage::Stage;
+use crate::actors::runner::Stage;
+use crate::actors::stages::augment::Augment;
+use crate::actors::stages::sentence_filter::FilterMode;
 use crate::pipelines::declaration::{StageDecl, Startable, retrieve, sentence_filter};
 use crate::pipelines::vanilla::READER;
 use crate::topics::Topic;

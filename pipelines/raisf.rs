@@ -11,12 +11,12 @@
 
 use std::time::Duration;
 
-use crate::actors::compose::Compose;
-use crate::actors::decompose::Decompose;
-use crate::actors::relevance::Relevance;
-use crate::actors::self_knowledge::SelfKnowledge;
-use crate::actors::sentence_filter::FilterMode;
-use crate::actors::stage::Stage;
+use crate::actors::runner::Stage;
+use crate::actors::stages::compose::Compose;
+use crate::actors::stages::decompose::Decompose;
+use crate::actors::stages::relevance::Relevance;
+use crate::actors::stages::self_knowledge::SelfKnowledge;
+use crate::actors::stages::sentence_filter::FilterMode;
 use crate::pipelines::declaration::{JOIN, StageDecl, Startable, retrieve, sentence_filter};
 use crate::topics::Topic;
 

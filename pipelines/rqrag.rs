@@ -11,10 +11,10 @@
 
 use std::time::Duration;
 
-use crate::actors::refine::Refine;
-use crate::actors::select::Select;
-use crate::actors::sentence_filter::FilterMode;
-use crate::actors::stage::Stage;
+use crate::actors::runner::Stage;
+use crate::actors::stages::refine::Refine;
+use crate::actors::stages::select::Select;
+use crate::actors::stages::sentence_filter::FilterMode;
 use crate::pipelines::declaration::{JOIN, Replicas, StageDecl, Startable, retrieve, sentence_filter};
 use crate::topics::Topic;
 

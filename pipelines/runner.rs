@@ -7,11 +7,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::actors::stage::RunningStage;
+use crate::actors::runner::RunningStage;
+use crate::config::Settings;
 use crate::pipelines::declaration::StartError;
 use crate::pipelines::kind::PipelineKind;
 use crate::pipelines::parts::Parts;
-use crate::settings::Settings;
 use crate::topics::in_process::InProcessBus;
 use crate::topics::{AnswerRecord, Bus, BusError, Event, QuestionEvent, Subscription, Topic, VersionedAnswer};
 

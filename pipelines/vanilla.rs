@@ -5,9 +5,9 @@
 //! VANILLA shows the k best re-ranked passages whole; VANILLA-s cuts each to its sentences scoring at
 //! or above the re-ranker threshold. One LLM call per question, no loop.
 
-use crate::actors::reader::Reader;
-use crate::actors::sentence_filter::FilterMode;
-use crate::actors::stage::Stage;
+use crate::actors::runner::Stage;
+use crate::actors::stages::reader::Reader;
+use crate::actors::stages::sentence_filter::FilterMode;
 use crate::pipelines::declaration::{StageDecl, Startable, retrieve, sentence_filter};
 use crate::topics::Topic;
 

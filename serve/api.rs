@@ -22,10 +22,10 @@ use subtle::ConstantTimeEq;
 
 use super::http::{Body, error_reply, json_reply, read_body, reply, sse_event, sse_reply};
 use super::registry::{AdmitError, Admitted, Events, NewQuestion, Registry};
+use crate::config::ServeSettings;
 use crate::metrics::METRICS;
 use crate::pipelines::Transport;
 use crate::pipelines::input::checked_question;
-use crate::settings::ServeSettings;
 use crate::topics::{Bus, Event, Topic};
 
 const PAGE: &str = include_str!("page.html");

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::watch;
 
+use crate::config::Settings;
 use crate::pipelines::parts::Parts;
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
-use crate::settings::Settings;
 use crate::topics::{Bus, Event, ProgressEvent, Subscription, Topic, VersionedAnswer};
 use api::Api;
 use registry::Registry;

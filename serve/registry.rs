@@ -184,7 +184,7 @@ pub struct Registry {
 /// A new question id: time, process and a counter, unique without coordination.
 fn new_id() -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let millis = crate::actors::fanout::now_ms();
+    let millis = crate::actors::shared::fanout::now_ms();
     let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("q-{millis:x}-{:x}-{count:x}", std::process::id())
 }
@@ -449,7 +449,7 @@ mod tests {
     /// without an id or key stay distinct work.
     #[test]
     fn the_same_key_on_two_replicas_publishes_one_event_twice_not_two_questions() {
-        use crate::actors::dedupe::fingerprint;
+        use crate::actors::runner::dedupe::fingerprint;
         let (a, b) = (Registry::new(4, 10), Registry::new(4, 10));
         let keyed = NewQuestion { id: None, key: Some("order-17".into()), ..asked("") };
         let (on_a, on_b) = (published(&a, keyed.clone()), published(&b, keyed));

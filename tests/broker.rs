@@ -12,10 +12,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lacuna::actors::stage::RunningStage;
+use lacuna::actors::runner::RunningStage;
+use lacuna::config::Settings;
 use lacuna::pipelines::PipelineKind;
 use lacuna::pipelines::parts::Parts;
-use lacuna::settings::Settings;
 use lacuna::topics::dead_letter::DeadLetter;
 use lacuna::topics::kafka::KafkaBus;
 use lacuna::topics::{
@@ -142,7 +142,7 @@ async fn two_replicas_of_a_stage_share_its_partitions_and_both_do_work() {
     while seen.len() < 40 {
         seen.insert(next_record(&mut queries).await.key);
     }
-    let received = |stage: &lacuna::actors::stage::RunningStage| {
+    let received = |stage: &lacuna::actors::runner::RunningStage| {
         stage.counters.received.load(std::sync::atomic::Ordering::Relaxed)
     };
     let (a, b) = (received(&one), received(&two));
@@ -424,7 +424,7 @@ async fn the_vanilla_baseline_runs_over_kafka_on_its_own_topics() {
 /// restarted, still joins the second child's result with the first, once, and cleans up after.
 #[actix::test]
 async fn a_restarted_join_rebuilds_its_state_from_the_join_state_topic() {
-    use lacuna::actors::fanout::{expect_record, result_record};
+    use lacuna::actors::shared::fanout::{expect_record, result_record};
     use lacuna::topics::{Candidate, JoinedEvent, Memory};
     let _serial = serial();
     let settings = settings("join", "http://127.0.0.1:9/v1");

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lacuna::config::Settings;
 use lacuna::pipelines::{Pipeline, PipelineKind};
-use lacuna::settings::Settings;
 use lacuna::topics::dead_letter::DeadLetter;
 use lacuna::topics::{AnswerRecord, Bus, Event, QuestionEvent, Record, Topic, VersionedAnswer};
 use serde_json::json;

@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lacuna::actors::stage::decode;
+use lacuna::actors::runner::decode;
 use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::topics::dead_letter::DeadLetter;
 use lacuna::topics::in_process::InProcessBus;

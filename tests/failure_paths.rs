@@ -7,8 +7,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lacuna::config::Settings;
 use lacuna::pipelines::{Pipeline, PipelineKind};
-use lacuna::settings::Settings;
 use lacuna::topics::dead_letter::DeadLetter;
 use lacuna::topics::in_process::InProcessBus;
 use lacuna::topics::{AnswerRecord, Bus, BusError, ErrorRecord, QuestionEvent, Topic};
@@ -309,7 +309,7 @@ async fn a_question_over_its_llm_budget_ends_in_a_budget_exceeded_record() {
 async fn an_answer_says_what_its_llm_calls_cost_by_stage() {
     let llm = FakeLlm::start(hugo_script).await;
     let mut settings = migres_settings(&llm);
-    let price = lacuna::settings::Price { prompt: 1.0, completion: 2.0, cached: Some(0.5) };
+    let price = lacuna::config::Price { prompt: 1.0, completion: 2.0, cached: Some(0.5) };
     settings.llm.prices.insert(settings.llm.model.clone(), price);
     let bus = Arc::new(InProcessBus::new(256));
     let record = ask_on(PipelineKind::Migres, bus, &settings, hugo(), Duration::from_secs(30)).await.unwrap();

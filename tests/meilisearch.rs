@@ -8,9 +8,9 @@ mod support;
 use std::io::Write;
 
 use lacuna::actors::clients::{MeiliSearch, Search, SearchError};
+use lacuna::config::{MeiliSettings, Settings};
 use lacuna::pipelines::parts::Parts;
 use lacuna::pipelines::{Pipeline, PipelineKind};
-use lacuna::settings::{MeiliSettings, Settings};
 use lacuna::topics::{AnswerRecord, QuestionEvent};
 use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
@@ -74,7 +74,7 @@ async fn the_vanilla_pipeline_runs_on_meilisearch_unchanged() {
     .await;
     let mut settings = support::settings(&llm.base_url);
     settings.search.meilisearch = meili.clone();
-    settings.search.backend = lacuna::settings::SearchBackend::Meilisearch;
+    settings.search.backend = lacuna::config::SearchBackend::Meilisearch;
     let parts = Parts {
         search: Some(Search::open(&settings.search).unwrap()),
         reranker: Some(support::reranker()),
@@ -96,7 +96,7 @@ async fn the_vanilla_pipeline_runs_on_meilisearch_unchanged() {
 #[actix::test]
 async fn an_unreachable_meilisearch_ends_the_question_in_an_error_record() {
     let mut settings = support::settings("http://127.0.0.1:9/v1");
-    settings.search.backend = lacuna::settings::SearchBackend::Meilisearch;
+    settings.search.backend = lacuna::config::SearchBackend::Meilisearch;
     settings.search.meilisearch.url = "http://127.0.0.1:9".into();
     settings.search.meilisearch.max_retries = 1;
     settings.search.meilisearch.retry_backoff_ms = 10;

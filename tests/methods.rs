@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
+use lacuna::config::Settings;
 use lacuna::pipelines::{Pipeline, PipelineKind};
-use lacuna::settings::Settings;
 use lacuna::topics::{AnswerRecord, Answered, Outcome, QuestionEvent, TraceKind};
 use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, last_field, prompt_kind};
@@ -276,7 +276,7 @@ async fn rqrag_expands_the_tree_to_its_depth_and_width_and_no_further() {
     small(&mut settings);
     settings.rqrag.max_depth = 2;
     settings.rqrag.width = 2;
-    settings.rqrag.selection = lacuna::settings::Selection::Perplexity;
+    settings.rqrag.selection = lacuna::config::Selection::Perplexity;
     let answer =
         answered(ask(PipelineKind::Rqrag, &settings, "tree", "Which club does Hugo Rodríguez Romero play for?").await);
     assert_eq!(llm.calls_of(Prompt::Refine), 2 + 4, "the root and its two children refine");

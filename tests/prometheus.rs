@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lacuna::config::Price;
 use lacuna::metrics::METRICS;
 use lacuna::pipelines::{Pipeline, PipelineKind, Transport};
-use lacuna::settings::Price;
 use lacuna::topics::in_process::InProcessBus;
 use lacuna::topics::{AnswerRecord, Bus, BusError, Event, Outcome, QuestionEvent, Record, Topic};
 use serde_json::Value;

@@ -90,7 +90,7 @@ async fn baselines_with_the_local_llm_answer_from_cited_passages() {
     }
 }
 
-fn small_real_settings() -> lacuna::settings::Settings {
+fn small_real_settings() -> lacuna::config::Settings {
     let mut settings = support::settings(&llm_url());
     settings.llm.timeout_ms = 300_000;
     settings.llm.max_tokens = 256;
@@ -98,7 +98,7 @@ fn small_real_settings() -> lacuna::settings::Settings {
     settings
 }
 
-async fn ask_real(kind: PipelineKind, settings: &lacuna::settings::Settings) -> lacuna::topics::Answered {
+async fn ask_real(kind: PipelineKind, settings: &lacuna::config::Settings) -> lacuna::topics::Answered {
     let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
     let mut pipeline = Pipeline::start(kind, settings, support::parts(settings)).await.unwrap();
     let record = pipeline.ask(QuestionEvent::new(format!("real-{kind}"), question)).await.unwrap();

@@ -8,9 +8,9 @@ mod support;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use lacuna::config::Settings;
 use lacuna::pipelines::{PipelineKind, Transport};
 use lacuna::serve::{ServeOptions, Server, start};
-use lacuna::settings::Settings;
 use serde_json::{Value, json};
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 use support::scripted::{HUGO_QUESTION_ID, hugo_script};

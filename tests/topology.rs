@@ -2,9 +2,9 @@
 //! topic a stage writes has a consumer (or is a sink), every declared stage has its settings, and
 //! the diagrams in the docs are what `lacuna graph` prints today.
 
+use lacuna::config::Settings;
 use lacuna::pipelines::declaration::{Replicas, StageDecl, Startable};
 use lacuna::pipelines::{PipelineKind, graph};
-use lacuna::settings::Settings;
 use lacuna::topics::Topic;
 
 #[test]

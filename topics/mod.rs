@@ -12,7 +12,6 @@ pub mod facts;
 pub mod in_process;
 pub mod joins;
 pub mod kafka;
-pub mod kafka_config;
 pub mod memory;
 pub mod missing;
 pub mod node;

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::settings::{BreakerSettings, jittered};
+use super::backoff::jittered;
+use crate::config::BreakerSettings;
 
 #[derive(Debug)]
 enum State {

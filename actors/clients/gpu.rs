@@ -7,7 +7,7 @@
 use ort::ep::{CUDA, ExecutionProvider as _};
 use ort::session::builder::SessionBuilder;
 
-use crate::settings::ExecutionProvider;
+use crate::config::ExecutionProvider;
 
 /// `builder` with `wanted` registered, and the provider the session will actually run on.
 pub fn with_provider(

@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::breaker::Breaker;
 use super::llm_cache::{CachedResponse, ResponseCache};
-use crate::settings::{CacheMode, LlmSettings};
+use crate::config::{CacheMode, LlmSettings};
 use crate::topics::AnswerLogprobs;
 
 #[derive(Debug, thiserror::Error, Clone)]
@@ -430,7 +430,7 @@ impl LlmClient {
             if attempt > self.settings.max_retries {
                 return Err(error);
             }
-            let backoff = crate::settings::backoff(self.settings.retry_backoff_ms, attempt)
+            let backoff = crate::actors::clients::backoff(self.settings.retry_backoff_ms, attempt)
                 .max(error.retry_after().unwrap_or_default());
             tracing::warn!(attempt, backoff_ms = backoff.as_millis() as u64, %error, "LLM call failed, retrying");
             tokio::time::sleep(backoff).await;

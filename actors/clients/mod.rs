@@ -1,5 +1,6 @@
 //! What the stages talk to: the LLM endpoint, the cross-encoder, the NLI check and the search index.
 
+pub mod backoff;
 pub mod breaker;
 pub mod gpu;
 pub mod llm;
@@ -9,6 +10,7 @@ pub mod onnx;
 pub mod rerank;
 pub mod search;
 
+pub use backoff::{backoff, jittered};
 pub use llm::{CallStats, Completion, LlmClient, LlmError, Schema};
 pub use nli::{Nli, NliError, OnnxNli, Verdict};
 pub use onnx::{ModelError, PairClassifier};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::llm::{CallStats, LlmClient, LlmError, Schema};
 use super::onnx::{ModelError, PairClassifier};
 use crate::actors::prompts;
-use crate::settings::{EntailmentPrompt, NliSettings, OnnxSettings};
+use crate::config::{EntailmentPrompt, NliSettings, OnnxSettings};
 use serde::Deserialize;
 use serde_json::json;
 

@@ -20,7 +20,7 @@ use ort::value::Tensor;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use tokio::sync::oneshot;
 
-use crate::settings::{ExecutionProvider, ModelSettings, OnnxSettings};
+use crate::config::{ExecutionProvider, ModelSettings, OnnxSettings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {

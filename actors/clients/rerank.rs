@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::onnx::{ModelError, PairClassifier};
-use crate::settings::{ModelSettings, OnnxSettings};
+use crate::config::{ModelSettings, OnnxSettings};
 
 #[derive(Clone)]
 pub struct Reranker {

@@ -1,5 +1,5 @@
-use lacuna::actors::leaf::Leaf;
-use lacuna::actors::stage::Stage;
+use lacuna::actors::runner::Stage;
+use lacuna::actors::stages::leaf::Leaf;
 use lacuna::topics::{Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, FactsEvent, SCHEMA_VERSION, TraceKind};
 use serde_json::json;
 

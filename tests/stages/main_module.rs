@@ -1,6 +1,6 @@
-use lacuna::actors::main_module::Main;
-use lacuna::actors::stage::Stage;
-use lacuna::settings::{Acceptance, DecisionPrompt, MigresSettings, Settings};
+use lacuna::actors::runner::Stage;
+use lacuna::actors::stages::main::Main;
+use lacuna::config::{Acceptance, DecisionPrompt, MigresSettings, Settings};
 use lacuna::topics::{
     AnswerRecord, Event, FactSource, KnownFact, Memory, MissingEvent, Outcome, Passage, SCHEMA_VERSION, VerifiedEvent,
     VersionedAnswer,

@@ -1,6 +1,6 @@
-use lacuna::actors::query_gen::QueryGen;
-use lacuna::actors::stage::Stage;
-use lacuna::settings::Settings;
+use lacuna::actors::runner::Stage;
+use lacuna::actors::stages::query_gen::QueryGen;
+use lacuna::config::Settings;
 use lacuna::topics::{Event, MissingEvent, QueriesEvent, SCHEMA_VERSION, VerifiedEvent};
 use serde_json::json;
 

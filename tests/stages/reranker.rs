@@ -3,7 +3,7 @@
 
 use lacuna::actors::clients::Reranker;
 use lacuna::actors::clients::onnx::{PairEncoder, open_session};
-use lacuna::settings::{ExecutionProvider, ModelSettings, Settings};
+use lacuna::config::{ExecutionProvider, ModelSettings, Settings};
 
 /// Pairs of many lengths: a query against passages of one to twelve sentences.
 fn pairs(query: &str, n: usize) -> Vec<(String, String)> {

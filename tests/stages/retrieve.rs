@@ -1,6 +1,6 @@
-use lacuna::actors::retrieve::Retrieve;
-use lacuna::actors::stage::Stage;
-use lacuna::settings::Settings;
+use lacuna::actors::runner::Stage;
+use lacuna::actors::stages::retrieve::Retrieve;
+use lacuna::config::Settings;
 use lacuna::topics::{Event, PassagesEvent, QueriesEvent, QuestionEvent, SCHEMA_VERSION, TraceKind};
 
 use crate::helpers::{memory, single};

@@ -1,6 +1,6 @@
-use lacuna::actors::sentence_filter::{FilterMode, SentenceFilter, split_sentences};
-use lacuna::actors::stage::Stage;
-use lacuna::settings::Settings;
+use lacuna::actors::runner::Stage;
+use lacuna::actors::stages::sentence_filter::{FilterMode, SentenceFilter, split_sentences};
+use lacuna::config::Settings;
 use lacuna::topics::{
     Event, EvidenceEvent, EvidenceOrigin, Memory, Passage, PassagesEvent, RetrievedPassage, SCHEMA_VERSION,
 };

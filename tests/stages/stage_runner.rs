@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lacuna::settings::Settings;
+use lacuna::config::Settings;
 use lacuna::topics::dead_letter::DeadLetter;
 use lacuna::topics::in_process::InProcessBus;
 use lacuna::topics::{AnswerRecord, Bus, Event, MissingEvent, Record, SCHEMA_VERSION, Topic, VersionedAnswer};
@@ -53,7 +53,7 @@ async fn poison_event_ends_in_error_record_and_dead_letter_and_others_flow() {
     let mut flowed = vec![next(&mut queries).await.key, next(&mut queries).await.key];
     flowed.sort();
     assert_eq!(flowed, vec!["good-1", "good-2"]);
-    assert_eq!(lacuna::actors::stage::StageCounters::get(&running.counters.failed), 1);
+    assert_eq!(lacuna::actors::runner::StageCounters::get(&running.counters.failed), 1);
     running.stop();
 }
 
@@ -76,7 +76,7 @@ async fn an_llm_that_keeps_failing_ends_in_an_error_record_after_retries() {
     assert_eq!(error.error_type, "llm_http_status");
     assert!(error.question.starts_with("Question number q-503"), "the record names the question");
     assert_eq!(llm.calls(), 4, "2 attempts of the event x 2 attempts of the call");
-    assert_eq!(lacuna::actors::stage::StageCounters::get(&running.counters.retried), 1);
+    assert_eq!(lacuna::actors::runner::StageCounters::get(&running.counters.retried), 1);
     running.stop();
 }
 

@@ -1,6 +1,6 @@
 use lacuna::actors::clients::Nli;
-use lacuna::actors::stage::Stage;
-use lacuna::actors::verify::Verify;
+use lacuna::actors::runner::Stage;
+use lacuna::actors::stages::verify::Verify;
 use lacuna::topics::{
     CandidateFact, Event, EvidenceItem, EvidenceOrigin, FactSource, FactsEvent, SCHEMA_VERSION, TraceKind,
     VerifiedEvent,
@@ -39,7 +39,7 @@ async fn verify_reciting(
     evidence: Vec<EvidenceItem>,
     facts: Vec<CandidateFact>,
 ) -> VerifiedEvent {
-    let stage = Verify::new(Nli::LlmJudge(support::llm(&llm.base_url), lacuna::settings::EntailmentPrompt::Strict))
+    let stage = Verify::new(Nli::LlmJudge(support::llm(&llm.base_url), lacuna::config::EntailmentPrompt::Strict))
         .with_recite_uncited(recite_uncited);
     let event = FactsEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), evidence, facts };
     single(stage.process(&event.to_record()).await.unwrap())
@@ -158,7 +158,7 @@ async fn a_known_fact_is_not_added_twice() {
 async fn verify_with_onnx(entailment_label: usize) -> VerifiedEvent {
     let dir = support::scratch_dir(&format!("nli-label-{entailment_label}"));
     std::fs::write(dir.join("model.onnx"), support::onnx_graph::length_classifier(24.0)).unwrap();
-    let defaults = lacuna::settings::Settings::defaults();
+    let defaults = lacuna::config::Settings::defaults();
     std::fs::copy(defaults.rerank.model_dir.join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
     let mut nli = defaults.nli.clone();
     nli.entailment_label = entailment_label;

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::Arc;
 
+use lacuna::config::Settings;
 use lacuna::pipelines::PipelineKind;
-use lacuna::settings::Settings;
 use lacuna::topics::kafka::KafkaBus;
 use lacuna::topics::{QuestionEvent, VersionedAnswer};
 use serde_json::json;

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use lacuna::actors::clients::{LlmClient, Reranker, TantivySearch};
-use lacuna::settings::Settings;
+use lacuna::config::Settings;
 
 /// shared/data beside the repository (as in CI), or LACUNA_DATA.
 pub fn data_dir() -> PathBuf {
@@ -85,7 +85,7 @@ pub const ANSWER_CHECKS_OFF: [(&str, &str); 3] = [
 
 /// [`ANSWER_CHECKS_OFF`] on in-process settings.
 pub fn answer_checks_off(settings: &mut Settings) {
-    settings.migres.acceptance = lacuna::settings::Acceptance::Flag;
+    settings.migres.acceptance = lacuna::config::Acceptance::Flag;
     settings.migres.grounding_gate = false;
     settings.migres.compare_options = false;
 }
@@ -136,7 +136,7 @@ pub fn deepest_node(answer: &lacuna::topics::Answered) -> usize {
 pub async fn start_query_gen(
     bus: &std::sync::Arc<dyn lacuna::topics::Bus>,
     settings: &Settings,
-) -> lacuna::actors::stage::RunningStage {
+) -> lacuna::actors::runner::RunningStage {
     let stage = lacuna::pipelines::PipelineKind::Migres.stage("query_gen").unwrap();
     stage.start(bus.clone(), settings, &lacuna::pipelines::parts::Parts::default()).await.unwrap()
 }

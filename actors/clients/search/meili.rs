@@ -23,7 +23,7 @@ use meilisearch_sdk::tasks::Task;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{SearchError, corpus_error, for_each_passage};
-use crate::settings::{MatchingStrategy, MeiliSettings};
+use crate::config::{MatchingStrategy, MeiliSettings};
 use crate::topics::Passage;
 
 /// The attributes a Lacuna index stores, searches (all but the id) and returns.
@@ -238,7 +238,7 @@ impl MeiliSearch {
             };
             match outcome {
                 Err(SearchError::Remote { transient: true, message }) if attempt <= self.settings.max_retries => {
-                    let backoff = crate::settings::backoff(self.settings.retry_backoff_ms, attempt);
+                    let backoff = crate::actors::clients::backoff(self.settings.retry_backoff_ms, attempt);
                     tracing::warn!(attempt, backoff_ms = backoff.as_millis() as u64, error = %message, "Meilisearch call failed ({what}), retrying");
                     tokio::time::sleep(backoff).await;
                 }
@@ -339,7 +339,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::settings::Settings;
+    use crate::config::Settings;
 
     fn settings() -> MeiliSettings {
         let mut settings = Settings::defaults().search.meilisearch;

@@ -13,7 +13,7 @@ pub use tantivy::TantivySearch;
 
 use std::path::PathBuf;
 
-use crate::settings::{SearchBackend, SearchSettings};
+use crate::config::{SearchBackend, SearchSettings};
 use crate::topics::Passage;
 
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,262 @@
+//! One delivery, handled: the budget checked, the stage run with retries on transient errors, the
+//! outputs published (trimmed to fit, retried), and only then the input acknowledged. An event that
+//! keeps failing ends its question in an error record and a dead letter.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use super::actor::Health;
+use super::dedupe::{Window, fingerprint};
+use super::{RunnerSettings, Stage, StageCounters, StageError, Wiring, bump};
+use crate::actors::clients::backoff;
+use crate::actors::shared::answer::error_record;
+use crate::actors::shared::fanout::{child_memory, result_record};
+use crate::metrics::METRICS;
+use crate::topics::dead_letter::DeadLetter;
+use crate::topics::{Bus, BusError, Delivery, ErrorRecord, Event, Record, TraceKind, TraceStep};
+
+/// What handling one delivery needs besides the stage.
+pub(super) struct Handling<'a> {
+    pub(super) bus: &'a dyn Bus,
+    pub(super) runner: &'a RunnerSettings,
+    pub(super) counters: &'a StageCounters,
+    pub(super) wiring: Wiring,
+    pub(super) health: &'a Health,
+    /// The events this stage finished lately (`None`: it skips nothing).
+    pub(super) finished: &'a Option<Window>,
+}
+
+pub(super) async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>, delivery: Delivery) {
+    bump(&context.counters.received);
+    let m = &METRICS;
+    m.events_received.with_label_values(&[S::NAME]).inc();
+    let in_flight = m.in_flight.with_label_values(&[S::NAME]);
+    in_flight.inc();
+    let timer = m.processing_seconds.with_label_values(&[S::NAME]).start_timer();
+    let memory = peek(&delivery.record.payload);
+    // At error level so that any filter keeps it: every line logged inside carries its context.
+    let span = tracing::error_span!(
+        "event",
+        stage = S::NAME,
+        question_id = %delivery.record.key,
+        iteration = memory.as_ref().map_or(0, |m| m.iteration),
+        attempt = delivery.attempt,
+    );
+    // What the question already spent does not change between attempts: checked once.
+    let over_budget = memory.and_then(|m| context.runner.budget.exceeded(&m.usage));
+    handle_with_retries(stage, context, delivery, over_budget).instrument(span).await;
+    timer.observe_duration();
+    in_flight.dec();
+}
+
+async fn handle_with_retries<S: Stage>(
+    stage: &S,
+    context: &Handling<'_>,
+    delivery: Delivery,
+    over_budget: Option<String>,
+) {
+    let (m, retry) = (&METRICS, &context.runner.retry);
+    let fingerprint = context.finished.as_ref().and_then(|_| fingerprint(&delivery.record));
+    if let (Some(window), Some(fingerprint)) = (context.finished, fingerprint)
+        && window.contains(fingerprint)
+    {
+        m.duplicates_skipped.with_label_values(&[S::NAME]).inc();
+        tracing::info!(stage = S::NAME, key = %delivery.record.key, "already finished this event: skipped");
+        delivery.ack();
+        return;
+    }
+    // Tries of this delivery; its own attempt number counts those of earlier dead-letter replays.
+    let mut attempt = 1;
+    let outcome = loop {
+        if let Some(reason) = over_budget {
+            break Err(StageError::BudgetExceeded(reason));
+        }
+        match stage.process(&delivery.record).await {
+            Ok(outputs) => break Ok(outputs),
+            Err(error) if error.is_transient() && attempt < retry.max_attempts => {
+                bump(&context.counters.retried);
+                m.retries.with_label_values(&[S::NAME]).inc();
+                tracing::warn!(stage = S::NAME, key = %delivery.record.key, attempt, %error, "retrying event");
+                tokio::time::sleep(backoff(retry.backoff_ms, attempt)).await;
+                attempt += 1;
+            }
+            Err(error) => break Err(error),
+        }
+    };
+    let tries = delivery.attempt.max(1) + attempt - 1;
+    let (outputs, mut failure) = match outcome {
+        Ok(outputs) => {
+            context.wiring.check(S::NAME, &outputs);
+            // Before the outputs, so no later stage's progress can overtake this one's: watchers see
+            // a question's steps in the order they happened (one key, one partition or queue).
+            if let Some(timeout) = context.runner.progress {
+                let progress = crate::topics::progress::progress_records(S::NAME, &delivery.record, &outputs);
+                publish_progress(S::NAME, context.bus, context.runner.max_event_bytes, progress, timeout).await;
+            }
+            (outputs, None)
+        }
+        Err(error) => {
+            tracing::error!(stage = S::NAME, key = %delivery.record.key, error_type = error.error_type(), %error, "event failed");
+            (failure_records(S::NAME, &delivery.record, &error, tries), Some(error.error_type()))
+        }
+    };
+    let mut published = publish_all(S::NAME, context, outputs).await;
+    if let Published::Rejected(reason) = published {
+        // No retry helps a record the bus will never take: the question ends here, with the reason.
+        let error = StageError::Bus(BusError::Rejected(reason));
+        tracing::error!(stage = S::NAME, key = %delivery.record.key, %error, "an output was rejected: ending its question");
+        failure = Some(error.error_type());
+        published = publish_all(S::NAME, context, failure_records(S::NAME, &delivery.record, &error, tries)).await;
+    }
+    match published {
+        Published::All(count) => {
+            // Counted once published: a redelivered event is not counted twice.
+            context.counters.sent.fetch_add(count, Ordering::Relaxed);
+            m.events_sent.with_label_values(&[S::NAME]).inc_by(count);
+            match failure {
+                Some(error_type) => {
+                    bump(&context.counters.failed);
+                    m.events_failed.with_label_values(&[S::NAME, error_type]).inc();
+                    m.dead_letters.with_label_values(&[S::NAME]).inc();
+                }
+                // Only work that went through counts as finished: a dead letter replayed later
+                // must run again.
+                None => {
+                    if let (Some(window), Some(fingerprint)) = (context.finished, fingerprint) {
+                        window.insert(fingerprint);
+                    }
+                }
+            }
+            delivery.ack();
+        }
+        Published::Rejected(reason) | Published::Failed(reason) => {
+            // Neither the outcome nor the error record can go out: leaving a hole in the partition
+            // would stall it for good, so the stage fails and a restart reads the event again.
+            let reason = format!("cannot publish the outcome of {}'s event: {reason}", delivery.record.key);
+            context.health.fail(reason.clone());
+            delivery.nack(&reason);
+        }
+    }
+}
+
+/// How publishing one event's outputs went.
+enum Published {
+    /// Every record is out (how many).
+    All(u64),
+    /// The bus will never take one of them.
+    Rejected(String),
+    /// The bus stayed unavailable through every attempt.
+    Failed(String),
+}
+
+/// Publishes `records` in order, each trimmed to fit the size limit and retried on transient
+/// errors; stops at the first that cannot go out.
+async fn publish_all(stage: &'static str, context: &Handling<'_>, records: Vec<Record>) -> Published {
+    let mut count = 0;
+    for record in records {
+        let record = match crate::topics::size::fit(record, context.runner.max_event_bytes) {
+            Ok(record) => record,
+            Err(reason) => return Published::Rejected(reason),
+        };
+        match publish_with_retries(stage, context, record).await {
+            Ok(()) => count += 1,
+            Err(BusError::Rejected(reason)) => return Published::Rejected(reason),
+            Err(error) => return Published::Failed(error.to_string()),
+        }
+    }
+    Published::All(count)
+}
+
+async fn publish_with_retries(stage: &'static str, context: &Handling<'_>, record: Record) -> Result<(), BusError> {
+    let retry = &context.runner.retry;
+    let mut attempt = 1;
+    loop {
+        match context.bus.publish(record.clone()).await {
+            Err(BusError::Transport(message)) if attempt < retry.publish_attempts => {
+                METRICS.publish_retries.with_label_values(&[stage]).inc();
+                tracing::warn!(stage, topic = record.topic.name(), attempt, %message, "publish failed, retrying");
+                tokio::time::sleep(backoff(retry.backoff_ms, attempt)).await;
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Publishes progress records: each gets one try of at most `timeout`, and one that fails, is too
+/// large or too slow is counted and dropped, never failing or holding up the event for longer.
+/// Watchers lose a few steps; the question loses nothing (its answer record carries the whole trace).
+/// Steps published for an event whose outputs then fail are published again when it is redone;
+/// readers keep one copy per (node, index). The join, which publishes past the runner, calls it too.
+pub async fn publish_progress(
+    stage: &'static str,
+    bus: &dyn Bus,
+    max_event_bytes: usize,
+    records: Vec<Record>,
+    timeout: Duration,
+) {
+    for record in records {
+        let published = if record.payload.len() > max_event_bytes {
+            false
+        } else {
+            matches!(tokio::time::timeout(timeout, bus.publish(record)).await, Ok(Ok(())))
+        };
+        if !published {
+            METRICS.progress_dropped.with_label_values(&[stage]).inc();
+        }
+    }
+}
+
+/// The error record that ends the question, and the dead letter that keeps the failed event after
+/// `attempts` tries. A failed sub-question or trajectory does not end its root question: its parent
+/// hears of it through the join as a child that found no answer.
+pub fn failure_records(stage: &str, input: &Record, error: &StageError, attempts: u32) -> Vec<Record> {
+    let dead_letter = DeadLetter::new(stage, error.error_type(), &error.to_string(), input, attempts).to_record();
+    if let Some(mut memory) = child_memory(&input.payload) {
+        memory.record(
+            stage,
+            TraceKind::Failed { error_type: error.error_type().to_string(), message: error.to_string() },
+        );
+        return vec![result_record(memory, Vec::new()), dead_letter];
+    }
+    let (question, trace) = question_and_trace(&input.payload);
+    let record = ErrorRecord {
+        question_id: input.key.clone(),
+        question,
+        stage: stage.to_string(),
+        error_type: error.error_type().to_string(),
+        message: error.to_string(),
+        trace,
+    };
+    vec![error_record(record), dead_letter]
+}
+
+/// What the runner reads of an event's memory before the stage decodes it: its iteration for log
+/// lines, and what its question spent for the budget (`None` for events without memory).
+#[derive(serde::Deserialize)]
+struct Peeked {
+    #[serde(default)]
+    iteration: u64,
+    #[serde(default)]
+    usage: crate::topics::Usage,
+}
+
+fn peek(payload: &[u8]) -> Option<Peeked> {
+    #[derive(serde::Deserialize)]
+    struct Event {
+        memory: Option<Peeked>,
+    }
+    serde_json::from_slice::<Event>(payload).ok()?.memory
+}
+
+/// Reads what it can of a payload that may not decode as its event type.
+fn question_and_trace(payload: &[u8]) -> (String, Vec<TraceStep>) {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(payload) else {
+        return (String::new(), Vec::new());
+    };
+    let question = value["memory"]["question"].as_str().or(value["question"].as_str()).unwrap_or_default().to_string();
+    let trace = serde_json::from_value(value["memory"]["trace"].clone()).unwrap_or_default();
+    (question, trace)
+}

@@ -1,0 +1,43 @@
+//! Evidence as the answering prompts show it, and as answers cite it: numbered documents, one answer
+//! call over them, and the shown passages recorded as the answer's citations. The baselines' reader,
+//! QPaug, RA-ISF's modules and RQ-RAG's trajectories all answer this way.
+
+use crate::actors::clients::LlmClient;
+use crate::actors::prompts;
+use crate::actors::runner::StageError;
+use crate::actors::shared::accounting::note_call;
+use crate::actors::shared::answer::{FinalAnswer, final_schema};
+use crate::topics::{EvidenceItem, EvidenceOrigin, Memory, Passage};
+
+/// The label of QPaug's self-generated passage (paper 002).
+pub const YOUR_KNOWLEDGE: &str = "Your knowledge";
+
+/// Numbered `[i] title: text` lines, or "None".
+pub fn documents<'a>(items: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let lines: Vec<String> =
+        items.enumerate().map(|(i, (title, text))| format!("[{}] {title}: {text}", i + 1)).collect();
+    if lines.is_empty() { "None".to_string() } else { lines.join("\n") }
+}
+
+/// One answer call over `documents` (the reader prompt), counted in the memory's usage and trace.
+pub async fn read(
+    llm: &LlmClient,
+    memory: &mut Memory,
+    stage: &str,
+    purpose: &str,
+    documents: &str,
+) -> Result<FinalAnswer, StageError> {
+    let prompt =
+        prompts::fill(prompts::READER, &[("documents", documents), ("question", &memory.question_to_answer())]);
+    let reply = llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
+    note_call(memory, stage, purpose, &reply.stats);
+    Ok(reply.value)
+}
+
+/// The answer rests on what was shown: those passages (as shown) become its citations.
+pub fn cite_shown<'a>(memory: &mut Memory, evidence: impl IntoIterator<Item = &'a EvidenceItem>) {
+    for item in evidence.into_iter().filter(|e| e.origin == EvidenceOrigin::Passage) {
+        let passage = Passage { id: item.id.clone(), title: item.title.clone(), text: item.text.clone() };
+        memory.cited_passages.insert(item.id.clone(), passage);
+    }
+}

@@ -1,0 +1,132 @@
+//! leaf: the LLM distils useful facts from the shown evidence, each citing the passages that state
+//! it (MIGRES leaf module, Appendix D). Citations are prompt positions, mapped back to passage ids.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::actors::clients::{LlmClient, LlmError, Schema};
+use crate::actors::prompts;
+use crate::actors::runner::{Stage, StageError, decode};
+use crate::actors::shared::accounting::{degrade, note_call};
+use crate::topics::{CandidateFact, Event, EvidenceEvent, EvidenceItem, FactsEvent, Record, SCHEMA_VERSION, TraceKind};
+
+/// At most this many facts per call: small models otherwise list every sentence.
+const MAX_FACTS: usize = 6;
+
+pub struct Leaf {
+    llm: LlmClient,
+}
+
+#[derive(Deserialize)]
+struct LeafAnswer {
+    facts: Vec<LeafFact>,
+}
+
+#[derive(Deserialize)]
+struct LeafFact {
+    fact: String,
+    #[serde(default)]
+    passages: Vec<i64>,
+}
+
+fn schema() -> Schema {
+    Schema {
+        name: "leaf_facts",
+        schema: json!({
+            "type": "object",
+            "properties": {
+                "facts": {
+                    "type": "array",
+                    "maxItems": MAX_FACTS,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "fact": { "type": "string" },
+                            "passages": { "type": "array", "items": { "type": "integer" }, "minItems": 1 },
+                        },
+                        "required": ["fact", "passages"],
+                        "additionalProperties": false,
+                    },
+                },
+            },
+            "required": ["facts"],
+            "additionalProperties": false,
+        }),
+    }
+}
+
+/// `Passage i: (Title: t) text`, numbered from 0 in this prompt, as in the MIGRES code.
+pub fn render_passages(evidence: &[EvidenceItem]) -> String {
+    evidence
+        .iter()
+        .enumerate()
+        .map(|(i, item)| format!("Passage {i}: (Title: {}) {}", item.title, item.text))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Leaf {
+    pub fn new(llm: LlmClient) -> Self {
+        Leaf { llm }
+    }
+
+    async fn extract(&self, event: EvidenceEvent) -> Result<FactsEvent, StageError> {
+        let EvidenceEvent { mut memory, queries, evidence, .. } = event;
+        let mut facts = Vec::new();
+        // Nothing shown, nothing to extract: skip the call.
+        if !evidence.is_empty() {
+            let prompt = prompts::fill(
+                prompts::LEAF,
+                &[("passages", &render_passages(&evidence)), ("queries", &queries.join(" "))],
+            );
+            let proposals = match self.llm.structured::<LeafAnswer>(prompts::SYSTEM, &prompt, &schema()).await {
+                Ok(reply) => {
+                    note_call(&mut memory, Self::NAME, "leaf", &reply.stats);
+                    reply.value.facts
+                }
+                // A reply still broken after its re-asks gives no facts from this call: the loop
+                // goes on with what it knows, as after an iteration that found nothing.
+                Err(error @ LlmError::BadResponse(_)) => {
+                    degrade(&mut memory, Self::NAME, error.error_type(), error.to_string());
+                    Vec::new()
+                }
+                Err(error) => return Err(error.into()),
+            };
+            for proposed in proposals.into_iter().take(MAX_FACTS) {
+                let text = proposed.fact.trim().to_string();
+                if text.is_empty() {
+                    continue;
+                }
+                let (mut citations, mut dropped) = (Vec::new(), Vec::new());
+                for index in proposed.passages {
+                    match usize::try_from(index).ok().and_then(|i| evidence.get(i)) {
+                        Some(item) if !citations.contains(&item.id) => citations.push(item.id.clone()),
+                        Some(_) => {}
+                        None => dropped.push(index.to_string()),
+                    }
+                }
+                memory.record(
+                    Self::NAME,
+                    TraceKind::FactProposed {
+                        fact: text.clone(),
+                        citations: citations.clone(),
+                        dropped_citations: dropped,
+                    },
+                );
+                facts.push(CandidateFact { text, citations });
+            }
+        }
+        Ok(FactsEvent { schema_version: SCHEMA_VERSION, memory, evidence, facts })
+    }
+}
+
+#[async_trait(?Send)]
+impl Stage for Leaf {
+    const NAME: &'static str = "leaf";
+
+    async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
+        let event: EvidenceEvent = decode(record)?;
+        Ok(vec![self.extract(event).await?.to_record()])
+    }
+}

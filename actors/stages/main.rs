@@ -1,0 +1,477 @@
+//! main_module: the MIGRES main module (stage `main`). Given the verified facts (and, with
+//! `migres.main_sees_passages`, the passages they cite) it answers, with confidence and explanation,
+//! or says "unanswerable" and names the missing information, which sends the question round the loop
+//! again. An answer ends the loop only when `migres.acceptance` and the grounding gate let it: a small
+//! model often answers a two-hop question from belief after the first hop. At the iteration limit
+//! it answers with what is known, and guesses rather than answer "None"; when even the guess is
+//! "None", it reads the best passages it found, as VANILLA would.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use std::collections::{BTreeSet, HashSet};
+
+use crate::actors::clients::{CallStats, LlmClient, LlmError, Schema};
+use crate::actors::prompts;
+use crate::actors::runner::{Stage, StageError, decode};
+use crate::actors::shared::accounting::{degrade, note_call};
+use crate::actors::shared::answer::{
+    FinalAnswer, answer_record, confidence_schema, final_schema, given_answer, normalize_answer,
+};
+use crate::actors::shared::evidence::{documents, read};
+use crate::actors::shared::two_options;
+use crate::config::{Acceptance, DecisionPrompt, MigresSettings};
+use crate::metrics::METRICS;
+use crate::topics::{Event, Memory, MissingEvent, Outcome, Passage, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
+
+pub struct Main {
+    llm: LlmClient,
+    settings: MigresSettings,
+}
+
+#[derive(Deserialize)]
+struct Decision {
+    /// Only the `flag` prompt asks for it.
+    #[serde(default)]
+    answerable: Option<bool>,
+    answer: String,
+    confidence: f32,
+    explanation: String,
+    missing_information: String,
+}
+
+fn decision_schema(prompt: DecisionPrompt) -> Schema {
+    // Reasoning first: the model explains before it commits. The `flag` prompt (the paper's) also
+    // names what is missing before it sets the flag; `attempt` answers first and says what is
+    // missing after. The keys go out in this order (serde_json `preserve_order`).
+    let (name, keys): (&'static str, &[&str]) = match prompt {
+        DecisionPrompt::Flag => {
+            ("main_decision", &["explanation", "missing_information", "answerable", "answer", "confidence"])
+        }
+        DecisionPrompt::Attempt => ("main_attempt", &["explanation", "answer", "confidence", "missing_information"]),
+    };
+    let property = |key: &str| match key {
+        "answerable" => json!({ "type": "boolean" }),
+        "confidence" => confidence_schema(),
+        _ => json!({ "type": "string" }),
+    };
+    let properties: serde_json::Map<String, serde_json::Value> =
+        keys.iter().map(|key| (key.to_string(), property(key))).collect();
+    Schema {
+        name,
+        schema: json!({
+            "type": "object",
+            "properties": properties,
+            "required": keys,
+            "additionalProperties": false,
+        }),
+    }
+}
+
+impl Main {
+    pub fn new(llm: LlmClient, settings: MigresSettings) -> Self {
+        Main { llm, settings }
+    }
+
+    async fn decide(&self, mut memory: Memory) -> Result<Record, StageError> {
+        if memory.exhausted {
+            return self.answer_at_limit(memory).await;
+        }
+        // An iteration that found no new fact cannot change the verdict: reuse the last missing
+        // information instead of asking again (as the MIGRES code does).
+        if memory.iteration > 1 && memory.new_facts() == 0 && !memory.last_missing.is_empty() {
+            if memory.iteration >= self.settings.max_iterations {
+                return self.answer_at_limit(memory).await;
+            }
+            let missing_information = memory.last_missing.clone();
+            return Ok(MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information }.to_record());
+        }
+
+        let information = self.information(&memory, false);
+        let template = match self.settings.decision_prompt {
+            DecisionPrompt::Flag => prompts::MAIN,
+            DecisionPrompt::Attempt => prompts::MAIN_ATTEMPT,
+        };
+        let prompt = prompts::fill(template, &[("facts", &information), ("question", &memory.question_to_answer())]);
+        let (d, calls) = self.decision(&prompt).await?;
+        for stats in &calls {
+            note_call(&mut memory, Self::NAME, "main", stats);
+        }
+        let answer = d.answer.trim().to_string();
+        let rejected = self.rejection(&memory, &d, &answer);
+        // An answer the model gave that the rule or the gate held back (not a model's "unanswerable").
+        let held_back = rejected.filter(|r| *r != "unanswerable");
+        if let Some(reason) = held_back {
+            METRICS.answers_rejected.with_label_values(&[reason]).inc();
+            tracing::debug!(question_id = %memory.question_id, %answer, reason, "answer not accepted");
+        }
+        memory.record(
+            Self::NAME,
+            TraceKind::Decision {
+                answerable: rejected.is_none(),
+                answer: answer.clone(),
+                confidence: d.confidence,
+                missing_information: d.missing_information.clone(),
+                forced: false,
+                held_back: held_back.map(str::to_string),
+            },
+        );
+        if rejected.is_none() {
+            let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
+            let given = self.settled(&mut memory, given).await?;
+            return Ok(answer_record(memory, given.answer, given.confidence, given.explanation, Outcome::Answered));
+        }
+        if memory.iteration >= self.settings.max_iterations {
+            // An answer held back only for want of confidence or evidence is still the best guess
+            // there is: no need to ask for another.
+            if held_back.is_some() {
+                let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
+                let given = self.settled(&mut memory, given).await?;
+                return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
+            }
+            return self.answer_at_limit(memory).await;
+        }
+        // A too-short summary says nothing; the explanation names what is missing instead.
+        let missing_information =
+            if is_trivial(&d.missing_information) { d.explanation } else { d.missing_information };
+        memory.last_missing = missing_information.clone();
+        Ok(MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information }.to_record())
+    }
+
+    /// The decision: one call, or with `decision_samples` > 1 the vote of that many samples, each
+    /// with its own seed.
+    async fn decision(&self, prompt: &str) -> Result<(Decision, Vec<CallStats>), StageError> {
+        let samples = self.settings.decision_samples.max(1);
+        let schema = decision_schema(self.settings.decision_prompt);
+        if samples == 1 {
+            let reply = self.llm.structured::<Decision>(prompts::SYSTEM, prompt, &schema).await?;
+            return Ok((reply.value, vec![reply.stats]));
+        }
+        let calls = (1..=samples).map(|seed| {
+            let llm = self.llm.sampling(self.settings.sample_temperature, u64::from(seed));
+            let schema = &schema;
+            async move { llm.structured::<Decision>(prompts::SYSTEM, prompt, schema).await }
+        });
+        let replies = futures::future::try_join_all(calls).await?;
+        let stats = replies.iter().map(|r| r.stats.clone()).collect();
+        Ok((vote(replies.into_iter().map(|r| r.value).collect()), stats))
+    }
+
+    /// Why the decision does not end the loop: "unanswerable" (the model says so; the MIGRES code's
+    /// test is the word, the flag alone is not trusted), "not_confident" (`acceptance = "official"`
+    /// or `"confident"`) or "ungrounded" (the grounding gate). None when it does.
+    fn rejection(&self, memory: &Memory, d: &Decision, answer: &str) -> Option<&'static str> {
+        if !says_answerable(d) {
+            return Some("unanswerable");
+        }
+        let confident = match self.settings.acceptance {
+            Acceptance::Flag => true,
+            Acceptance::Official => d.confidence >= 4.0 && is_trivial(&d.missing_information),
+            Acceptance::Confident => d.confidence >= 4.0,
+        };
+        if !confident {
+            return Some("not_confident");
+        }
+        if self.settings.grounding_gate && !grounded(memory, answer, self.settings.min_answer_passages) {
+            return Some("ungrounded");
+        }
+        None
+    }
+
+    /// What the answering prompts show as "Information": the known facts (the verified ones alone
+    /// with `verified_only`, when there are any), then, with `main_sees_passages`, the passages the
+    /// verified facts cite (their shown text), so the model can check a fact's wording against its
+    /// source.
+    fn information(&self, memory: &Memory, verified_only: bool) -> String {
+        let facts = if verified_only { memory.verified_facts_text() } else { memory.facts_text() };
+        if !self.settings.main_sees_passages || memory.cited_passages.is_empty() {
+            return facts;
+        }
+        let passages: Vec<String> =
+            memory.cited_passages.values().map(|p| format!("(Title: {}) {}", p.title, p.text)).collect();
+        format!("{facts}\nPassages behind these facts:\n{}", passages.join("\n"))
+    }
+
+    /// T iterations passed or no new query can be written: answer from the known facts, and from
+    /// the model's own knowledge where they fall short. With `best_guess`, a non-answer such as
+    /// "None" is asked for once more as a guess: a guess can be right, "None" never is. With
+    /// `reader_fallback`, a non-answer that stays one is read from the best passages found.
+    async fn answer_at_limit(&self, mut memory: Memory) -> Result<Record, StageError> {
+        let information = self.information(&memory, self.settings.limit_reads_verified);
+        let question = memory.question_to_answer();
+        let prompt = prompts::fill(prompts::FINAL_ANSWER, &[("facts", &information), ("question", &question)]);
+        let reply = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
+        note_call(&mut memory, Self::NAME, "final_answer", &reply.stats);
+        let mut given = reply.value;
+        if self.settings.best_guess && is_non_answer(&given.answer) {
+            let insisting = format!(
+                "{question} (The Information may not settle it: give your best guess anyway, a name, date, number or yes/no. Never answer \"None\" or \"unknown\".)"
+            );
+            let prompt = prompts::fill(prompts::FINAL_ANSWER, &[("facts", &information), ("question", &insisting)]);
+            let guess = self.llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
+            note_call(&mut memory, Self::NAME, "best_guess", &guess.stats);
+            if !is_non_answer(&guess.value.answer) {
+                given = guess.value;
+            }
+        }
+        if self.settings.reader_fallback && is_non_answer(&given.answer) && !memory.best_passages.is_empty() {
+            return self.read_best_passages(memory, given).await;
+        }
+        self.give_at_limit(memory, given).await
+    }
+
+    async fn give_at_limit(&self, mut memory: Memory, given: FinalAnswer) -> Result<Record, StageError> {
+        let given = self.settled(&mut memory, given).await?;
+        Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit))
+    }
+
+    /// The reader fallback: the facts settle nothing, so answer as VANILLA does, from the passages
+    /// the re-ranker scored best for any query, whole: facts are distilled from the few passages over
+    /// the threshold, and can miss what a passage says plainly. The passages read become the
+    /// answer's citations; a non-answer from them too leaves the facts' answer standing, and so
+    /// does a reply still unusable after its re-asks (marked degraded): a last try must not turn
+    /// an answer in hand into an error record.
+    async fn read_best_passages(&self, mut memory: Memory, given: FinalAnswer) -> Result<Record, StageError> {
+        let passages: Vec<Passage> = memory.best_passages.iter().map(|p| p.passage.clone()).collect();
+        let docs = documents(passages.iter().map(|p| (p.title.as_str(), p.text.as_str())));
+        let reading = match read(&self.llm, &mut memory, Self::NAME, "reader_fallback", &docs).await {
+            Ok(reading) if !is_non_answer(&reading.answer) => reading,
+            Ok(_) => return self.give_at_limit(memory, given).await,
+            Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
+                degrade(&mut memory, Self::NAME, error.error_type(), format!("reader fallback: {error}"));
+                return self.give_at_limit(memory, given).await;
+            }
+            Err(error) => return Err(error),
+        };
+        let (answer, explanation) = if self.settings.compare_options {
+            two_options::settle(&self.llm, &mut memory, Self::NAME, &docs, reading.answer, reading.explanation).await?
+        } else {
+            (reading.answer, reading.explanation)
+        };
+        for passage in passages {
+            memory.cited_passages.insert(passage.id.clone(), passage);
+        }
+        let read = FinalAnswer { answer, confidence: reading.confidence, explanation };
+        Ok(given_answer(memory, Self::NAME, read, Outcome::AnsweredAtLimit))
+    }
+
+    /// With `compare_options`, a two-option question's answer as the options' copied dates or
+    /// numbers decide it, compared in code (`two_options`); any other answer as given.
+    async fn settled(&self, memory: &mut Memory, given: FinalAnswer) -> Result<FinalAnswer, StageError> {
+        if !self.settings.compare_options {
+            return Ok(given);
+        }
+        let mut information = self.information(memory, true);
+        if self.settings.compare_reads_found {
+            information.push_str(&scored_uncited(memory));
+        }
+        let (answer, explanation) =
+            two_options::settle(&self.llm, memory, Self::NAME, &information, given.answer, given.explanation).await?;
+        Ok(FinalAnswer { answer, confidence: given.confidence, explanation })
+    }
+}
+
+/// The best-scored passages that no kept fact cites, as a paragraph of the Information: a date the
+/// leaf did not turn into a fact can still be copied from them.
+fn scored_uncited(memory: &Memory) -> String {
+    let uncited: Vec<String> = memory
+        .best_passages
+        .iter()
+        .map(|p| &p.passage)
+        .filter(|p| !memory.cited_passages.contains_key(&p.id))
+        .map(|p| format!("(Title: {}) {}", p.title, p.text))
+        .collect();
+    if uncited.is_empty() { String::new() } else { format!("\nOther passages found:\n{}", uncited.join("\n")) }
+}
+
+/// The model says the question is answerable: the flag where the prompt asks for one, and an
+/// answer that answers (not "unanswerable", the MIGRES code's test: the flag alone is not trusted;
+/// nor "None" or "unknown").
+fn says_answerable(d: &Decision) -> bool {
+    d.answerable.unwrap_or(true) && !is_non_answer(&d.answer)
+}
+
+/// Self-consistency: answerable when most samples say so, with the answer most of them give
+/// (compared normalised, the earliest on a tie; that sample stands for them); otherwise the first
+/// sample that says what is missing.
+fn vote(mut samples: Vec<Decision>) -> Decision {
+    let answerable: Vec<usize> = (0..samples.len()).filter(|&i| says_answerable(&samples[i])).collect();
+    let chosen = if answerable.len() * 2 > samples.len() {
+        let key = |i: usize| normalize_answer(&samples[i].answer);
+        let count = |i: usize| answerable.iter().filter(|&&j| key(j) == key(i)).count();
+        let mut best = answerable[0];
+        for &i in &answerable[1..] {
+            if count(i) > count(best) {
+                best = i;
+            }
+        }
+        best
+    } else {
+        (0..samples.len()).find(|&i| !says_answerable(&samples[i])).unwrap_or(0)
+    };
+    samples.swap_remove(chosen)
+}
+
+/// A missing-information summary that names nothing ("", "None", "N/A").
+fn is_trivial(missing: &str) -> bool {
+    let normalized = normalize_answer(missing);
+    missing.trim().chars().count() < 10 || matches!(normalized.as_str(), "none" | "nothing" | "na" | "not applicable")
+}
+
+/// An answer that answers nothing: empty, "None", "unknown", "not enough information", ...
+fn is_non_answer(answer: &str) -> bool {
+    let normalized = normalize_answer(answer);
+    normalized.is_empty()
+        || matches!(normalized.as_str(), "none" | "unknown" | "na" | "no answer" | "not available" | "not applicable")
+        || [
+            "unanswerable",
+            "not enough information",
+            "insufficient information",
+            "cannot be determined",
+            "not mentioned",
+            "not provided",
+            "no information",
+        ]
+        .iter()
+        .any(|marker| normalized.contains(marker))
+}
+
+/// The grounding gate: the verified facts cite at least `min_passages` passages, and every word of
+/// the normalised answer is among the words of those facts or the passages they cite (a yes/no
+/// answer needs only the passages). Facts from model knowledge are not evidence.
+fn grounded(memory: &Memory, answer: &str, min_passages: usize) -> bool {
+    let verified: Vec<_> = memory.verified_facts().collect();
+    let cited: BTreeSet<&String> = verified.iter().flat_map(|f| &f.citations).collect();
+    if verified.is_empty() || cited.len() < min_passages {
+        return false;
+    }
+    let answer = normalize_answer(answer);
+    if answer.is_empty() {
+        return false;
+    }
+    if matches!(answer.as_str(), "yes" | "no") {
+        return true;
+    }
+    let evidence: String = verified
+        .iter()
+        .map(|f| f.text.as_str())
+        .chain(cited.iter().filter_map(|id| memory.cited_passages.get(*id)).map(|p| p.text.as_str()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let words: HashSet<String> = normalize_answer(&evidence).split(' ').map(str::to_string).collect();
+    answer.split(' ').all(|word| words.contains(word))
+}
+
+#[async_trait(?Send)]
+impl Stage for Main {
+    const NAME: &'static str = "main";
+
+    async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
+        let event: VerifiedEvent = decode(record)?;
+        Ok(vec![self.decide(event.memory).await?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topics::{FactSource, KnownFact, Passage};
+
+    fn memory_with(facts: &[(&str, &[&str], FactSource)]) -> Memory {
+        let mut memory = Memory::new("q", "Where was the goalkeeper of Harwick Rovers born?");
+        for (text, citations, source) in facts {
+            for id in *citations {
+                memory.cited_passages.insert(
+                    id.to_string(),
+                    Passage { id: id.to_string(), title: id.to_string(), text: format!("passage {id}") },
+                );
+            }
+            memory.facts.push(KnownFact {
+                text: text.to_string(),
+                citations: citations.iter().map(|c| c.to_string()).collect(),
+                source: *source,
+                iteration: 1,
+            });
+        }
+        memory
+    }
+
+    #[test]
+    fn an_answer_from_belief_after_the_first_hop_is_not_grounded() {
+        // The first hop is known; the answer names a place no fact or cited passage mentions.
+        let memory = memory_with(&[("Tom Quill is the goalkeeper of Harwick Rovers.", &["p1"], FactSource::Verified)]);
+        assert!(!grounded(&memory, "Lindon", 1));
+        let memory = memory_with(&[
+            ("Tom Quill is the goalkeeper of Harwick Rovers.", &["p1"], FactSource::Verified),
+            ("Tom Quill was born in Lindon, Vessary.", &["p2"], FactSource::Verified),
+        ]);
+        assert!(grounded(&memory, "Lindon, Vessary", 2));
+        assert!(grounded(&memory, "the Lindon", 2), "normalised as scoring does");
+        assert!(!grounded(&memory, "Lindon", 3), "too few cited passages");
+    }
+
+    #[test]
+    fn model_knowledge_is_not_evidence() {
+        let memory = memory_with(&[("Tom Quill was born in Lindon.", &[], FactSource::ModelKnowledge)]);
+        assert!(!grounded(&memory, "Lindon", 0));
+        assert!(!grounded(&memory, "yes", 0));
+    }
+
+    #[test]
+    fn the_answer_at_the_limit_reads_verified_facts_over_closed_book_guesses() {
+        let memory = memory_with(&[
+            ("Tom Quill plays for Harwick Rovers.", &["p1"], FactSource::Verified),
+            ("Harwick Rovers are based in Lindon.", &["p2"], FactSource::Verified),
+            ("Harwick Rovers are based in Vessary.", &[], FactSource::ModelKnowledge),
+        ]);
+        let text = memory.verified_facts_text();
+        assert!(text.contains("Lindon") && text.contains("Tom Quill"), "{text}");
+        assert!(!text.contains("Vessary"), "a closed-book guess beside verified facts: {text}");
+        assert!(memory.facts_text().contains("Vessary"), "the loop's decisions still read every fact");
+        let guesses_only = memory_with(&[("Harwick Rovers are based in Vessary.", &[], FactSource::ModelKnowledge)]);
+        assert!(guesses_only.verified_facts_text().contains("Vessary"), "guesses count when nothing is verified");
+    }
+
+    fn sample(answerable: bool, answer: &str) -> Decision {
+        Decision {
+            answerable: Some(answerable),
+            answer: answer.into(),
+            confidence: 4.0,
+            explanation: String::new(),
+            missing_information: if answerable { String::new() } else { format!("not {answer}") },
+        }
+    }
+
+    #[test]
+    fn the_vote_takes_the_majority_answer_or_what_is_missing() {
+        let votes =
+            vec![sample(true, "Lindon"), sample(true, "the Lindon"), sample(true, "Vessary"), sample(false, "x")];
+        assert_eq!(vote(votes).answer, "Lindon", "answers are compared normalised");
+        let votes = vec![sample(true, "Lindon"), sample(false, "a"), sample(false, "b")];
+        let missing = vote(votes);
+        assert_eq!(missing.answerable, Some(false));
+        assert_eq!(missing.missing_information, "not a");
+        let tie = vec![sample(true, "Vessary"), sample(true, "Lindon")];
+        assert_eq!(vote(tie).answer, "Vessary", "the earliest answer on a tie");
+    }
+
+    #[test]
+    fn an_attempt_answers_unless_it_is_a_non_answer() {
+        let attempt = |answer: &str| Decision { answerable: None, ..sample(true, answer) };
+        assert!(says_answerable(&attempt("Lindon")));
+        assert!(!says_answerable(&attempt("unanswerable")));
+        assert!(!says_answerable(&attempt("Unknown")));
+        assert!(!says_answerable(&sample(false, "Lindon")), "a flag, where asked for, still counts");
+    }
+
+    #[test]
+    fn non_answers_are_recognised() {
+        for answer in ["None", "unknown", "", "Unanswerable", "There is not enough information."] {
+            assert!(is_non_answer(answer), "{answer}");
+        }
+        for answer in ["No", "Lindon", "1923", "None of the Above (film)"] {
+            assert!(!is_non_answer(answer), "{answer}");
+        }
+    }
+}

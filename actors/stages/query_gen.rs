@@ -1,0 +1,106 @@
+//! query_gen: writes at most 3 new single-hop queries for the missing information, each different
+//! from every earlier query (MIGRES query generator). When none survives, the question cannot make
+//! progress: it goes back to main marked exhausted, to be answered with what is known.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::actors::clients::{LlmClient, Schema};
+use crate::actors::prompts;
+use crate::actors::runner::{Stage, StageError, decode};
+use crate::actors::shared::accounting::note_call;
+use crate::config::MigresSettings;
+use crate::topics::memory::normalize_query;
+use crate::topics::{Event, Memory, MissingEvent, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
+
+pub struct QueryGen {
+    llm: LlmClient,
+    settings: MigresSettings,
+}
+
+#[derive(Deserialize)]
+struct NewQueries {
+    queries: Vec<String>,
+}
+
+fn schema(max: usize) -> Schema {
+    Schema {
+        name: "new_queries",
+        schema: json!({
+            "type": "object",
+            "properties": {
+                "queries": { "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": max },
+            },
+            "required": ["queries"],
+            "additionalProperties": false,
+        }),
+    }
+}
+
+impl QueryGen {
+    pub fn new(llm: LlmClient, settings: MigresSettings) -> Self {
+        QueryGen { llm, settings }
+    }
+
+    /// Keeps queries that are not trivial, not asked before and not repeated in the batch; at most
+    /// `max_new_queries`. Returns (kept, dropped).
+    pub fn filter(&self, memory: &Memory, proposed: Vec<String>) -> (Vec<String>, Vec<String>) {
+        let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+        let mut batch = HashSet::new();
+        for query in proposed {
+            let query = query.trim().to_string();
+            let fresh = query.chars().count() >= self.settings.min_query_chars
+                && !memory.has_asked(&query)
+                && batch.insert(normalize_query(&query));
+            if fresh && kept.len() < self.settings.max_new_queries {
+                kept.push(query);
+            } else {
+                dropped.push(query);
+            }
+        }
+        (kept, dropped)
+    }
+
+    async fn generate(&self, event: MissingEvent) -> Result<Record, StageError> {
+        let MissingEvent { mut memory, missing_information, .. } = event;
+        let prompt = prompts::fill(
+            prompts::QUERY_GEN,
+            &[
+                ("question", &memory.question),
+                ("previous_queries", &memory.queries.join(" ")),
+                ("facts", &memory.facts_text()),
+                ("missing", &missing_information),
+            ],
+        );
+        let reply =
+            self.llm.structured::<NewQueries>(prompts::SYSTEM, &prompt, &schema(self.settings.max_new_queries)).await?;
+        note_call(&mut memory, Self::NAME, "query_gen", &reply.stats);
+        let (mut queries, dropped) = self.filter(&memory, reply.value.queries);
+        // Nothing new from the model: the summary of what is missing is a query of its own, often
+        // a better one for BM25 than a rephrasing of the queries already asked.
+        if queries.is_empty() && self.settings.missing_as_query {
+            queries = self.filter(&memory, vec![missing_information.clone()]).0;
+        }
+        memory.record(Self::NAME, TraceKind::QueriesWritten { queries: queries.clone(), dropped });
+        if queries.is_empty() {
+            memory.exhausted = true;
+            return Ok(VerifiedEvent { schema_version: SCHEMA_VERSION, memory }.to_record());
+        }
+        memory.queries.extend(queries.iter().cloned());
+        memory.iteration += 1;
+        Ok(QueriesEvent { schema_version: SCHEMA_VERSION, memory, queries }.to_record())
+    }
+}
+
+#[async_trait(?Send)]
+impl Stage for QueryGen {
+    const NAME: &'static str = "query_gen";
+
+    async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
+        let event: MissingEvent = decode(record)?;
+        Ok(vec![self.generate(event).await?])
+    }
+}

@@ -1,0 +1,191 @@
+//! refine: one step of an RQ-RAG trajectory (paper 004, Section 2.3). With what the step retrieved
+//! in hand, the trajectory either branches, one child per refinement (rewrite, decompose or
+//! disambiguate the query), each child searching with its own refined query as an event of its own;
+//! or, at the depth limit, answers, with the token log-probabilities of its answer kept so that
+//! `select` can choose among the trajectories.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::actors::clients::{LlmClient, Schema};
+use crate::actors::prompts;
+use crate::actors::runner::{Stage, StageError, decode};
+use crate::actors::shared::accounting::note_call;
+use crate::actors::shared::evidence::{cite_shown, documents};
+use crate::actors::shared::fanout::{expect_record, is_root, result_record};
+use crate::actors::shared::selection::choose_answer;
+use crate::config::RqragSettings;
+use crate::topics::{
+    Candidate, Event, EvidenceEvent, Memory, Outcome, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, TrajectoryStep,
+};
+
+/// The refinements, in the order `rqrag.width` takes them, with what each asks of the model.
+pub const ACTIONS: [(&str, &str); 3] = [
+    (
+        "rewrite",
+        "Rewrite the query so that a search engine finds the information still needed to answer the Question. Write one query.",
+    ),
+    (
+        "decompose",
+        "Decompose what is still needed to answer the Question into simpler single-hop queries. Write one to three queries.",
+    ),
+    (
+        "disambiguate",
+        "Make the query unambiguous: say exactly which person, place, work or sense is meant. Write one query.",
+    ),
+];
+
+pub struct Refine {
+    llm: LlmClient,
+    settings: RqragSettings,
+    deadline: std::time::Duration,
+}
+
+#[derive(Deserialize)]
+struct Queries {
+    queries: Vec<String>,
+}
+
+fn queries_schema() -> Schema {
+    Schema {
+        name: "refined_queries",
+        schema: json!({
+            "type": "object",
+            "properties": { "queries": { "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": 3 } },
+            "required": ["queries"],
+            "additionalProperties": false,
+        }),
+    }
+}
+
+/// The trajectory so far as the prompts show it: each step's queries and what they found.
+fn trajectory_text(memory: &Memory) -> String {
+    let mut out = Vec::new();
+    for (i, step) in memory.trajectory.iter().enumerate() {
+        out.push(format!("Step {} ({}): {}", i + 1, step.action, step.queries.join(" | ")));
+        out.push(documents(step.evidence.iter().map(|e| (e.title.as_str(), e.text.as_str()))));
+    }
+    out.join("\n")
+}
+
+impl Refine {
+    pub fn new(llm: LlmClient, settings: RqragSettings, deadline: std::time::Duration) -> Self {
+        Refine { llm, settings, deadline }
+    }
+
+    /// The child trajectory that refines with `action`, or `None` when the model wrote no new query.
+    async fn branch(
+        &self,
+        memory: &mut Memory,
+        index: u32,
+        action: (&str, &str),
+    ) -> Result<Option<Memory>, StageError> {
+        let (name, instruction) = action;
+        let prompt = prompts::fill(
+            prompts::REFINE,
+            &[("instruction", instruction), ("trajectory", &trajectory_text(memory)), ("question", &memory.question)],
+        );
+        let reply = self.llm.structured_scored::<Queries>(prompts::SYSTEM, &prompt, &queries_schema(), true).await?;
+        note_call(memory, Self::NAME, name, &reply.stats);
+        let mut queries: Vec<String> = Vec::new();
+        for query in reply.value.queries {
+            let query = query.trim().to_string();
+            if !query.is_empty() && !memory.has_asked(&query) && !queries.contains(&query) {
+                queries.push(query);
+            }
+        }
+        if queries.is_empty() {
+            return Ok(None);
+        }
+        let mut child = memory.child(index, memory.question.clone());
+        child.yes_no = memory.yes_no;
+        child.queries = memory.queries.iter().chain(&queries).cloned().collect();
+        child.trajectory = memory.trajectory.clone();
+        let logprobs = reply.stats.logprobs.clone();
+        child.trajectory.push(TrajectoryStep { action: name.to_string(), queries, evidence: Vec::new(), logprobs });
+        Ok(Some(child))
+    }
+
+    /// The trajectory's answer from everything it found, with its token log-probabilities.
+    async fn answer(&self, memory: &mut Memory) -> Result<Candidate, StageError> {
+        let found = memory.trajectory.iter().flat_map(|s| &s.evidence);
+        let docs = documents(found.clone().map(|e| (e.title.as_str(), e.text.as_str())));
+        let citations = found.map(|e| e.id.clone()).collect();
+        let prompt = prompts::fill(
+            prompts::TRAJECTORY_ANSWER,
+            &[("documents", &docs), ("question", &memory.question_to_answer())],
+        );
+        let reply = self.llm.line_with_logprobs(prompts::SYSTEM, &prompt).await?;
+        note_call(memory, Self::NAME, "answer", &reply.stats);
+        let answer = reply.value.trim().lines().next().unwrap_or_default().trim().trim_end_matches('.').to_string();
+        let logprobs = reply.stats.logprobs.clone();
+        // PPL is over everything the trajectory generated (paper 004, Section 2.3).
+        let trajectory_logprobs = logprobs.as_ref().map(|answer| {
+            let mut all = answer.clone();
+            memory.trajectory.iter().filter_map(|s| s.logprobs.as_ref()).for_each(|l| all.add(l));
+            all
+        });
+        let steps: Vec<String> =
+            memory.trajectory.iter().map(|s| format!("{}: {}", s.action, s.queries.join(" | "))).collect();
+        Ok(Candidate {
+            answer,
+            confidence: logprobs.as_ref().map_or(0.0, |l| l.probability() as f32),
+            explanation: steps.join(" -> "),
+            node: memory.node_ref(),
+            queries: memory.trajectory.iter().flat_map(|s| s.queries.clone()).collect(),
+            logprobs,
+            trajectory_logprobs,
+            citations,
+        })
+    }
+}
+
+#[async_trait(?Send)]
+impl Stage for Refine {
+    const NAME: &'static str = "refine";
+
+    async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
+        let EvidenceEvent { mut memory, queries, evidence, .. } = decode(record)?;
+        cite_shown(&mut memory, &evidence);
+        match memory.trajectory.last_mut() {
+            Some(step) => step.evidence = evidence,
+            // The root's first step searches with the question itself.
+            None => {
+                memory.trajectory.push(TrajectoryStep { action: "question".into(), queries, evidence, logprobs: None })
+            }
+        }
+        if memory.node_ref().depth() < self.settings.max_depth {
+            let mut children = Vec::new();
+            for (i, action) in ACTIONS.iter().take(self.settings.width).enumerate() {
+                if let Some(child) = self.branch(&mut memory, i as u32 + 1, *action).await? {
+                    children.push(child);
+                }
+            }
+            if !children.is_empty() {
+                let named = children
+                    .iter()
+                    .map(|c| (c.question_id.clone(), c.queries.last().cloned().unwrap_or_default()))
+                    .collect();
+                memory.record(Self::NAME, TraceKind::FannedOut { children: named });
+                let mut out = vec![expect_record(&memory, &children, self.deadline)];
+                for child in children {
+                    let queries = child.trajectory.last().map(|s| s.queries.clone()).unwrap_or_default();
+                    out.push(QueriesEvent { schema_version: SCHEMA_VERSION, memory: child, queries }.to_record());
+                }
+                return Ok(out);
+            }
+        }
+        let candidate = self.answer(&mut memory).await?;
+        if is_root(&memory) {
+            return Ok(vec![choose_answer(
+                memory,
+                Self::NAME,
+                vec![candidate],
+                self.settings.selection,
+                Outcome::Answered,
+            )]);
+        }
+        Ok(vec![result_record(memory, vec![candidate])])
+    }
+}

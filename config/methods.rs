@@ -1,0 +1,146 @@
+//! The methods' sections: MIGRES (`[migres]`, the paper's hyper-parameters), the baselines' reader,
+//! QPaug, RA-ISF, RQ-RAG, and the join their fan-outs come back through.
+
+use serde::{Deserialize, Serialize};
+
+use super::LlmOverride;
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigresSettings {
+    pub max_iterations: u32,
+    pub retrieve_top_n: usize,
+    pub top_k: usize,
+    pub max_new_queries: usize,
+    pub max_passage_uses: u32,
+    pub rerank_threshold: f32,
+    pub knowledge_prompting: bool,
+    pub min_query_chars: usize,
+    pub min_snippet_words: usize,
+    pub max_snippet_words: usize,
+    /// The sentence filter's own threshold: a passage that passed `rerank_threshold` keeps its
+    /// sentences that score at least this.
+    pub sentence_threshold: f32,
+    /// What the main module is asked: to set an `answerable` flag, or to attempt an answer.
+    pub decision_prompt: DecisionPrompt,
+    /// Which decisions of the main module end the loop with an answer.
+    pub acceptance: Acceptance,
+    /// An accepted answer must be found among the verified facts' words (yes/no answers excepted),
+    /// and those facts must cite at least `min_answer_passages` passages; otherwise the loop goes on.
+    /// Facts from model knowledge do not count: a closed-book guess is not evidence.
+    pub grounding_gate: bool,
+    pub min_answer_passages: usize,
+    /// Knowledge prompting starts at this iteration (the paper: 1, before any query was written).
+    pub knowledge_from_iteration: u32,
+    /// The main module reads the passages its facts cite, not the facts alone.
+    pub main_sees_passages: bool,
+    /// At the iteration limit, a non-answer ("None", "unknown") is asked again for a best guess.
+    pub best_guess: bool,
+    /// At the iteration limit, an answer that is still a non-answer (after the best guess) is read
+    /// from the passages the re-ranker scored best for any query, whole, as VANILLA reads its top-k.
+    pub reader_fallback: bool,
+    /// At the iteration limit, the final answer reads the verified facts alone whenever there are
+    /// any: a knowledge-prompted "fact" is a closed-book guess and must not outvote a passage.
+    pub limit_reads_verified: bool,
+    /// Self-consistency: the main module's decision is the vote of this many samples, each at
+    /// `sample_temperature` with its own seed (1: one greedy call).
+    pub decision_samples: u32,
+    pub sample_temperature: f32,
+    /// When the LLM writes no new query, the missing-information summary itself is searched before
+    /// the question is declared exhausted.
+    pub missing_as_query: bool,
+    /// A question naming two options ("Which film came out first, A or B?") is answered with the
+    /// option its copied dates or numbers choose, compared in code, not by the model.
+    pub compare_options: bool,
+    /// The `compare_options` call also reads the best-scored passages that no fact cites.
+    pub compare_reads_found: bool,
+}
+
+/// When the main module's decision ends the loop.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Acceptance {
+    /// `answerable` is true and the answer is not "unanswerable".
+    Flag,
+    /// Also a confidence of at least 4 and no missing information (the MIGRES code's rule).
+    Official,
+    /// Also a confidence of at least 4; what the model adds as missing does not matter.
+    Confident,
+}
+
+/// The main module's prompt.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionPrompt {
+    /// The paper's: explanation, missing information, an `answerable` flag, then the answer. A small
+    /// model talks itself out of answering: asked to name what is missing first, it always finds
+    /// something, even when a fact states the answer.
+    Flag,
+    /// An answer attempt: explanation, then the answer or "unanswerable", then what is missing. The
+    /// answer, not a flag, says whether the question is answered.
+    Attempt,
+}
+
+/// The baselines' (and QPaug's) single answer call.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReaderSettings {
+    /// `migres.compare_options` for the reader: a two-option comparison is decided by the options'
+    /// dates or numbers, copied from the shown passages by one more call and compared in code.
+    pub compare_options: bool,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QpaugSettings {
+    /// K: passages in the answer prompt, the self-generated one included (K-1 retrieved).
+    pub top_k: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RaisfSettings {
+    /// Ask the self-knowledge module first (false: always retrieve, the paper's "w/o SKM" ablation).
+    pub self_knowledge_check: bool,
+    /// D_th: sub-questions nest at most this deep; a node at this depth answers from what it has.
+    pub max_depth: u32,
+    /// Passages retrieved and checked for relevance per (sub-)question.
+    pub top_k: usize,
+    /// Sub-questions kept from one decomposition.
+    pub max_sub_questions: usize,
+    pub self_knowledge: LlmOverride,
+    pub relevance: LlmOverride,
+    pub decompose: LlmOverride,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    /// The answer with the lowest perplexity.
+    Perplexity,
+    /// The answer with the highest mean token probability.
+    Confidence,
+    /// The answer whose trajectories' confidences sum highest (answers compared normalised).
+    Ensemble,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RqragSettings {
+    /// Refinement steps along a trajectory before it must answer.
+    pub max_depth: u32,
+    /// Refinements tried at each step: the first `width` of rewrite, decompose, disambiguate.
+    pub width: usize,
+    /// Passages shown per step.
+    pub top_k: usize,
+    pub selection: Selection,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinSettings {
+    /// A parent whose children are not all back this long after it split goes on without them.
+    pub deadline_ms: u64,
+    /// How often the join looks for parents past their deadline.
+    pub tick_ms: u64,
+}

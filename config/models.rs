@@ -1,0 +1,65 @@
+//! The ONNX models: the re-ranker (`[rerank]`), the NLI check (`[nli]`) and where they run (`[onnx]`).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    pub model_dir: PathBuf,
+    pub batch_size: usize,
+    pub max_length: usize,
+    /// Sessions scoring at once, each on its own worker thread; 0: one per CPU of the quota.
+    pub sessions: usize,
+    /// Intra-op threads per session; 0: the CPU quota shared out among the sessions.
+    pub threads: usize,
+    /// How long a worker waits for more calls to fill a round; 0: one call per round.
+    pub coalesce_ms: u64,
+    /// The most pairs a round gathers.
+    pub coalesce_max_pairs: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NliBackend {
+    Llm,
+    Onnx,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NliSettings {
+    pub backend: NliBackend,
+    /// The LLM judge's prompt: `strict` (every part of a fact must be in the passage) or `lenient`
+    /// (the fact's new information must be; words that name its subject as the question did need not).
+    pub entailment_prompt: EntailmentPrompt,
+    pub entailment_label: usize,
+    /// A fact none of its citations entails is checked against up to this many passages the leaf
+    /// was shown but did not cite, and kept citing the one that entails it (0: the paper's check).
+    pub recite_uncited: usize,
+    pub model: ModelSettings,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EntailmentPrompt {
+    Strict,
+    Lenient,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnnxSettings {
+    pub library_path: PathBuf,
+    pub execution_provider: ExecutionProvider,
+}
+
+/// Where ONNX models run.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionProvider {
+    Cpu,
+    /// CUDA, falling back to the CPU with a warning when the runtime or the GPU is missing.
+    Cuda,
+}

@@ -1,0 +1,64 @@
+//! What a process does besides the pipeline: `run`, `serve`, `eval`, logs and metrics.
+
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    pub max_open_questions: usize,
+    pub max_question_chars: usize,
+}
+
+/// `lacuna serve`: the HTTP API and the live page (docs/serve.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSettings {
+    pub listen: String,
+    /// Questions accepted and not yet answered, at most; past it a POST gets 429 with Retry-After.
+    pub max_open_questions: usize,
+    /// Questions in one POST, at most.
+    pub max_batch: usize,
+    /// A larger request body gets 413.
+    pub max_body_bytes: usize,
+    /// The environment variable holding the bearer token the API requires; empty: no auth.
+    pub token_env: String,
+    /// Origins allowed to call the API from a browser (CORS); empty: none.
+    pub cors_origins: Vec<String>,
+    /// How long `POST /v1/answer` waits by default before answering 202 with the question's URL.
+    pub answer_timeout_ms: u64,
+    /// Finished questions kept for `GET` (the oldest are forgotten first).
+    pub keep_finished: usize,
+    /// The Retry-After of a 429, in seconds.
+    pub retry_after_s: u64,
+    /// Over Kafka: this replica's name in its consumer groups (empty: the host name). Each replica
+    /// reads every answer and progress partition in its own groups.
+    pub replica_id: String,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub filter: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    pub listen: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSettings {
+    pub judge_base_url: String,
+    pub judge_model: String,
+    pub judge_api_key_env: String,
+}

@@ -1,0 +1,54 @@
+//! The search index: tantivy on local disk, or Meilisearch (`[search]`).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSettings {
+    pub backend: SearchBackend,
+    pub index_dir: PathBuf,
+    pub meilisearch: MeiliSettings,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchBackend {
+    /// A tantivy BM25 index on local disk (`search.index_dir`).
+    Tantivy,
+    /// An index on a Meilisearch server (`search.meilisearch`).
+    Meilisearch,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeiliSettings {
+    pub url: String,
+    /// The index uid.
+    pub index: String,
+    /// Name of the environment variable holding the API key (never the key itself).
+    pub api_key_env: String,
+    pub timeout_ms: u64,
+    pub max_retries: u32,
+    pub retry_backoff_ms: u64,
+    /// Documents per upload when indexing.
+    pub batch_size: usize,
+    /// How long to wait for one indexing task.
+    pub task_timeout_ms: u64,
+    pub matching_strategy: MatchingStrategy,
+}
+
+/// Which query words Meilisearch may drop when not every word matches a document. Meilisearch does
+/// not rank by any-word overlap the way BM25 does, so for a whole natural-language question this
+/// decides most of its recall (README, "Recall: what you trade").
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchingStrategy {
+    /// Drop the words from the end of the query first (Meilisearch's own default).
+    Last,
+    /// Keep every word.
+    All,
+    /// Drop the most frequent words first, so the rare, telling ones stay.
+    Frequency,
+}

@@ -1,0 +1,144 @@
+//! The librdkafka configuration every Kafka client of a process starts from: the brokers, the
+//! user's `kafka.properties` (TLS, SASL, timeouts: any librdkafka property) and the secret ones,
+//! whose values come from environment variables named in `kafka.secret_properties` (a Kubernetes
+//! Secret in the chart), so that no secret sits in a config file or a ConfigMap.
+
+use rdkafka::config::ClientConfig;
+
+use crate::config::KafkaSettings;
+use crate::topics::bus::BusError;
+
+/// Properties that hold secrets. librdkafka never logs their values; we refuse them in
+/// `kafka.properties`, where they would sit in plain text.
+const SECRET_PROPERTIES: [&str; 6] = [
+    "sasl.password",
+    "ssl.key.password",
+    "ssl.key.pem",
+    "ssl.keystore.password",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.config",
+];
+
+/// Properties Lacuna sets itself, and what governs each instead. Set in `kafka.properties` they
+/// would be overridden without a word, or, for the delivery ones, break what Lacuna promises
+/// (offsets stored only once a record is done, idempotent acknowledged publishes).
+const OWN_PROPERTIES: [(&str, &str); 15] = [
+    ("bootstrap.servers", "kafka.brokers"),
+    ("group.id", "kafka.topic_prefix"),
+    ("group.instance.id", "kafka.instance_id"),
+    ("session.timeout.ms", "kafka.session_timeout_ms"),
+    ("max.poll.interval.ms", "kafka.max_poll_interval_ms"),
+    ("message.timeout.ms", "kafka.message_timeout_ms"),
+    ("message.max.bytes", "bus.max_event_bytes"),
+    ("enable.auto.commit", "Lacuna's offset tracking"),
+    ("enable.auto.offset.store", "Lacuna's offset tracking"),
+    ("auto.commit.interval.ms", "Lacuna's offset tracking"),
+    ("auto.offset.reset", "Lacuna's offset tracking"),
+    ("enable.partition.eof", "Lacuna's offset tracking"),
+    ("enable.idempotence", "Lacuna's delivery guarantees"),
+    ("acks", "Lacuna's delivery guarantees"),
+    ("statistics.interval.ms", "the consumer-lag metric"),
+];
+
+/// The base configuration of every client (producer, consumers, admin): errors name the property
+/// and the environment variable, never a secret's value.
+pub fn client_config(settings: &KafkaSettings) -> Result<ClientConfig, BusError> {
+    let refuse = |message: String| Err(BusError::Config(message));
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &settings.brokers);
+    for (key, value) in pairs("kafka.properties", &settings.properties)? {
+        if SECRET_PROPERTIES.contains(&key) {
+            return refuse(format!(
+                "kafka.properties.\"{key}\" holds a secret: name an environment variable holding it in kafka.secret_properties instead"
+            ));
+        }
+        if let Some((_, instead)) = OWN_PROPERTIES.iter().find(|(own, _)| *own == key) {
+            return refuse(format!("kafka.properties.\"{key}\" is set by Lacuna: {instead} governs it"));
+        }
+        config.set(key, value);
+    }
+    for (key, variable) in pairs("kafka.secret_properties", &settings.secret_properties)? {
+        match std::env::var(variable) {
+            Ok(value) if !value.is_empty() => {
+                config.set(key, value);
+            }
+            _ => {
+                return refuse(format!(
+                    "kafka.secret_properties.\"{key}\": the environment variable {variable} is not set"
+                ));
+            }
+        }
+    }
+    Ok(config)
+}
+
+/// `property=value` entries as pairs. The value is not echoed in the error: it may be a secret.
+fn pairs<'a>(setting: &str, entries: &'a [String]) -> Result<Vec<(&'a str, &'a str)>, BusError> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(n, entry)| match entry.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => Ok((key.trim(), value.trim())),
+            _ => Err(BusError::Config(format!("{setting}[{n}] is not \"property=value\""))),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::consumer::BaseConsumer;
+
+    use super::*;
+
+    fn settings(properties: &[(&str, &str)], secrets: &[(&str, &str)]) -> KafkaSettings {
+        let list = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        KafkaSettings {
+            properties: list(properties),
+            secret_properties: list(secrets),
+            ..crate::config::Settings::defaults().kafka
+        }
+    }
+
+    #[test]
+    fn properties_and_secrets_reach_a_tls_sasl_client() {
+        // SAFETY: no other test reads or writes this variable.
+        unsafe { std::env::set_var("LACUNA_TEST_KAFKA_PASSWORD", "s3cret-value") };
+        let settings = settings(
+            &[("security.protocol", "SASL_SSL"), ("sasl.mechanisms", "SCRAM-SHA-512"), ("sasl.username", "lacuna")],
+            &[("sasl.password", "LACUNA_TEST_KAFKA_PASSWORD")],
+        );
+        let mut config = client_config(&settings).unwrap();
+        assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(config.get("sasl.username"), Some("lacuna"));
+        assert_eq!(config.get("sasl.password"), Some("s3cret-value"));
+        // librdkafka accepts them: it was built with TLS and SCRAM (creating a client does not connect).
+        let _client: BaseConsumer = config.set("group.id", "t").create().expect("a SASL_SSL client");
+    }
+
+    #[test]
+    fn a_secret_in_plain_properties_or_a_missing_variable_is_refused_without_echoing_values() {
+        let error = client_config(&settings(&[("sasl.password", "plain-text-pw")], &[])).unwrap_err().to_string();
+        assert!(error.contains("kafka.secret_properties") && !error.contains("plain-text-pw"), "{error}");
+        let error =
+            client_config(&settings(&[], &[("sasl.password", "LACUNA_TEST_UNSET_VARIABLE")])).unwrap_err().to_string();
+        assert!(error.contains("LACUNA_TEST_UNSET_VARIABLE is not set"), "{error}");
+        let error = client_config(&settings(&[("group.id", "mine")], &[])).unwrap_err().to_string();
+        assert!(error.contains("set by Lacuna"), "{error}");
+        // Auto-commit would commit records before they are done: a crash would then lose them.
+        let error = client_config(&settings(&[("enable.auto.offset.store", "true")], &[])).unwrap_err().to_string();
+        assert!(error.contains("set by Lacuna") && error.contains("offset tracking"), "{error}");
+        let error = client_config(&settings(&[("session.timeout.ms", "45000")], &[])).unwrap_err().to_string();
+        assert!(error.contains("kafka.session_timeout_ms governs it"), "{error}");
+        let malformed = KafkaSettings { properties: vec!["sasl.password".into()], ..settings(&[], &[]) };
+        let error = client_config(&malformed).unwrap_err().to_string();
+        assert!(error.contains("kafka.properties[0] is not"), "{error}");
+    }
+
+    #[test]
+    fn an_unknown_property_fails_when_the_client_is_created() {
+        let mut config = client_config(&settings(&[("no.such.property", "1")], &[])).unwrap();
+        let created: Result<BaseConsumer, _> = config.set("group.id", "t").create();
+        let error = created.err().expect("librdkafka refuses an unknown property").to_string();
+        assert!(error.contains("no.such.property"), "{error}");
+    }
+}

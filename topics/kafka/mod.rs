@@ -1,0 +1,219 @@
+//! The production bus: one Kafka topic per edge (`<prefix><topic>`), records keyed by question id,
+//! each stage a consumer group. At-least-once: a record's offset is stored only once the stage
+//! acknowledged it (after its outputs were acknowledged by the broker), and only in offset order per
+//! partition, so a crash replays whatever was not finished. Stored offsets are committed every second,
+//! before a rebalance takes partitions away, and on shutdown. A stage that is full pauses its
+//! partitions and keeps polling, so it stays in its group however long the LLM takes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio::sync::mpsc;
+
+mod config;
+mod offsets;
+mod poller;
+mod rebalance;
+mod table;
+
+pub use config::client_config;
+use offsets::OffsetTracker;
+use poller::{KafkaSubscription, poll};
+use rebalance::TrackingContext;
+use table::read_whole_topic;
+
+use super::Topic;
+use super::bus::{Bus, BusError, Record, Subscription};
+use crate::config::{BusSettings, KafkaSettings};
+
+pub const ATTEMPT_HEADER: &str = "lacuna-attempt";
+pub const QUESTION_HEADER: &str = "lacuna-question-id";
+
+pub struct KafkaBus {
+    settings: KafkaSettings,
+    /// Brokers and the user's properties and secrets: every client starts from it.
+    base: ClientConfig,
+    producer: FutureProducer,
+    /// `bus.write_schema_version`; 0 for this build's.
+    write_schema_version: u32,
+}
+
+fn transport(error: impl std::fmt::Display) -> BusError {
+    BusError::Transport(error.to_string())
+}
+
+/// Errors no retry can fix are rejections; the rest (timeouts, leader changes, a broker away) are
+/// transient.
+fn publish_error(error: KafkaError) -> BusError {
+    use RDKafkaErrorCode::*;
+    match error.rdkafka_error_code() {
+        Some(
+            MessageSizeTooLarge
+            | InvalidMessageSize
+            | MessageBatchTooLarge
+            | InvalidMessage
+            | InvalidRecord
+            | UnknownTopic
+            | UnknownTopicOrPartition
+            | InvalidTopic
+            | TopicAuthorizationFailed
+            | ClusterAuthorizationFailed
+            | TransactionalIdAuthorizationFailed,
+        ) => BusError::Rejected(error.to_string()),
+        _ => transport(error),
+    }
+}
+
+impl KafkaBus {
+    pub fn new(settings: KafkaSettings, bus: &BusSettings) -> Result<Self, BusError> {
+        let max_event_bytes = bus.max_event_bytes;
+        let base = client_config(&settings)?;
+        let producer: FutureProducer = base
+            .clone()
+            // Retries cannot duplicate or reorder records within a partition.
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.timeout.ms", settings.message_timeout_ms.to_string())
+            // Stages trim events to bus.max_event_bytes; the room above it is for key and headers.
+            .set("message.max.bytes", (max_event_bytes + 64 * 1024).to_string())
+            .create()
+            .map_err(transport)?;
+        Ok(KafkaBus { settings, base, producer, write_schema_version: bus.write_schema_version })
+    }
+
+    pub fn topic_name(&self, topic: Topic) -> String {
+        format!("{}{}", self.settings.topic_prefix, topic.name())
+    }
+
+    fn topic_of(&self, name: &str) -> Option<Topic> {
+        Topic::ALL.into_iter().find(|t| self.topic_name(*t) == name)
+    }
+
+    /// Creates those of `topics` that do not exist yet, with the configured partitions.
+    pub async fn ensure_topics(&self, topics: &[Topic]) -> Result<(), BusError> {
+        let admin: AdminClient<DefaultClientContext> = self.base.create().map_err(transport)?;
+        let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
+        let topics: Vec<NewTopic> = names
+            .iter()
+            .map(|name| {
+                let topic = NewTopic::new(
+                    name,
+                    self.settings.partitions,
+                    TopicReplication::Fixed(self.settings.replication_factor),
+                );
+                // A table keeps the latest record per key, whatever its age.
+                if self.topic_of(name).is_some_and(Topic::is_table) {
+                    topic.set("cleanup.policy", "compact")
+                } else {
+                    topic
+                }
+            })
+            .collect();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        for result in admin.create_topics(&topics, &options).await.map_err(transport)? {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => return Err(BusError::Transport(format!("cannot create topic {name}: {code}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes with an explicit attempt number (dead-letter replay counts its attempts).
+    pub async fn publish_attempt(&self, record: Record, attempt: u32) -> Result<(), BusError> {
+        let name = self.topic_name(record.topic);
+        let attempt = attempt.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: QUESTION_HEADER, value: Some(record.key.as_bytes()) })
+            .insert(Header { key: ATTEMPT_HEADER, value: Some(attempt.as_bytes()) });
+        let payload = match self.write_schema_version {
+            0 => record.payload,
+            version => super::schema::write_as(record.payload, version),
+        };
+        let mut future = FutureRecord::to(&name).key(record.key.as_bytes()).headers(headers);
+        // An empty payload on a table is a tombstone: Kafka's null value, which compaction removes.
+        if !(record.topic.is_table() && payload.is_empty()) {
+            future = future.payload(&payload);
+        }
+        self.producer
+            .send(future, Duration::from_millis(self.settings.message_timeout_ms))
+            .await
+            .map(|_| ())
+            .map_err(|(error, _)| publish_error(error))
+    }
+}
+
+#[async_trait]
+impl Bus for KafkaBus {
+    async fn publish(&self, record: Record) -> Result<(), BusError> {
+        self.publish_attempt(record, 1).await
+    }
+
+    async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError> {
+        let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
+        let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
+        let drain_timeout = Duration::from_millis(self.settings.drain_timeout_ms);
+        let context = TrackingContext { tracker: tracker.clone(), drain_timeout, lag };
+        let mut config = self.base.clone();
+        if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
+            config.set("debug", debug);
+        }
+        if !self.settings.instance_id.is_empty() {
+            // Unique per group: one process may consume several groups.
+            config.set("group.instance.id", format!("{}.{group}", self.settings.instance_id));
+        }
+        let consumer: StreamConsumer<TrackingContext> = config
+            .set("group.id", format!("{}{group}", self.settings.topic_prefix))
+            // Offsets are stored by hand when a record is done, and committed in the background.
+            .set("enable.auto.offset.store", "false")
+            .set("enable.auto.commit", "true")
+            .set("auto.commit.interval.ms", "1000")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())
+            .set("max.poll.interval.ms", self.settings.max_poll_interval_ms.to_string())
+            // librdkafka's statistics carry each assigned partition's lag, exported as a gauge.
+            .set("statistics.interval.ms", "5000")
+            .create_with_context(context)
+            .map_err(transport)?;
+        let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
+        consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>()).map_err(transport)?;
+        let consumer = Arc::new(consumer);
+        let topic_of: HashMap<String, Topic> =
+            names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
+        let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));
+        let paused = crate::metrics::METRICS.paused_partitions.with_label_values(&[group]);
+        // A thread of its own: a revocation blocks the poll that serves it while the revoked
+        // partitions' work drains (up to kafka.drain_timeout_ms), and on a shared runtime that would
+        // stall every other task there, other stages' pollers included, past max.poll.interval.ms.
+        let polled = consumer.clone();
+        std::thread::Builder::new()
+            .name(format!("poll-{group}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                match runtime {
+                    Ok(runtime) => runtime.block_on(poll(polled, tracker, topic_of, sender, paused)),
+                    // Dropping the sender ends the feed: the stage fails and says so.
+                    Err(error) => tracing::error!(%error, "cannot start the Kafka poller's runtime"),
+                }
+            })
+            .map_err(transport)?;
+        Ok(Box::new(KafkaSubscription { receiver, consumer }))
+    }
+
+    async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {
+        let (base, name) = (self.base.clone(), self.topic_name(topic));
+        // Never joined nor committed (partitions are assigned by hand), but named under the prefix
+        // like every group, for ACLs that grant groups by prefix.
+        let group = format!("{}table-reader", self.settings.topic_prefix);
+        tokio::task::spawn_blocking(move || read_whole_topic(base, &group, &name, topic)).await.map_err(transport)?
+    }
+}

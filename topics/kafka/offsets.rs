@@ -1,0 +1,128 @@
+//! Which fetched offsets of each partition a stage has taken and finished, so that an offset is
+//! stored only once every offset before it in its partition is done (at-least-once, in order), and a
+//! revoked partition's late acknowledgements are ignored.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// Where each fetched offset of a partition stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Progress {
+    /// Fetched, waiting for the stage to take it.
+    Fetched,
+    /// Taken by the stage: a rebalance waits for it.
+    Started,
+    Done,
+}
+
+/// Which offsets of each partition are in flight, and how far each has got. Per partition, so a
+/// revocation touches only the partitions it revokes (as incremental, cooperative rebalancing
+/// revokes them) and the others carry on.
+#[derive(Default)]
+pub(super) struct OffsetTracker {
+    partitions: HashMap<(String, i32), Partition>,
+    /// Never reused: a partition revoked and assigned back starts a generation no older delivery has.
+    next_generation: u64,
+}
+
+#[derive(Default)]
+struct Partition {
+    /// Acknowledgements and claims of deliveries from another generation are ignored.
+    generation: u64,
+    offsets: BTreeMap<i64, Progress>,
+}
+
+impl OffsetTracker {
+    fn partition(&mut self, topic: &str, partition: i32) -> &mut Partition {
+        let next = &mut self.next_generation;
+        self.partitions.entry((topic.to_string(), partition)).or_insert_with(|| {
+            *next += 1;
+            Partition { generation: *next, offsets: BTreeMap::new() }
+        })
+    }
+
+    pub(super) fn register(&mut self, topic: &str, partition: i32, offset: i64) -> u64 {
+        let partition = self.partition(topic, partition);
+        partition.offsets.insert(offset, Progress::Fetched);
+        partition.generation
+    }
+
+    /// The stage takes the offset on; false when its partition was revoked since it was fetched.
+    pub(super) fn claim(&mut self, topic: &str, partition: i32, offset: i64, generation: u64) -> bool {
+        match self.partitions.get_mut(&(topic.to_string(), partition)) {
+            Some(p) if p.generation == generation && p.offsets.contains_key(&offset) => {
+                p.offsets.insert(offset, Progress::Started);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks an offset done; returns the offset to store when the partition's lowest offsets are done.
+    pub(super) fn ack(&mut self, topic: &str, partition: i32, offset: i64, generation: u64) -> Option<i64> {
+        let partition = self.partitions.get_mut(&(topic.to_string(), partition))?;
+        if partition.generation != generation {
+            return None;
+        }
+        partition.offsets.insert(offset, Progress::Done);
+        let mut next = None;
+        while let Some((&lowest, &progress)) = partition.offsets.iter().next() {
+            if progress != Progress::Done {
+                break;
+            }
+            partition.offsets.remove(&lowest);
+            next = Some(lowest + 1);
+        }
+        next
+    }
+
+    /// Offsets of these partitions the stage is working on.
+    pub(super) fn started(&self, partitions: &[(String, i32)]) -> usize {
+        partitions
+            .iter()
+            .filter_map(|key| self.partitions.get(key))
+            .map(|p| p.offsets.values().filter(|progress| **progress == Progress::Started).count())
+            .sum()
+    }
+
+    /// Forgets these partitions: what is still fetched or unfinished there is their next owner's.
+    pub(super) fn revoke(&mut self, partitions: &[(String, i32)]) {
+        for key in partitions {
+            self.partitions.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OffsetTracker;
+
+    #[test]
+    fn offsets_are_stored_in_order_per_partition() {
+        let mut tracker = OffsetTracker::default();
+        let generation = (0..3).map(|o| tracker.register("t", 0, o)).last().unwrap();
+        assert_eq!(tracker.ack("t", 0, 2, generation), None, "offset 2 waits for 0 and 1");
+        assert_eq!(tracker.ack("t", 0, 0, generation), Some(1));
+        assert_eq!(tracker.ack("t", 0, 1, generation), Some(3), "1 done: everything through 2 is done");
+    }
+
+    #[test]
+    fn a_revocation_forgets_only_its_partitions() {
+        let mut tracker = OffsetTracker::default();
+        let (kept, revoked) = (tracker.register("t", 0, 5), tracker.register("t", 1, 7));
+        assert!(tracker.claim("t", 0, 5, kept) && tracker.claim("t", 1, 7, revoked));
+        assert_eq!(tracker.started(&[("t".into(), 1)]), 1, "a revocation waits for this one");
+        tracker.revoke(&[("t".into(), 1)]);
+        assert_eq!(tracker.ack("t", 1, 7, revoked), None, "a revoked partition's late ack is ignored");
+        assert_eq!(tracker.ack("t", 0, 5, kept), Some(6), "the other partition carries on");
+    }
+
+    #[test]
+    fn a_delivery_fetched_before_its_partition_moved_is_not_claimed() {
+        let mut tracker = OffsetTracker::default();
+        let old = tracker.register("t", 0, 5);
+        tracker.revoke(&[("t".into(), 0)]);
+        let new = tracker.register("t", 0, 5);
+        assert!(!tracker.claim("t", 0, 5, old), "its new owner reads it again");
+        assert!(tracker.claim("t", 0, 5, new));
+    }
+}

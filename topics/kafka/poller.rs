@@ -1,0 +1,133 @@
+//! The consumer's poller and the subscription a stage reads from: records go to a bounded channel,
+//! a full channel pauses the partitions while polling goes on, and each delivery carries the hooks
+//! that claim and acknowledge its offset.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rdkafka::Message;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Headers;
+use tokio::sync::mpsc;
+
+use super::offsets::OffsetTracker;
+use super::rebalance::{TrackingContext, is_no_offset};
+use super::{ATTEMPT_HEADER, transport};
+use crate::topics::Topic;
+use crate::topics::bus::{BusError, Delivery, DeliveryHooks, Record, Subscription};
+
+/// Dropping it closes the channel its poller thread feeds, which ends that thread.
+pub struct KafkaSubscription {
+    pub(super) receiver: mpsc::Receiver<Delivery>,
+    pub(super) consumer: Arc<StreamConsumer<TrackingContext>>,
+}
+
+#[async_trait]
+impl Subscription for KafkaSubscription {
+    async fn next(&mut self) -> Option<Delivery> {
+        self.receiver.recv().await
+    }
+
+    async fn commit(&mut self) -> Result<(), BusError> {
+        let consumer = self.consumer.clone();
+        tokio::task::spawn_blocking(move || match consumer.commit_consumer_state(CommitMode::Sync) {
+            Err(error) if !is_no_offset(&error) => Err(transport(error)),
+            _ => Ok(()),
+        })
+        .await
+        .map_err(transport)?
+    }
+}
+
+/// Polls the consumer for as long as the subscription lives. Records go to a bounded channel; when
+/// the stage does not take them, the assigned partitions are paused (what was already fetched waits
+/// in a small queue) and polling goes on, which keeps the consumer in its group.
+pub(super) async fn poll(
+    consumer: Arc<StreamConsumer<TrackingContext>>,
+    tracker: Arc<Mutex<OffsetTracker>>,
+    topic_of: HashMap<String, Topic>,
+    sender: mpsc::Sender<Delivery>,
+    paused_gauge: prometheus::IntGauge,
+) {
+    let mut waiting: VecDeque<Delivery> = VecDeque::new();
+    let mut paused = false;
+    loop {
+        if let Some(delivery) = waiting.pop_front() {
+            match sender.try_send(delivery) {
+                Ok(()) => continue,
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+                Err(mpsc::error::TrySendError::Full(delivery)) => waiting.push_front(delivery),
+            }
+            if !paused {
+                paused_gauge.set(set_paused(&consumer, true));
+                paused = true;
+            }
+            tokio::select! {
+                permit = sender.reserve() => match permit {
+                    Ok(permit) => permit.send(waiting.pop_front().expect("a waiting delivery")),
+                    Err(_) => return,
+                },
+                message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, message)),
+            }
+            continue;
+        }
+        if paused {
+            set_paused(&consumer, false);
+            paused_gauge.set(0);
+            paused = false;
+        }
+        tokio::select! {
+            message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, message)),
+            _ = sender.closed() => return,
+        }
+    }
+}
+
+/// Pauses or resumes every assigned partition; returns how many there are.
+fn set_paused(consumer: &StreamConsumer<TrackingContext>, pause: bool) -> i64 {
+    let Ok(assignment) = consumer.assignment() else { return 0 };
+    let outcome = if pause { consumer.pause(&assignment) } else { consumer.resume(&assignment) };
+    if let Err(error) = outcome {
+        tracing::warn!(%error, pause, "cannot pause or resume partitions");
+    }
+    assignment.count() as i64
+}
+
+fn to_delivery(
+    consumer: &Arc<StreamConsumer<TrackingContext>>,
+    tracker: &Arc<Mutex<OffsetTracker>>,
+    topic_of: &HashMap<String, Topic>,
+    message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
+) -> Option<Delivery> {
+    let message = match message {
+        Ok(message) => message,
+        Err(error) => {
+            tracing::warn!(%error, "kafka consumer error");
+            return None;
+        }
+    };
+    let (name, partition, offset) = (message.topic().to_string(), message.partition(), message.offset());
+    let topic = *topic_of.get(&name)?;
+    let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
+    let attempt = message
+        .headers()
+        .and_then(|headers| headers.iter().find(|h| h.key == ATTEMPT_HEADER))
+        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok())
+        .unwrap_or(1);
+    let payload = message.payload().unwrap_or_default().to_vec();
+    let generation = tracker.lock().unwrap().register(&name, partition, offset);
+    let (consumer, claim_tracker, tracker, claim_name) =
+        (consumer.clone(), tracker.clone(), tracker.clone(), name.clone());
+    let claim = Box::new(move || claim_tracker.lock().unwrap().claim(&claim_name, partition, offset, generation));
+    let ack = Box::new(move || {
+        let store = tracker.lock().unwrap().ack(&name, partition, offset, generation);
+        if let Some(next) = store
+            && let Err(error) = consumer.store_offset(&name, partition, next - 1)
+        {
+            tracing::debug!(%error, "offset not stored (partition moved away)");
+        }
+    });
+    Some(Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, ack })))
+}

@@ -1,0 +1,82 @@
+//! The consumer's context: before a rebalance takes partitions away, it waits (bounded) for the work
+//! started on them and commits; it also routes librdkafka's log lines and lag statistics.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::ClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use super::offsets::OffsetTracker;
+
+pub(super) struct TrackingContext {
+    pub(super) tracker: Arc<Mutex<OffsetTracker>>,
+    /// How long a revocation waits for the revoked partitions' started work.
+    pub(super) drain_timeout: Duration,
+    /// Records behind the end of the partitions this consumer holds.
+    pub(super) lag: prometheus::IntGauge,
+}
+
+impl ClientContext for TrackingContext {
+    // librdkafka's own log lines (set `debug` through LACUNA_KAFKA_DEBUG, e.g. "cgrp") go to tracing.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel::*;
+        match level {
+            Emerg | Alert | Critical | Error => tracing::error!(target: "librdkafka", facility, "{message}"),
+            Warning => tracing::warn!(target: "librdkafka", facility, "{message}"),
+            Notice | Info => tracing::info!(target: "librdkafka", facility, "{message}"),
+            Debug => tracing::debug!(target: "librdkafka", facility, "{message}"),
+        }
+    }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        // -1 means unknown (not yet fetched); partition -1 is librdkafka's internal "unassigned" one.
+        let lag: i64 = statistics
+            .topics
+            .values()
+            .flat_map(|topic| topic.partitions.iter())
+            .filter(|(id, partition)| **id >= 0 && partition.consumer_lag >= 0)
+            .map(|(_, partition)| partition.consumer_lag)
+            .sum();
+        self.lag.set(lag);
+    }
+}
+
+impl ConsumerContext for TrackingContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(revoked) = rebalance else { return };
+        let partitions: Vec<(String, i32)> =
+            revoked.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        // Let the work already started on the revoked partitions finish and be acknowledged, so
+        // their new owner starts after it instead of doing it again. This holds up the rebalance,
+        // hence the bound (keep it under max.poll.interval.ms).
+        let started = std::time::Instant::now();
+        loop {
+            let in_flight = self.tracker.lock().unwrap().started(&partitions);
+            if in_flight == 0 {
+                break;
+            }
+            if started.elapsed() >= self.drain_timeout {
+                tracing::warn!(in_flight, "rebalance: kafka.drain_timeout_ms passed; the new owner redoes the rest");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync)
+            && !is_no_offset(&error)
+        {
+            tracing::warn!(%error, "commit before rebalance failed");
+        }
+        tracing::info!(
+            partitions = partitions.len(),
+            waited_ms = started.elapsed().as_millis() as u64,
+            "partitions revoked"
+        );
+        self.tracker.lock().unwrap().revoke(&partitions);
+    }
+}
+
+pub(super) fn is_no_offset(error: &KafkaError) -> bool {
+    matches!(error, KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))
+}

@@ -1,0 +1,77 @@
+//! Reading a whole compacted topic (a table) from its beginning to its current end, outside any
+//! consumer group: how the join reads its state back on start.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use super::transport;
+use crate::topics::Topic;
+use crate::topics::bus::{BusError, Record};
+
+/// Reads every partition of `name` from its beginning to its current end, outside any consumer group,
+/// keeping the latest record per key.
+pub(super) fn read_whole_topic(
+    mut base: ClientConfig,
+    group: &str,
+    name: &str,
+    topic: Topic,
+) -> Result<Vec<Record>, BusError> {
+    let timeout = Duration::from_secs(10);
+    let consumer: BaseConsumer = base
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .map_err(transport)?;
+    let metadata = consumer.fetch_metadata(Some(name), timeout).map_err(transport)?;
+    let mut ends = HashMap::new();
+    let mut assignment = TopicPartitionList::new();
+    for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+        let (low, high) = consumer.fetch_watermarks(name, partition.id(), timeout).map_err(transport)?;
+        if high > low {
+            ends.insert(partition.id(), high);
+            assignment.add_partition_offset(name, partition.id(), Offset::Beginning).map_err(transport)?;
+        }
+    }
+    let mut table: HashMap<String, (usize, Vec<u8>)> = HashMap::new();
+    let mut read = 0;
+    if !ends.is_empty() {
+        consumer.assign(&assignment).map_err(transport)?;
+    }
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    while !ends.is_empty() {
+        if std::time::Instant::now() > give_up {
+            return Err(BusError::Transport(format!("reading table {name} timed out")));
+        }
+        match consumer.poll(Duration::from_millis(500)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                ends.remove(&partition);
+            }
+            Some(Err(error)) => return Err(transport(error)),
+            Some(Ok(message)) => {
+                let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
+                match message.payload() {
+                    Some(payload) if !payload.is_empty() => {
+                        read += 1;
+                        table.insert(key, (read, payload.to_vec()));
+                    }
+                    _ => {
+                        table.remove(&key);
+                    }
+                }
+                if ends.get(&message.partition()).is_some_and(|end| message.offset() + 1 >= *end) {
+                    ends.remove(&message.partition());
+                }
+            }
+        }
+    }
+    let mut records: Vec<_> = table.into_iter().collect();
+    records.sort_by_key(|(_, (order, _))| *order);
+    Ok(records.into_iter().map(|(key, (_, payload))| Record { topic, key, payload }).collect())
+}
