@@ -173,9 +173,9 @@ fn read_records(path: &Path) -> anyhow::Result<Vec<EvalRecord>> {
         if line.trim().is_empty() {
             continue;
         }
-        let record = serde_json::from_str(&line)
+        let record: EvalRecord = serde_json::from_str(&line)
             .map_err(|e| anyhow::anyhow!("{} line {}: not an eval record: {e}", path.display(), n + 1))?;
-        records.push(record);
+        records.push(record.slimmed());
     }
     Ok(records)
 }

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::dataset::EvalQuestion;
+use super::funnel::GoldReached;
 use super::score::{Scores, passage_recall, score, score_yes_no};
 use crate::topics::{AnswerRecord, VersionedAnswer};
 
@@ -38,8 +39,17 @@ pub struct EvalRecord {
     /// lost them (retrieved, shown, cited) from records.jsonl alone. Empty in older records.
     #[serde(default)]
     pub gold_doc_ids: Vec<String>,
-    /// The full answer or error record, trace included.
-    pub record: VersionedAnswer,
+    /// The passages the answer cites (its facts' citations and its passages), sorted.
+    #[serde(default)]
+    pub cited_ids: Vec<String>,
+    /// How far each gold passage got (retrieved, shown, cited), read off the trace when the run was
+    /// scored. None only in records written before it was (they carry `record`, read once on load).
+    #[serde(default)]
+    pub gold_reached: Option<GoldReached>,
+    /// The whole answer record, trace included, in records written before 2026-11-26: read to fill
+    /// the two fields above, never written again. A run's `answers.jsonl` keeps whole records.
+    #[serde(default, skip_serializing)]
+    pub record: Option<Box<VersionedAnswer>>,
 }
 
 impl EvalRecord {
@@ -62,8 +72,11 @@ impl EvalRecord {
             cache_hits: 0,
             cited_gold_recall: None,
             gold_doc_ids: question.gold_doc_ids.clone(),
-            record: VersionedAnswer::from(record.clone()),
+            cited_ids: Vec::new(),
+            gold_reached: None,
+            record: None,
         };
+        out.fill_reached(&record);
         match record {
             AnswerRecord::Answered(a) => {
                 let score_one = |answer: &str| match question.gold_bool() {
@@ -92,6 +105,23 @@ impl EvalRecord {
             AnswerRecord::Error(e) => out.error_type = Some(e.error_type),
         }
         out
+    }
+
+    fn fill_reached(&mut self, record: &AnswerRecord) {
+        let (cited, reached) = GoldReached::of(record, &self.gold_doc_ids);
+        self.cited_ids = cited;
+        self.gold_reached = Some(reached);
+    }
+
+    /// An eval record as a comparison reads it: one written with its whole answer record (before
+    /// 2026-11-26) gets its cited ids and gold passages read off that record, which is then dropped.
+    pub fn slimmed(mut self) -> Self {
+        if let Some(record) = self.record.take()
+            && self.gold_reached.is_none()
+        {
+            self.fill_reached(&record.record);
+        }
+        self
     }
 }
 
