@@ -1,61 +1,102 @@
 //! The process's HTTP face for operators: `/metrics` (Prometheus text), `/healthz` (the process is
-//! up) and `/readyz` (its bus and clients are ready). A few lines of HTTP/1.1 on tokio: the three
-//! routes do not justify a web framework in the dependency tree.
+//! up) and `/readyz` (its bus and clients are ready), on axum like `lacuna serve`, which mounts the
+//! same three routes. Also the listener both use: a connection must send its headers in time.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use tokio::net::TcpListener;
 
 use crate::metrics::METRICS;
+
+/// How long a connection may take to send a request's headers before it is closed.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Prometheus metrics.
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()), responses(
+    (status = 200, description = "Every metric in the Prometheus text format (docs/metrics.md).",
+        content_type = "text/plain", body = String),
+))]
+pub async fn metrics(State(ready): State<Arc<AtomicBool>>) -> Response {
+    // Readiness as a series too, so an alert can see a process that is up but stuck.
+    METRICS.ready.with_label_values::<&str>(&[]).set(ready.load(Ordering::Relaxed) as i64);
+    ([(CONTENT_TYPE, "text/plain; version=0.0.4")], METRICS.render()).into_response()
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()), responses(
+    (status = 200, description = "Up.", content_type = "text/plain", body = String),
+))]
+pub async fn healthz() -> Response {
+    ([(CONTENT_TYPE, "text/plain")], "ok\n").into_response()
+}
+
+/// The pipelines or topics are ready.
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()), responses(
+    (status = 200, description = "Ready.", content_type = "text/plain", body = String),
+    (status = 503, description = "Starting, or no longer able to work.", content_type = "text/plain", body = String),
+))]
+pub async fn readyz(State(ready): State<Arc<AtomicBool>>) -> Response {
+    if ready.load(Ordering::Relaxed) {
+        ([(CONTENT_TYPE, "text/plain")], "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, [(CONTENT_TYPE, "text/plain")], "starting\n").into_response()
+    }
+}
+
+/// The three routes, `ready` turning `/readyz` green.
+pub fn router(ready: Arc<AtomicBool>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(ready)
+}
+
+/// Serves `router` on `listener` until the process ends, one task per connection. A connection
+/// must send a request's whole header within `header_timeout`, or it is closed: a client that
+/// trickles its header cannot hold a connection for long.
+pub fn serve_http(listener: TcpListener, router: Router, header_timeout: Duration) {
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, typically: wait rather than spin.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let service = service.clone();
+            tokio::spawn(async move {
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                if let Err(error) = connection.await {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+            });
+        }
+    });
+}
 
 /// Serves the endpoints on `listen` until the process ends; returns the bound address.
 pub async fn serve(listen: &str, ready: Arc<AtomicBool>) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(listen).await?;
     let address = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else { continue };
-            let ready = ready.clone();
-            tokio::spawn(async move {
-                let mut request = [0u8; 1024];
-                let Ok(n) = socket.read(&mut request).await else { return };
-                let path = std::str::from_utf8(&request[..n])
-                    .ok()
-                    .and_then(|r| r.split_whitespace().nth(1))
-                    .unwrap_or("/")
-                    .to_string();
-                let (status, content_type, body) = respond(&path, &ready)
-                    .unwrap_or_else(|| ("404 Not Found", "text/plain", "not found\n".to_string()));
-                let head = format!(
-                    "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = socket.write_all(head.as_bytes()).await;
-                let _ = socket.write_all(body.as_bytes()).await;
-                let _ = socket.shutdown().await;
-            });
-        }
-    });
+    serve_http(listener, router(ready), HEADER_TIMEOUT);
     Ok(address)
-}
-
-/// The reply to one of the operator routes (status line, content type, body); `None` for other paths.
-/// `lacuna serve` answers them on its own port with this.
-pub fn respond(path: &str, ready: &AtomicBool) -> Option<(&'static str, &'static str, String)> {
-    Some(match path {
-        "/metrics" => {
-            // Readiness as a series too, so an alert can see a process that is up but stuck.
-            METRICS.ready.with_label_values::<&str>(&[]).set(ready.load(Ordering::Relaxed) as i64);
-            ("200 OK", "text/plain; version=0.0.4", METRICS.render())
-        }
-        "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
-        "/readyz" if ready.load(Ordering::Relaxed) => ("200 OK", "text/plain", "ready\n".to_string()),
-        "/readyz" => ("503 Service Unavailable", "text/plain", "starting\n".to_string()),
-        _ => return None,
-    })
 }
 
 /// Starts the endpoints when `metrics.listen` is set; the returned flag turns `/readyz` green.

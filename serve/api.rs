@@ -1,4 +1,5 @@
-//! The routes of `lacuna serve` (described for clients in `serve/openapi.json`):
+//! The routes of `lacuna serve`, each a typed handler whose `utoipa::path` attribute is its part of
+//! the OpenAPI document (`serve/openapi.rs`):
 //! - `POST /v1/questions`: one question or a batch; 202 with the ids at once, `Location` the first's;
 //! - `GET /v1/questions`: the newest questions and where each stands (the live page's list);
 //! - `GET /v1/questions/{id}`: the record when done, else the status and the steps so far;
@@ -7,21 +8,28 @@
 //! - `GET /v1/stages`: open questions by stage, and in process what each stage has in flight;
 //! - `/` (the live page), `/openapi.json`, `/metrics`, `/healthz`, `/readyz`, without auth.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, LOCATION};
-use hyper::{Method, Request, Response, StatusCode};
-use serde::Deserialize;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use utoipa::{IntoParams, ToSchema};
 
-use super::http::{Body, error_reply, json_reply, read_body, reply, sse_event, sse_reply};
-use super::registry::{AdmitError, Admitted, Events, NewQuestion, Registry};
+use super::http::{ApiError, ErrorBody, ErrorCode, json_reply, parse_json, read_body, with_location};
+use super::registry::{AdmitError, Admitted, Events, NewQuestion, Progress, Registry, Summary};
 use crate::config::ServeSettings;
 use crate::metrics::METRICS;
 use crate::pipelines::Transport;
@@ -29,7 +37,6 @@ use crate::pipelines::input::checked_question;
 use crate::topics::{Bus, Event, Topic};
 
 const PAGE: &str = include_str!("page.html");
-const OPENAPI: &str = include_str!("openapi.json");
 
 /// A stream with nothing new still sends a comment this often, so proxies keep it open.
 const KEEPALIVE: Duration = Duration::from_secs(15);
@@ -49,39 +56,199 @@ pub struct Api {
 }
 
 /// One question as a client sends it.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct QuestionBody {
+pub struct Question {
+    /// Your own id: the same id again returns the same question, never a second one.
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
     id: Option<String>,
+    /// The question: not blank, at most `run.max_question_chars` characters (2000 by default).
+    #[schema(min_length = 1, max_length = 2000, pattern = "\\S")]
     question: String,
+    /// One of the pipelines this server runs (`GET /v1/stages` lists them); default: the first.
     #[serde(default)]
+    #[schema(value_type = Option<PipelineName>)]
     pipeline: Option<String>,
     /// The answer must be "yes" or "no".
     #[serde(default)]
     yes_no: bool,
 }
 
-#[derive(Deserialize)]
+/// The pipelines Lacuna has; a server runs those `lacuna serve --pipeline` names.
+#[derive(ToSchema)]
+#[schema(as = PipelineName)]
+#[allow(dead_code)]
+#[serde(rename_all = "kebab-case")]
+enum PipelineName {
+    Migres,
+    Vanilla,
+    VanillaS,
+    Qpaug,
+    Raisf,
+    Rqrag,
+}
+
+/// Several questions in one request: all accepted or none.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct BatchBody {
-    questions: Vec<QuestionBody>,
+pub struct Batch {
+    /// At most `serve.max_batch` (100 by default), their ids distinct.
+    #[schema(min_items = 1, max_items = 100)]
+    questions: Vec<Question>,
     /// The pipeline of questions that name none.
     #[serde(default)]
+    #[schema(value_type = Option<PipelineName>)]
     pipeline: Option<String>,
 }
 
-/// A rejected request: its reply, and the reason it counts under.
-struct Refusal(Box<Response<Body>>, &'static str);
-
-impl Refusal {
-    fn new(response: Response<Body>, reason: &'static str) -> Self {
-        Refusal(Box::new(response), reason)
-    }
+/// What `POST /v1/questions` takes.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+#[serde(untagged)]
+enum Submission {
+    One(Question),
+    Batch(Batch),
 }
 
-fn bad_request(message: impl std::fmt::Display) -> Refusal {
-    Refusal::new(error_reply(StatusCode::BAD_REQUEST, "bad_request", message), "bad_request")
+/// What `POST /v1/answer` takes: one question, and how long to wait for its record.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct AnswerRequest {
+    #[serde(flatten)]
+    question: Question,
+    /// Milliseconds to wait; default `serve.answer_timeout_ms`.
+    #[schema(maximum = 86_400_000)]
+    timeout_ms: Option<u64>,
+}
+
+/// The questions a request submitted.
+#[derive(Serialize, ToSchema)]
+pub struct Accepted {
+    /// The question's id, when one question was posted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    /// Its URL, when one question was posted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    location: Option<String>,
+    questions: Vec<AcceptedQuestion>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AcceptedQuestion {
+    id: String,
+    location: String,
+    /// Asked before (same id or Idempotency-Key): nothing new was submitted.
+    duplicate: bool,
+}
+
+/// `POST /v1/answer` past its wait: the question goes on.
+#[derive(Serialize, ToSchema)]
+pub struct StillRunning {
+    id: String,
+    location: String,
+    /// `running`.
+    status: String,
+    message: String,
+}
+
+/// The newest questions.
+#[derive(Serialize, ToSchema)]
+pub struct QuestionList {
+    /// Questions accepted here and not finished.
+    open: usize,
+    /// Up to 200, newest first.
+    questions: Vec<Summary>,
+}
+
+/// Where the open questions are.
+#[derive(Serialize, ToSchema)]
+pub struct Stages {
+    /// `in-process` or `kafka`.
+    transport: &'static str,
+    /// The default pipeline first.
+    pipelines: Vec<String>,
+    open: usize,
+    max_open: usize,
+    /// Open questions no stage has taken yet.
+    not_started: usize,
+    stages: Vec<StageLoad>,
+    /// In process, the queues that hold events.
+    topics: Vec<TopicQueue>,
+    ready: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct StageLoad {
+    stage: &'static str,
+    /// Open questions whose latest step is this stage's.
+    questions: usize,
+    /// In process, the events it is working on.
+    in_flight: Option<i64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TopicQueue {
+    topic: &'static str,
+    queued: i64,
+}
+
+/// One Server-Sent Event of a question's stream.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct StreamEvent {
+    /// Its index in the question's stream: resume after it with `Last-Event-ID`.
+    #[schema(pattern = "^[0-9]+$")]
+    id: String,
+    /// `accepted`, `iteration`, a trace step's kind, or `record`.
+    event: String,
+    /// JSON: `{id, question, pipeline}` for `accepted`, `{node, iteration}`, `{node, step}` for a
+    /// step, the record for `record`.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
+/// The `Idempotency-Key` header (documentation only: the handlers read the header themselves, so
+/// that a bad one gets the JSON 400 every refusal has).
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct IdempotencyKey {
+    /// The same key returns the same question, on any replica (in a batch, question i is keyed
+    /// <key>#i). A question with a key and no id gets the id k- followed by 32 hex digits of the
+    /// key's SHA-256.
+    #[serde(rename = "Idempotency-Key")]
+    #[param(required = false, min_length = 1, max_length = 200, pattern = "^[\\t\\x20-\\x7e]+$")]
+    idempotency_key: String,
+}
+
+/// Where a stream resumes: after the event with this id, from the `Last-Event-ID` header or, for
+/// clients that cannot set headers, the `last_event_id` query parameter. Documentation only: both
+/// are read by [`resume_from`], so that a bad one gets the JSON 400 every refusal has.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct ResumeHeader {
+    /// Resume after this event.
+    #[param(rename = "Last-Event-ID", value_type = u32, required = false)]
+    last_event_id: String,
+}
+
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct ResumeQuery {
+    /// Resume after this event (the header wins when both are given).
+    #[param(value_type = u32, required = false)]
+    last_event_id: String,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct QuestionId {
+    /// The question's id.
+    id: String,
 }
 
 /// Ids travel in URLs and Kafka keys: letters, digits and `._:-`, at most 128 of them.
@@ -93,146 +260,41 @@ fn location(id: &str) -> String {
     format!("/v1/questions/{id}")
 }
 
+/// With a token configured, /v1 needs `Authorization: Bearer <token>`. The digests are compared in
+/// constant time, so neither the token's bytes nor its length leak through timing.
+pub async fn authorize(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
+    let Some(token) = &api.token else { return next.run(request).await };
+    let given = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let (given, wanted) = (Sha256::digest(given.as_bytes()), Sha256::digest(token.as_bytes()));
+    if bool::from(given.ct_eq(&wanted)) {
+        return next.run(request).await;
+    }
+    ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "this API needs Authorization: Bearer <token>")
+        .into_response()
+}
+
 impl Api {
-    /// Answers one request; every reply is counted by route and status.
-    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
-        let origin = request.headers().get("origin").and_then(|o| o.to_str().ok()).map(str::to_string);
-        let (route, mut response) = self.route(request).await;
-        METRICS.serve_requests.with_label_values(&[route, response.status().as_str()]).inc();
-        if let Some(origin) = origin.filter(|o| self.cors_allows(o)) {
-            let headers = response.headers_mut();
-            if let Ok(value) = HeaderValue::from_str(&origin) {
-                headers.insert("access-control-allow-origin", value);
-            }
-            headers.insert("vary", HeaderValue::from_static("origin"));
-            headers.insert("access-control-expose-headers", HeaderValue::from_static("location, retry-after"));
-        }
-        response
-    }
-
-    fn cors_allows(&self, origin: &str) -> bool {
-        self.settings.cors_origins.iter().any(|allowed| allowed == "*" || allowed == origin)
-    }
-
-    async fn route(&self, request: Request<Incoming>) -> (&'static str, Response<Body>) {
-        let path = request.uri().path().to_string();
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let method = request.method().clone();
-        if method == Method::OPTIONS && segments[0] == "v1" {
-            return ("preflight", self.preflight());
-        }
-        let public = match (&method, segments.as_slice()) {
-            (&Method::GET, [""]) => Some(("/", reply(StatusCode::OK, "text/html; charset=utf-8", PAGE))),
-            (&Method::GET, ["openapi.json"]) => {
-                Some(("/openapi.json", reply(StatusCode::OK, "application/json", OPENAPI)))
-            }
-            (&Method::GET, ["metrics" | "healthz" | "readyz"]) => {
-                crate::pipelines::observe::respond(&path, &self.ready).map(|(status, content_type, body)| {
-                    let code = if status.starts_with("200") { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-                    let route = match segments[0] {
-                        "metrics" => "/metrics",
-                        "healthz" => "/healthz",
-                        _ => "/readyz",
-                    };
-                    (route, reply(code, content_type, body))
-                })
-            }
-            _ => None,
-        };
-        if let Some(public) = public {
-            return public;
-        }
-        if segments[0] != "v1" {
-            return ("other", error_reply(StatusCode::NOT_FOUND, "not_found", format!("no route {path}")));
-        }
-        if let Err(Refusal(response, reason)) = self.authorize(&request) {
-            METRICS.serve_rejected.with_label_values(&[reason]).inc();
-            return ("unauthorized", *response);
-        }
-        let outcome = match (&method, &segments[1..]) {
-            (&Method::POST, ["questions"]) => ("/v1/questions", self.post_questions(request).await),
-            (&Method::GET, ["questions"]) => ("/v1/questions", Ok(self.list())),
-            (&Method::GET, ["questions", id]) => ("/v1/questions/{id}", self.get(id)),
-            (&Method::GET, ["questions", id, "events"]) => ("/v1/questions/{id}/events", self.events(id, &request)),
-            (&Method::POST, ["answer"]) => ("/v1/answer", self.answer(request).await),
-            (&Method::GET, ["stages"]) => ("/v1/stages", Ok(self.stages())),
-            (_, ["questions"] | ["questions", _] | ["questions", _, "events"] | ["answer"] | ["stages"]) => (
-                "other",
-                Err(Refusal::new(
-                    error_reply(
-                        StatusCode::METHOD_NOT_ALLOWED,
-                        "method_not_allowed",
-                        format!("{method} is not allowed on {path}"),
-                    ),
-                    "bad_request",
-                )),
-            ),
-            _ => (
-                "other",
-                Err(Refusal::new(
-                    error_reply(StatusCode::NOT_FOUND, "not_found", format!("no route {path}")),
-                    "bad_request",
-                )),
-            ),
-        };
-        let (route, result) = outcome;
-        match result {
-            Ok(response) => (route, response),
-            Err(Refusal(response, reason)) => {
-                METRICS.serve_rejected.with_label_values(&[reason]).inc();
-                (route, *response)
-            }
-        }
-    }
-
-    fn preflight(&self) -> Response<Body> {
-        let mut response = reply(StatusCode::NO_CONTENT, "text/plain", Bytes::new());
-        let headers = response.headers_mut();
-        headers.insert("access-control-allow-methods", HeaderValue::from_static("GET, POST, OPTIONS"));
-        headers.insert(
-            "access-control-allow-headers",
-            HeaderValue::from_static("authorization, content-type, idempotency-key, last-event-id"),
-        );
-        headers.insert("access-control-max-age", HeaderValue::from_static("600"));
-        response
-    }
-
-    /// With a token configured, /v1 needs `Authorization: Bearer <token>`. The digests are compared
-    /// in constant time, so neither the token's bytes nor its length leak through timing.
-    fn authorize(&self, request: &Request<Incoming>) -> Result<(), Refusal> {
-        let Some(token) = &self.token else { return Ok(()) };
-        let given = request
-            .headers()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or_default();
-        let (given, wanted) = (Sha256::digest(given.as_bytes()), Sha256::digest(token.as_bytes()));
-        if bool::from(given.ct_eq(&wanted)) {
-            return Ok(());
-        }
-        let mut response =
-            error_reply(StatusCode::UNAUTHORIZED, "unauthorized", "this API needs Authorization: Bearer <token>");
-        response.headers_mut().insert("www-authenticate", HeaderValue::from_static("Bearer"));
-        Err(Refusal::new(response, "unauthorized"))
-    }
-
-    /// Reads a JSON body into questions, checked: 400 with the first problem otherwise.
+    /// Reads a JSON body into questions, checked: 400 with the first problem otherwise. `extra`
+    /// names options of the route itself (`timeout_ms`), taken out before the questions are read.
     async fn read_questions(
         &self,
-        request: Request<Incoming>,
+        headers: &HeaderMap,
+        body: Body,
         extra: &[&str],
-    ) -> Result<(Vec<NewQuestion>, Value), Refusal> {
-        let key = request.headers().get("idempotency-key").map(|v| v.to_str().map(str::to_string));
+    ) -> Result<(Vec<NewQuestion>, Value), ApiError> {
+        let key = headers.get("idempotency-key").map(|v| v.to_str().map(str::to_string));
         let key = match key {
             Some(Ok(key)) if !key.is_empty() && key.len() <= 200 => Some(key),
-            Some(_) => return Err(bad_request("Idempotency-Key must be 1 to 200 visible ASCII characters")),
+            Some(_) => return Err(ApiError::bad_request("Idempotency-Key must be 1 to 200 visible ASCII characters")),
             None => None,
         };
-        let body = read_body(request, self.settings.max_body_bytes).await.map_err(|r| Refusal::new(r, "too_large"))?;
-        let mut value: Value =
-            serde_json::from_slice(&body).map_err(|e| bad_request(format!("the body is not JSON: {e}")))?;
-        // Options of the route itself (`timeout_ms`), taken out before the question is read.
+        let body = read_body(headers, body, self.settings.max_body_bytes).await?;
+        let mut value = parse_json(&body)?;
         let mut options = json!({});
         if let Some(object) = value.as_object_mut() {
             for name in extra {
@@ -242,16 +304,17 @@ impl Api {
             }
         }
         let (bodies, default_pipeline, batch) = if value.get("questions").is_some() {
-            let batch: BatchBody = serde_json::from_value(value).map_err(|e| bad_request(format!("a batch: {e}")))?;
+            let batch: Batch =
+                serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("a batch: {e}")))?;
             (batch.questions, batch.pipeline, true)
         } else {
-            let one: QuestionBody = serde_json::from_value(value).map_err(|e| {
-                bad_request(format!("expected {{\"question\": \"...\"}} or {{\"questions\": [...]}}: {e}"))
+            let one: Question = serde_json::from_value(value).map_err(|e| {
+                ApiError::bad_request(format!("expected {{\"question\": \"...\"}} or {{\"questions\": [...]}}: {e}"))
             })?;
             (vec![one], None, false)
         };
         if bodies.is_empty() || bodies.len() > self.settings.max_batch {
-            return Err(bad_request(format!(
+            return Err(ApiError::bad_request(format!(
                 "a request holds 1 to {} questions (serve.max_batch)",
                 self.settings.max_batch
             )));
@@ -260,42 +323,40 @@ impl Api {
         for (i, body) in bodies.into_iter().enumerate() {
             let at = if batch { format!("questions[{i}]: ") } else { String::new() };
             let question = checked_question(&body.question, self.max_question_chars)
-                .map_err(|message| bad_request(format!("{at}{message}")))?;
+                .map_err(|message| ApiError::bad_request(format!("{at}{message}")))?;
             if let Some(id) = &body.id
                 && !valid_id(id)
             {
-                return Err(bad_request(format!("{at}id {id:?}: use 1 to 128 letters, digits or ._:-")));
+                return Err(ApiError::bad_request(format!("{at}id {id:?}: use 1 to 128 letters, digits or ._:-")));
             }
             let pipeline = body.pipeline.or(default_pipeline.clone()).unwrap_or_else(|| self.default_pipeline.clone());
             if !self.buses.contains_key(&pipeline) {
                 let served: Vec<&String> = self.buses.keys().collect();
-                return Err(bad_request(format!("{at}pipeline {pipeline:?} is not served here (served: {served:?})")));
+                return Err(ApiError::bad_request(format!(
+                    "{at}pipeline {pipeline:?} is not served here (served: {served:?})"
+                )));
             }
             let key = key.as_ref().map(|k| if batch { format!("{k}#{i}") } else { k.clone() });
             questions.push(NewQuestion { id: body.id, key, question, pipeline, yes_no: body.yes_no });
         }
-        if questions.iter().filter_map(|q| q.id.as_ref()).collect::<std::collections::HashSet<_>>().len()
-            < questions.iter().filter(|q| q.id.is_some()).count()
-        {
-            return Err(bad_request("two questions of the batch have the same id"));
+        let ids: Vec<&String> = questions.iter().filter_map(|q| q.id.as_ref()).collect();
+        if ids.iter().collect::<HashSet<_>>().len() < ids.len() {
+            return Err(ApiError::bad_request("two questions of the batch have the same id"));
         }
         Ok((questions, options))
     }
 
     /// Admits the questions and publishes the new ones; each id with whether it was new. A question
     /// counts as accepted only once the bus took it (over Kafka: the broker acknowledged it).
-    async fn submit(&self, questions: Vec<NewQuestion>) -> Result<Vec<(String, bool)>, Refusal> {
+    async fn submit(&self, questions: Vec<NewQuestion>) -> Result<Vec<(String, bool)>, ApiError> {
         let pipelines: Vec<String> = questions.iter().map(|q| q.pipeline.clone()).collect();
         let admitted = self.registry.admit(questions).map_err(|error| match error {
             AdmitError::TooManyOpen { .. } => {
-                let mut response = error_reply(StatusCode::TOO_MANY_REQUESTS, "too_many_open", &error);
-                let retry = HeaderValue::from_str(&self.settings.retry_after_s.to_string()).expect("digits");
-                response.headers_mut().insert("retry-after", retry);
-                Refusal::new(response, "too_many_open")
+                let mut refused = ApiError::new(StatusCode::TOO_MANY_REQUESTS, ErrorCode::TooManyOpen, &error);
+                refused.retry_after = Some(self.settings.retry_after_s);
+                refused
             }
-            AdmitError::Conflict(_) => {
-                Refusal::new(error_reply(StatusCode::CONFLICT, "conflict", &error), "bad_request")
-            }
+            AdmitError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Conflict, &error),
         })?;
         let mut ids = Vec::new();
         let mut unpublished: Vec<String> = admitted
@@ -315,11 +376,12 @@ impl Api {
                             self.registry.withdraw(id);
                         }
                         // Those published before the failure were accepted: say which.
-                        let accepted: Vec<&String> = ids.iter().filter(|(_, new)| *new).map(|(id, _)| id).collect();
+                        let accepted = ids.iter().filter(|(_, new)| *new).map(|(id, _)| id.clone()).collect();
                         let message = format!("the bus did not take question {id}: {error}");
-                        let body = json!({"error": {"code": "unavailable", "message": message}, "accepted": accepted});
-                        let response = json_reply(StatusCode::SERVICE_UNAVAILABLE, &body);
-                        return Err(Refusal::new(response, "unavailable"));
+                        let mut refused =
+                            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, message);
+                        refused.body.accepted = Some(accepted);
+                        return Err(refused);
                     }
                     unpublished.retain(|u| *u != id);
                     ids.push((id, true));
@@ -329,144 +391,260 @@ impl Api {
         Ok(ids)
     }
 
-    async fn post_questions(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
-        let (questions, _) = self.read_questions(request, &[]).await?;
-        let ids = self.submit(questions).await?;
-        let listed: Vec<Value> =
-            ids.iter().map(|(id, new)| json!({"id": id, "location": location(id), "duplicate": !new})).collect();
-        let mut body = json!({"questions": listed});
-        if ids.len() == 1 {
-            body["id"] = json!(ids[0].0);
-            body["location"] = json!(location(&ids[0].0));
+    fn unknown(id: &str) -> ApiError {
+        ApiError::not_found(format!("no question {id} here (never asked, or forgotten: serve.keep_finished)"))
+    }
+}
+
+/// Submit one question or a batch; returns the ids at once.
+#[utoipa::path(
+    post,
+    path = "/v1/questions",
+    tag = "questions",
+    params(IdempotencyKey),
+    request_body(content = Submission, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Accepted; Location is the first question's URL.", body = Accepted,
+            headers(("Location" = String, description = "The first question's URL."))),
+        (status = 400, description = "The body is not a question or a batch of them, or one of them is refused (blank, too long, a bad id, a pipeline not served here, two of the same id).", body = ErrorBody),
+        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within serve.body_timeout_ms.", body = ErrorBody),
+        (status = 409, description = "The id was asked before with another question.", body = ErrorBody),
+        (status = 413, description = "The body is over serve.max_body_bytes.", body = ErrorBody),
+        (status = 429, description = "serve.max_open_questions are open: retry after Retry-After seconds.", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait."))),
+        (status = 503, description = "The bus did not take a question; `accepted` lists those it took.", body = ErrorBody),
+    )
+)]
+pub async fn post_questions(State(api): State<Arc<Api>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let (questions, _) = api.read_questions(&headers, body, &[]).await?;
+    let ids = api.submit(questions).await?;
+    let listed = ids
+        .iter()
+        .map(|(id, new)| AcceptedQuestion { id: id.clone(), location: location(id), duplicate: !new })
+        .collect();
+    let one = (ids.len() == 1).then(|| ids[0].0.clone());
+    let accepted = Accepted { location: one.as_deref().map(location), id: one, questions: listed };
+    Ok(with_location(json_reply(StatusCode::ACCEPTED, &accepted), &location(&ids[0].0)))
+}
+
+/// Submit one question and wait for its record.
+#[utoipa::path(
+    post,
+    path = "/v1/answer",
+    tag = "questions",
+    params(IdempotencyKey),
+    request_body(content = AnswerRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The record.", body = crate::topics::VersionedAnswer),
+        (status = 202, description = "No record within the timeout: the question goes on; GET its Location.", body = StillRunning,
+            headers(("Location" = String, description = "The question's URL."))),
+        (status = 400, description = "Not one question, or it is refused (see POST /v1/questions), or timeout_ms is not a whole number.", body = ErrorBody),
+        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within serve.body_timeout_ms.", body = ErrorBody),
+        (status = 409, description = "The id was asked before with another question.", body = ErrorBody),
+        (status = 413, description = "The body is over serve.max_body_bytes.", body = ErrorBody),
+        (status = 429, description = "serve.max_open_questions are open: retry after Retry-After seconds.", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait."))),
+        (status = 503, description = "The bus did not take the question.", body = ErrorBody),
+    )
+)]
+pub async fn answer(State(api): State<Arc<Api>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let (questions, options) = api.read_questions(&headers, body, &["timeout_ms"]).await?;
+    if questions.len() != 1 {
+        return Err(ApiError::bad_request("POST /v1/answer takes one question; POST /v1/questions takes batches"));
+    }
+    let timeout = match &options["timeout_ms"] {
+        Value::Null => api.settings.answer_timeout_ms,
+        value => value.as_u64().ok_or_else(|| ApiError::bad_request("timeout_ms must be a whole number"))?,
+    };
+    let ids = api.submit(questions).await?;
+    let id = &ids[0].0;
+    if let Some(record) = api.registry.wait_record(id, Duration::from_millis(timeout)).await {
+        return Ok(json_reply(StatusCode::OK, &record));
+    }
+    let running = StillRunning {
+        id: id.clone(),
+        location: location(id),
+        status: "running".into(),
+        message: format!("no record within {timeout} ms: GET the location"),
+    };
+    Ok(with_location(json_reply(StatusCode::ACCEPTED, &running), &location(id)))
+}
+
+/// The newest questions (up to 200) and where each stands.
+#[utoipa::path(
+    get,
+    path = "/v1/questions",
+    tag = "questions",
+    responses(
+        (status = 200, description = "How many are open, and the newest questions.", body = QuestionList),
+        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+    )
+)]
+pub async fn list_questions(State(api): State<Arc<Api>>) -> Response {
+    json_reply(StatusCode::OK, &QuestionList { open: api.registry.open(), questions: api.registry.list(200) })
+}
+
+/// A question's record, once done; else where it stands and its steps so far.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+#[serde(untagged)]
+enum QuestionView {
+    Done(crate::topics::VersionedAnswer),
+    Running(Progress),
+}
+
+/// The record when done; else the status and the steps so far.
+#[utoipa::path(
+    get,
+    path = "/v1/questions/{id}",
+    tag = "questions",
+    params(QuestionId),
+    responses(
+        (status = 200, description = "A record, or progress.", body = QuestionView),
+        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+        (status = 404, description = "Never asked here, or forgotten (serve.keep_finished).", body = ErrorBody),
+    )
+)]
+pub async fn get_question(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let body = api.registry.get(&id).ok_or_else(|| Api::unknown(&id))?;
+    Ok(json_reply(StatusCode::OK, &body))
+}
+
+/// The question's steps as Server-Sent Events, ending with its record.
+///
+/// Events, each with an id: `accepted`, `iteration` (a node's new iteration), one per trace step
+/// named by its kind (`queries_written`, `retrieved`, `passage_scored`, `sentences_kept`,
+/// `fact_proposed`, `verdict`, `fact_kept`, `fact_dropped`, `decision`, `fanned_out`, `joined`,
+/// `selected`, `llm_call`, ...; data `{node, step}`), and last `record` (data: the record). A comment
+/// keeps an idle stream open. Reconnect with `Last-Event-ID` (or `?last_event_id=`) to resume after
+/// that event.
+#[utoipa::path(
+    get,
+    path = "/v1/questions/{id}/events",
+    tag = "questions",
+    params(QuestionId, ResumeHeader, ResumeQuery),
+    responses(
+        (status = 200, description = "The event stream: lines of `id: N`, `event: NAME` and `data: JSON`, each event ending in a blank line.",
+            content_type = "text/event-stream", body = StreamEvent),
+        (status = 400, description = "Last-Event-ID is not an event id.", body = ErrorBody),
+        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+        (status = 404, description = "Never asked here, or forgotten (serve.keep_finished).", body = ErrorBody),
+    )
+)]
+pub async fn events(
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let from = resume_from(&headers, query.as_deref())?;
+    api.registry.events_from(&id, from).ok_or_else(|| Api::unknown(&id))?;
+    let mut response = Sse::new(stream(api.registry.clone(), id, from))
+        .keep_alive(KeepAlive::new().interval(KEEPALIVE).text("keepalive"))
+        .into_response();
+    // Proxies that buffer (nginx) would hold the stream back otherwise.
+    response.headers_mut().insert("x-accel-buffering", "no".parse().expect("a header value"));
+    Ok(response)
+}
+
+/// The index of the first event to send: 0, or one past the `Last-Event-ID` the client saw.
+fn resume_from(headers: &HeaderMap, query: Option<&str>) -> Result<usize, ApiError> {
+    let from_query = query.and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("last_event_id=")));
+    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok()).or(from_query);
+    match last {
+        Some(last) => {
+            Ok(last.trim().parse::<usize>().map_err(|_| ApiError::bad_request("Last-Event-ID must be an event id"))?
+                + 1)
         }
-        let mut response = json_reply(StatusCode::ACCEPTED, &body);
-        response.headers_mut().insert(LOCATION, HeaderValue::from_str(&location(&ids[0].0)).expect("ids are URL-safe"));
-        Ok(response)
+        None => Ok(0),
     }
+}
 
-    async fn answer(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
-        let (questions, options) = self.read_questions(request, &["timeout_ms"]).await?;
-        if questions.len() != 1 {
-            return Err(bad_request("POST /v1/answer takes one question; POST /v1/questions takes batches"));
-        }
-        let timeout = match &options["timeout_ms"] {
-            Value::Null => self.settings.answer_timeout_ms,
-            value => value.as_u64().ok_or_else(|| bad_request("timeout_ms must be a whole number"))?,
-        };
-        let ids = self.submit(questions).await?;
-        let id = &ids[0].0;
-        if let Some(record) = self.registry.wait_record(id, Duration::from_millis(timeout)).await {
-            return Ok(json_reply(StatusCode::OK, &record));
-        }
-        let mut response = json_reply(
-            StatusCode::ACCEPTED,
-            &json!({"id": id, "location": location(id), "status": "running", "message": format!("no record within {timeout} ms: GET the location")}),
-        );
-        response.headers_mut().insert(LOCATION, HeaderValue::from_str(&location(id)).expect("ids are URL-safe"));
-        Ok(response)
-    }
-
-    fn list(&self) -> Response<Body> {
-        json_reply(StatusCode::OK, &json!({"open": self.registry.open(), "questions": self.registry.list(200)}))
-    }
-
-    fn unknown(id: &str) -> Refusal {
-        Refusal::new(
-            error_reply(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("no question {id} here (never asked, or forgotten: serve.keep_finished)"),
-            ),
-            "bad_request",
-        )
-    }
-
-    fn get(&self, id: &str) -> Result<Response<Body>, Refusal> {
-        let body = self.registry.get(id).ok_or_else(|| Self::unknown(id))?;
-        Ok(json_reply(StatusCode::OK, &body))
-    }
-
-    /// The question's events from after `Last-Event-ID` (header, or `last_event_id` in the query for
-    /// clients that cannot set headers), then each new one as it comes, ending with the record.
-    fn events(&self, id: &str, request: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
-        let query_last = request
-            .uri()
-            .query()
-            .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("last_event_id=")).map(str::to_string));
-        let last =
-            request.headers().get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string).or(query_last);
-        let from = match last {
-            Some(last) => {
-                last.trim().parse::<usize>().map_err(|_| bad_request("Last-Event-ID must be an event id"))? + 1
+/// The events of `id` from `next` on, then each new one as it comes, until the record.
+fn stream(registry: Arc<Registry>, id: String, next: usize) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    let state = (registry, id, next, Vec::<SseEvent>::new(), false);
+    futures::stream::unfold(state, |(registry, id, mut next, mut ready, mut done)| async move {
+        loop {
+            if !ready.is_empty() {
+                let event = ready.remove(0);
+                return Some((Ok(event), (registry, id, next, ready, done)));
             }
-            None => 0,
-        };
-        self.registry.events_from(id, from).ok_or_else(|| Self::unknown(id))?;
-        let state = (self.registry.clone(), id.to_string(), from, false);
-        let stream = futures::stream::unfold(state, |(registry, id, mut next, ended)| async move {
-            if ended {
+            if done {
                 return None;
             }
-            loop {
-                // Forgotten meanwhile (serve.keep_finished): the stream just ends.
-                let Events { events, done, mut changed } = registry.events_from(&id, next)?;
-                if !events.is_empty() {
-                    let mut chunk = Vec::new();
-                    for (index, event) in events {
-                        chunk.extend_from_slice(&sse_event(index, &event.name, &event.data));
-                        next = index + 1;
-                    }
-                    return Some((Bytes::from(chunk), (registry, id, next, done)));
-                }
-                if done {
-                    return None;
-                }
-                match tokio::time::timeout(KEEPALIVE, changed.changed()).await {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(_)) => return None,
-                    Err(_) => return Some((Bytes::from_static(b": keepalive\n\n"), (registry, id, next, false))),
-                }
+            // Forgotten meanwhile (serve.keep_finished): the stream just ends.
+            let Events { events, done: finished, mut changed } = registry.events_from(&id, next)?;
+            for (index, event) in events {
+                ready.push(SseEvent::default().id(index.to_string()).event(&event.name).data(event.data.to_string()));
+                next = index + 1;
             }
-        });
-        Ok(sse_reply(stream))
-    }
+            done = finished;
+            if ready.is_empty() && !done {
+                changed.changed().await.ok()?;
+            }
+        }
+    })
+}
 
-    /// Where the open questions are: by the stage of their latest step, and in process, each
-    /// stage's events in flight and each topic's queue.
-    fn stages(&self) -> Response<Body> {
-        let by_stage = self.registry.by_stage();
-        let in_process = self.transport == Transport::InProcess;
-        let stages: Vec<Value> = self
-            .stage_names
+/// Open questions by stage; in process, each stage's events in flight and the topics' queues.
+#[utoipa::path(
+    get,
+    path = "/v1/stages",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Where the open questions are.", body = Stages),
+        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+    )
+)]
+pub async fn stages(State(api): State<Arc<Api>>) -> Response {
+    let by_stage = api.registry.by_stage();
+    let in_process = api.transport == Transport::InProcess;
+    let stages = api
+        .stage_names
+        .iter()
+        .map(|stage| StageLoad {
+            stage,
+            questions: by_stage.get(*stage).copied().unwrap_or(0),
+            in_flight: in_process.then(|| METRICS.in_flight.with_label_values(&[*stage]).get()),
+        })
+        .collect();
+    let topics = if in_process {
+        Topic::ALL
             .iter()
-            .map(|stage| {
-                let in_flight = in_process.then(|| METRICS.in_flight.with_label_values(&[*stage]).get());
-                json!({"stage": stage, "questions": by_stage.get(*stage).copied().unwrap_or(0), "in_flight": in_flight})
-            })
-            .collect();
-        let topics: Vec<Value> = if in_process {
-            Topic::ALL
-                .iter()
-                .map(|t| json!({"topic": t.name(), "queued": METRICS.queue_depth.with_label_values(&[t.name()]).get()}))
-                .filter(|t| t["queued"] != 0)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        json_reply(
-            StatusCode::OK,
-            &json!({
-                "transport": if in_process { "in-process" } else { "kafka" },
-                "pipelines": std::iter::once(&self.default_pipeline)
-                    .chain(self.buses.keys().filter(|p| **p != self.default_pipeline))
-                    .collect::<Vec<_>>(),
-                "open": self.registry.open(),
-                "max_open": self.settings.max_open_questions,
-                "not_started": by_stage.get("").copied().unwrap_or(0),
-                "stages": stages,
-                "topics": topics,
-                "ready": self.ready.load(Ordering::Relaxed),
-            }),
-        )
-    }
+            .map(|t| TopicQueue { topic: t.name(), queued: METRICS.queue_depth.with_label_values(&[t.name()]).get() })
+            .filter(|t| t.queued != 0)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let pipelines = std::iter::once(&api.default_pipeline)
+        .chain(api.buses.keys().filter(|p| **p != api.default_pipeline))
+        .cloned()
+        .collect();
+    let body = Stages {
+        transport: if in_process { "in-process" } else { "kafka" },
+        pipelines,
+        open: api.registry.open(),
+        max_open: api.settings.max_open_questions,
+        not_started: by_stage.get("").copied().unwrap_or(0),
+        stages,
+        topics,
+        ready: api.ready.load(Ordering::Relaxed),
+    };
+    json_reply(StatusCode::OK, &body)
+}
+
+/// The live page.
+#[utoipa::path(get, path = "/", tag = "operations", security(()), responses(
+    (status = 200, description = "The live page.", content_type = "text/html", body = String),
+))]
+pub async fn page() -> Response {
+    ([(CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
+}
+
+/// No route here.
+pub async fn not_found(request: Request) -> ApiError {
+    ApiError::not_found(format!("no route {}", request.uri().path()))
 }

@@ -1,104 +1,219 @@
-//! The HTTP plumbing of `lacuna serve` on hyper (already in the tree, under reqwest): JSON replies,
-//! clear JSON errors, bodies read under a size limit, and Server-Sent Event streams.
+//! The HTTP plumbing of `lacuna serve` on axum: JSON replies and errors, bodies read under a size
+//! and time limit, and the layers every route shares (CORS, request counting, JSON 405s).
 
-use std::convert::Infallible;
-use std::sync::Arc;
+use std::time::Duration;
 
-use futures::{Stream, StreamExt};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::{Bytes, Frame, Incoming};
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
-use hyper::{Request, Response, StatusCode};
-use serde_json::{Value, json};
-use tokio::net::TcpListener;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, LOCATION, RETRY_AFTER};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, Limited};
+use serde::Serialize;
+use serde_json::Value;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
-pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+use crate::config::ServeSettings;
+use crate::metrics::METRICS;
 
-/// A reply with `body` as its JSON.
-pub fn json_reply(status: StatusCode, body: &Value) -> Response<Body> {
-    let bytes = serde_json::to_vec_pretty(body).expect("JSON values serialise");
-    reply(status, "application/json", Bytes::from(bytes))
+/// A JSON reply: `body` pretty-printed, `application/json`.
+pub fn json_reply(status: StatusCode, body: &impl Serialize) -> Response {
+    let bytes = serde_json::to_vec_pretty(body).expect("replies serialise");
+    (status, [(CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
-pub fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut response = Response::new(Full::new(body.into()).boxed_unsync());
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+/// The JSON of every error: `{"error": {"code": "...", "message": "..."}}`, the code a fixed word a
+/// client can branch on, the message for people.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+    /// With `unavailable` on a batch: the questions published before the bus failed, which were
+    /// accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadRequest,
+    TooLarge,
+    Timeout,
+    Unauthorized,
+    NotFound,
+    MethodNotAllowed,
+    Conflict,
+    TooManyOpen,
+    Unavailable,
+}
+
+/// A refused request: the reply, and the reason `lacuna_serve_rejected_total` counts it under.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: ErrorBody,
+    pub reason: &'static str,
+    /// `Retry-After` in seconds (429).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl std::fmt::Display) -> Self {
+        let reason = match code {
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::TooManyOpen => "too_many_open",
+            ErrorCode::Unavailable => "unavailable",
+            _ => "bad_request",
+        };
+        ApiError {
+            status,
+            body: ErrorBody { error: ErrorDetail { code, message: message.to_string() }, accepted: None },
+            reason,
+            retry_after: None,
+        }
+    }
+
+    pub fn bad_request(message: impl std::fmt::Display) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message)
+    }
+
+    pub fn not_found(message: impl std::fmt::Display) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        METRICS.serve_rejected.with_label_values(&[self.reason]).inc();
+        let mut response = json_reply(self.status, &self.body);
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// A reply with a `Location` header.
+pub fn with_location(mut response: Response, location: &str) -> Response {
+    let value = HeaderValue::from_str(location).expect("locations are built from URL-safe ids");
+    response.headers_mut().insert(LOCATION, value);
     response
 }
 
-/// Every error is JSON: `{"error": {"code": "...", "message": "..."}}`, the code a fixed word a
-/// client can branch on, the message for people.
-pub fn error_reply(status: StatusCode, code: &str, message: impl std::fmt::Display) -> Response<Body> {
-    json_reply(status, &json!({"error": {"code": code, "message": message.to_string()}}))
-}
-
-/// The request body, at most `limit` bytes: 413 past it, whether announced or streamed.
-pub async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Response<Body>> {
+/// The request body, at most `limit` bytes: 413 past it, whether announced or streamed. The body's
+/// arrival is bounded by `serve.body_timeout_ms` (a layer), which ends here as 408.
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || {
-        error_reply(
+        ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
+            ErrorCode::TooLarge,
             format!("the request body is over {limit} bytes (serve.max_body_bytes)"),
         )
     };
-    let announced = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let announced = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     if announced.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    match Limited::new(request.into_body(), limit).collect().await {
+    match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(error) => Err(error_reply(StatusCode::BAD_REQUEST, "bad_body", format!("cannot read the body: {error}"))),
+        Err(error) if is_timeout(&*error) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::Timeout,
+            "the request body did not arrive in time (serve.body_timeout_ms)",
+        )),
+        Err(error) => Err(ApiError::bad_request(format!("cannot read the body: {error}"))),
     }
 }
 
-/// A `text/event-stream` reply of `chunks`, each already formatted as SSE.
-pub fn sse_reply(chunks: impl Stream<Item = Bytes> + Send + 'static) -> Response<Body> {
-    let body = StreamBody::new(chunks.map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))));
-    let mut response = Response::new(BodyExt::boxed_unsync(body));
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
-    // Proxies that buffer (nginx) would hold the stream back otherwise.
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(error) = source {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// The JSON body as a value: 400 when it is not JSON.
+pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))
+}
+
+/// CORS for the origins in `serve.cors_origins` ("*": any), echoed back one at a time, with the
+/// headers a browser client needs; none listed, none granted. Preflights answer 204.
+pub fn cors(settings: &ServeSettings) -> CorsLayer {
+    let origins = settings.cors_origins.clone();
+    let allowed = AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+        origin.to_str().is_ok_and(|origin| origins.iter().any(|o| o == "*" || o == origin))
+    });
+    CorsLayer::new()
+        .allow_origin(allowed)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers([
+            "authorization".parse().expect("a header name"),
+            CONTENT_TYPE,
+            "idempotency-key".parse().expect("a header name"),
+            "last-event-id".parse().expect("a header name"),
+        ])
+        .expose_headers([LOCATION, RETRY_AFTER])
+        .max_age(Duration::from_secs(600))
+}
+
+/// The route a reply answered for, as its matched path (`/v1/questions/{id}`): set inside the
+/// router, read by [`count`] outside it.
+#[derive(Clone, Debug)]
+pub struct RouteLabel(pub String);
+
+/// Counts every reply by route and status (`lacuna_serve_requests_total`), and gives preflights
+/// their 204 (CORS answers them with 200 and no body).
+pub async fn count(request: Request, next: Next) -> Response {
+    let preflight =
+        request.method() == Method::OPTIONS && request.headers().contains_key("access-control-request-method");
+    let mut response = next.run(request).await;
+    let matched = response.extensions().get::<RouteLabel>().map(|r| r.0.clone());
+    if preflight && response.status() == StatusCode::OK {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    let route = match (preflight, response.status(), matched) {
+        (true, _, _) => "preflight".to_string(),
+        (_, StatusCode::UNAUTHORIZED, _) => "unauthorized".to_string(),
+        (_, StatusCode::METHOD_NOT_ALLOWED, _) | (_, _, None) => "other".to_string(),
+        (_, _, Some(route)) => route,
+    };
+    METRICS.serve_requests.with_label_values(&[&route, response.status().as_str()]).inc();
     response
 }
 
-/// One SSE event: its id, name and JSON data on one line.
-pub fn sse_event(id: usize, name: &str, data: &Value) -> Bytes {
-    Bytes::from(format!("id: {id}\nevent: {name}\ndata: {data}\n\n"))
-}
-
-/// Serves `handle` on `listener` until the process ends, one task per connection.
-pub fn serve<H, F>(listener: TcpListener, handle: Arc<H>)
-where
-    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
-    F: Future<Output = Response<Body>> + Send + 'static,
-{
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors, typically: wait rather than spin.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let handle = handle.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request| {
-                    let reply = handle(request);
-                    async move { Ok::<_, Infallible>(reply.await) }
-                });
-                let io = hyper_util::rt::TokioIo::new(stream);
-                if let Err(error) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
-                    tracing::debug!(%error, "connection ended with an error");
-                }
-            });
-        }
-    });
+/// An unknown method on a known route: 405 with the methods it has in `Allow`, as JSON.
+pub async fn method_not_allowed(request: Request, next: Next) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let response = next.run(request).await;
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    let allow = response.headers().get("allow").cloned();
+    let mut refused = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorCode::MethodNotAllowed,
+        format!("{method} is not allowed on {path}"),
+    )
+    .into_response();
+    if let Some(allow) = allow {
+        refused.headers_mut().insert("allow", allow);
+    }
+    refused
 }

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod http;
+pub mod openapi;
 pub mod registry;
 
 use std::collections::BTreeMap;
@@ -169,7 +170,8 @@ pub async fn start(
         .await
         .map_err(|e| anyhow::anyhow!("serve.listen {}: {e}", options.listen))?;
     let address = listener.local_addr()?;
-    http::serve(listener, Arc::new(move |request| api.clone().handle(request)));
+    let (router, _) = openapi::router(api, ready.clone());
+    crate::pipelines::observe::serve_http(listener, router, crate::pipelines::observe::HEADER_TIMEOUT);
     ready.store(true, Ordering::Relaxed);
     Ok(Server { address, registry, failure, stop })
 }

@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -128,26 +129,74 @@ impl Entry {
         }
     }
 
-    fn status(&self) -> &'static str {
+    fn status(&self) -> QuestionStatus {
         match &self.record {
-            Some(record) if record["status"] == "error" => "error",
-            Some(_) => "answered",
-            None if self.node_steps.is_empty() => "queued",
-            None => "running",
+            Some(record) if record["status"] == "error" => QuestionStatus::Error,
+            Some(_) => QuestionStatus::Answered,
+            None if self.node_steps.is_empty() => QuestionStatus::Queued,
+            None => QuestionStatus::Running,
         }
     }
 
-    fn summary(&self, id: &str) -> Value {
-        json!({
-            "id": id,
-            "question": self.question,
-            "pipeline": self.pipeline,
-            "status": self.status(),
-            "stage": self.last_stage,
-            "answer": self.record.as_ref().and_then(|r| r.get("answer")).cloned(),
-            "events": self.events.len(),
-        })
+    fn summary(&self, id: &str) -> Summary {
+        Summary {
+            id: id.to_string(),
+            question: self.question.clone(),
+            pipeline: self.pipeline.clone(),
+            status: self.status(),
+            stage: self.last_stage.clone(),
+            answer: self.record.as_ref().and_then(|r| r["answer"].as_str()).map(str::to_string),
+            events: self.events.len(),
+        }
     }
+}
+
+/// Where a question stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QuestionStatus {
+    /// Accepted, no step seen yet.
+    Queued,
+    Running,
+    Answered,
+    Error,
+}
+
+/// One line of `GET /v1/questions`.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct Summary {
+    pub id: String,
+    /// Empty for a question another replica accepted, until its record comes.
+    pub question: String,
+    pub pipeline: String,
+    pub status: QuestionStatus,
+    /// The stage of the latest step.
+    pub stage: String,
+    /// The answer, once answered.
+    pub answer: Option<String>,
+    /// Events in its stream so far.
+    pub events: usize,
+}
+
+/// A question not done yet: where it stands and the steps so far.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct Progress {
+    pub id: String,
+    pub question: String,
+    pub pipeline: String,
+    pub status: QuestionStatus,
+    /// The stage of the latest step.
+    pub stage: String,
+    pub steps: Vec<NodeStep>,
+}
+
+/// One trace step of one node of the question's tree ("root", "1", "1.2").
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct NodeStep {
+    pub node: String,
+    /// The step: stage, iteration and a `kind` with its fields (the record's `trace[]` items).
+    #[schema(value_type = Object)]
+    pub step: Value,
 }
 
 #[derive(Default)]
@@ -337,16 +386,22 @@ impl Registry {
         if let Some(record) = &entry.record {
             return Some(record.clone());
         }
-        let steps: Vec<&Value> =
-            entry.events.iter().filter(|e| e.data.get("step").is_some()).map(|e| &e.data).collect();
-        Some(json!({
-            "id": id,
-            "question": entry.question,
-            "pipeline": entry.pipeline,
-            "status": entry.status(),
-            "stage": entry.last_stage,
-            "steps": steps,
-        }))
+        let steps = entry
+            .events
+            .iter()
+            .filter_map(|e| {
+                Some(NodeStep { node: e.data["node"].as_str()?.to_string(), step: e.data.get("step")?.clone() })
+            })
+            .collect();
+        let progress = Progress {
+            id: id.to_string(),
+            question: entry.question.clone(),
+            pipeline: entry.pipeline.clone(),
+            status: entry.status(),
+            stage: entry.last_stage.clone(),
+            steps,
+        };
+        Some(serde_json::to_value(progress).expect("progress serialises"))
     }
 
     /// The record, if the question is done.
@@ -355,7 +410,7 @@ impl Registry {
     }
 
     /// The newest `limit` questions, newest first, and where each stands.
-    pub fn list(&self, limit: usize) -> Vec<Value> {
+    pub fn list(&self, limit: usize) -> Vec<Summary> {
         let inner = self.inner.lock().unwrap();
         inner.order.iter().rev().take(limit).filter_map(|id| inner.entries.get(id).map(|e| e.summary(id))).collect()
     }

@@ -427,6 +427,39 @@ fn the_openapi_document_describes_every_route_the_server_has() {
     }
 }
 
+/// The document is generated from the handlers; the committed copy is what the server serves, so a
+/// client can read the API without starting one. Every documented operation answers (none falls
+/// through to the 404 of unknown routes), and every status is listed: no catch-all `default`.
+#[actix::test]
+async fn the_served_openapi_document_is_the_committed_copy_and_every_operation_answers() {
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let server = serve(&vanilla_settings(&llm), &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let served = client.get(url(&server, "/openapi.json")).send().await.unwrap().text().await.unwrap();
+    let committed = include_str!("../serve/openapi.json");
+    if served != committed && std::env::var_os("LACUNA_WRITE_OPENAPI").is_some() {
+        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/serve/openapi.json"), &served).unwrap();
+    }
+    assert!(served == committed, "serve/openapi.json is stale: rerun this test with LACUNA_WRITE_OPENAPI=1");
+    let document: Value = serde_json::from_str(&served).unwrap();
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            let responses = operation["responses"].as_object().unwrap();
+            assert!(!responses.contains_key("default"), "{method} {path} lists a catch-all response");
+            let concrete = path.replace("{id}", "nobody");
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let request =
+                client.request(method.clone(), url(&server, &concrete)).header("content-type", "application/json");
+            let response = request.body("{}").send().await.unwrap();
+            let status = response.status().as_str().to_string();
+            let body = response.text().await.unwrap_or_default();
+            assert!(responses.contains_key(&status), "{method} {concrete} answered {status}, not documented");
+            assert!(!body.contains("no route"), "{method} {path} is documented but not routed");
+        }
+    }
+    server.stop();
+}
+
 /// Over Kafka, two serve replicas in front of the stages: a question posted to one is streamed and
 /// answered by the other too (each reads every answer and progress partition in its own groups), and
 /// posting its id again to the other returns the same question.

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Candidate, Event, KnownFact, Memory, Passage, Topic, TraceStep, Usage};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The main module judged the known facts sufficient.
@@ -27,7 +27,7 @@ impl Outcome {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Answered {
     pub question_id: String,
     pub question: String,
@@ -49,6 +49,8 @@ pub struct Answered {
     /// answer with an empty list took the method's full path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub degraded: Vec<String>,
+    /// Every step: stage, iteration and a `kind` with its fields (README, "What you get").
+    #[schema(value_type = Vec<Object>)]
     pub trace: Vec<TraceStep>,
 }
 
@@ -86,7 +88,7 @@ fn degraded_stages(trace: &[TraceStep]) -> Vec<String> {
     stages
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorRecord {
     pub question_id: String,
     /// Empty when the input could not be read far enough to know it.
@@ -98,10 +100,11 @@ pub struct ErrorRecord {
     pub message: String,
     /// What was done before the failure, when known.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
     pub trace: Vec<TraceStep>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum AnswerRecord {
     Answered(Box<Answered>),
@@ -109,7 +112,7 @@ pub enum AnswerRecord {
 }
 
 /// Answer records carry their own version beside the status tag.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct VersionedAnswer {
     pub schema_version: u32,
     #[serde(flatten)]

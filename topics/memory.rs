@@ -9,7 +9,7 @@ use super::node::{NodeRef, TrajectoryStep};
 use super::trace::{TraceKind, TraceStep};
 
 /// A passage of the corpus, as retrieved.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Passage {
     pub id: String,
     pub title: String,
@@ -17,7 +17,7 @@ pub struct Passage {
 }
 
 /// Where a known fact comes from: a passage that entails it, or the model's own knowledge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FactSource {
     /// At least one cited passage entails the fact.
@@ -26,7 +26,7 @@ pub enum FactSource {
     ModelKnowledge,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct KnownFact {
     pub text: String,
     /// Passage ids that entail the fact (empty for model knowledge).
@@ -36,7 +36,7 @@ pub struct KnownFact {
 }
 
 /// LLM spending of one question so far.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Usage {
     pub llm_calls: u32,
     pub prompt_tokens: u64,

@@ -62,12 +62,13 @@ impl NodeRef {
 }
 
 /// One answer a node arrived at. RA-ISF nodes give one; an RQ-RAG subtree gives one per trajectory.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Candidate {
     pub answer: String,
     pub confidence: f32,
     pub explanation: String,
     /// The node that wrote it.
+    #[schema(value_type = Object)]
     pub node: NodeRef,
     /// The queries its trajectory searched with, in order (RQ-RAG).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -84,7 +85,7 @@ pub struct Candidate {
 }
 
 /// The log-probabilities of the tokens of generated text.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AnswerLogprobs {
     /// Sum over the tokens: paper 004's Conf when the text is the final answer.
     pub sum: f64,
