@@ -22,14 +22,16 @@ use axum::middleware::Next;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use utoipa::{IntoParams, ToSchema};
 
+use super::bodies::{
+    Accepted, AcceptedQuestion, AnswerRequest, Batch, IdempotencyKey, Question, QuestionId, QuestionList, QuestionView,
+    ResumeHeader, ResumeQuery, StageLoad, Stages, StillRunning, StreamEvent, Submission, TopicQueue,
+};
 use super::http::{ApiError, ErrorBody, ErrorCode, json_reply, parse_json, read_body, with_location};
-use super::registry::{AdmitError, Admitted, Events, NewQuestion, Progress, Registry, Summary};
+use super::registry::{AdmitError, Admitted, Events, NewQuestion, Registry};
 use crate::config::ServeSettings;
 use crate::metrics::METRICS;
 use crate::pipelines::Transport;
@@ -53,202 +55,6 @@ pub struct Api {
     pub transport: Transport,
     pub stage_names: Vec<&'static str>,
     pub ready: Arc<AtomicBool>,
-}
-
-/// One question as a client sends it.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Question {
-    /// Your own id: the same id again returns the same question, never a second one.
-    #[serde(default)]
-    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
-    id: Option<String>,
-    /// The question: not blank, at most `run.max_question_chars` characters (2000 by default).
-    #[schema(min_length = 1, max_length = 2000, pattern = "\\S")]
-    question: String,
-    /// One of the pipelines this server runs (`GET /v1/stages` lists them); default: the first.
-    #[serde(default)]
-    #[schema(value_type = Option<PipelineName>)]
-    pipeline: Option<String>,
-    /// The answer must be "yes" or "no".
-    #[serde(default)]
-    yes_no: bool,
-}
-
-/// The pipelines Lacuna has; a server runs those `lacuna serve --pipeline` names.
-#[derive(ToSchema)]
-#[schema(as = PipelineName)]
-#[allow(dead_code)]
-#[serde(rename_all = "kebab-case")]
-enum PipelineName {
-    Migres,
-    Vanilla,
-    VanillaS,
-    Qpaug,
-    Raisf,
-    Rqrag,
-}
-
-/// Several questions in one request: all accepted or none.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Batch {
-    /// At most `serve.max_batch` (100 by default), their ids distinct.
-    #[schema(min_items = 1, max_items = 100)]
-    questions: Vec<Question>,
-    /// The pipeline of questions that name none.
-    #[serde(default)]
-    #[schema(value_type = Option<PipelineName>)]
-    pipeline: Option<String>,
-}
-
-/// What `POST /v1/questions` takes.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-#[serde(untagged)]
-enum Submission {
-    One(Question),
-    Batch(Batch),
-}
-
-/// What `POST /v1/answer` takes: one question, and how long to wait for its record.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-struct AnswerRequest {
-    #[serde(flatten)]
-    question: Question,
-    /// Milliseconds to wait; default `serve.answer_timeout_ms`.
-    #[schema(maximum = 86_400_000)]
-    timeout_ms: Option<u64>,
-}
-
-/// The questions a request submitted.
-#[derive(Serialize, ToSchema)]
-pub struct Accepted {
-    /// The question's id, when one question was posted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<String>,
-    /// Its URL, when one question was posted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    location: Option<String>,
-    questions: Vec<AcceptedQuestion>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct AcceptedQuestion {
-    id: String,
-    location: String,
-    /// Asked before (same id or Idempotency-Key): nothing new was submitted.
-    duplicate: bool,
-}
-
-/// `POST /v1/answer` past its wait: the question goes on.
-#[derive(Serialize, ToSchema)]
-pub struct StillRunning {
-    id: String,
-    location: String,
-    /// `running`.
-    status: String,
-    message: String,
-}
-
-/// The newest questions.
-#[derive(Serialize, ToSchema)]
-pub struct QuestionList {
-    /// Questions accepted here and not finished.
-    open: usize,
-    /// Up to 200, newest first.
-    questions: Vec<Summary>,
-}
-
-/// Where the open questions are.
-#[derive(Serialize, ToSchema)]
-pub struct Stages {
-    /// `in-process` or `kafka`.
-    transport: &'static str,
-    /// The default pipeline first.
-    pipelines: Vec<String>,
-    open: usize,
-    max_open: usize,
-    /// Open questions no stage has taken yet.
-    not_started: usize,
-    stages: Vec<StageLoad>,
-    /// In process, the queues that hold events.
-    topics: Vec<TopicQueue>,
-    ready: bool,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct StageLoad {
-    stage: &'static str,
-    /// Open questions whose latest step is this stage's.
-    questions: usize,
-    /// In process, the events it is working on.
-    in_flight: Option<i64>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct TopicQueue {
-    topic: &'static str,
-    queued: i64,
-}
-
-/// One Server-Sent Event of a question's stream.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-struct StreamEvent {
-    /// Its index in the question's stream: resume after it with `Last-Event-ID`.
-    #[schema(pattern = "^[0-9]+$")]
-    id: String,
-    /// `accepted`, `iteration`, a trace step's kind, or `record`.
-    event: String,
-    /// JSON: `{id, question, pipeline}` for `accepted`, `{node, iteration}`, `{node, step}` for a
-    /// step, the record for `record`.
-    #[schema(content_media_type = "application/json")]
-    data: String,
-}
-
-/// The `Idempotency-Key` header (documentation only: the handlers read the header themselves, so
-/// that a bad one gets the JSON 400 every refusal has).
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Header)]
-#[allow(dead_code)]
-struct IdempotencyKey {
-    /// The same key returns the same question, on any replica (in a batch, question i is keyed
-    /// <key>#i). A question with a key and no id gets the id k- followed by 32 hex digits of the
-    /// key's SHA-256.
-    #[serde(rename = "Idempotency-Key")]
-    #[param(required = false, min_length = 1, max_length = 200, pattern = "^[\\t\\x20-\\x7e]+$")]
-    idempotency_key: String,
-}
-
-/// Where a stream resumes: after the event with this id, from the `Last-Event-ID` header or, for
-/// clients that cannot set headers, the `last_event_id` query parameter. Documentation only: both
-/// are read by [`resume_from`], so that a bad one gets the JSON 400 every refusal has.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Header)]
-#[allow(dead_code)]
-struct ResumeHeader {
-    /// Resume after this event.
-    #[param(rename = "Last-Event-ID", value_type = u32, required = false)]
-    last_event_id: String,
-}
-
-#[derive(IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-struct ResumeQuery {
-    /// Resume after this event (the header wins when both are given).
-    #[param(value_type = u32, required = false)]
-    last_event_id: String,
-}
-
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)]
-struct QuestionId {
-    /// The question's id.
-    id: String,
 }
 
 /// Ids travel in URLs and Kafka keys: letters, digits and `._:-`, at most 128 of them.
@@ -484,15 +290,6 @@ pub async fn answer(State(api): State<Arc<Api>>, headers: HeaderMap, body: Body)
 )]
 pub async fn list_questions(State(api): State<Arc<Api>>) -> Response {
     json_reply(StatusCode::OK, &QuestionList { open: api.registry.open(), questions: api.registry.list(200) })
-}
-
-/// A question's record, once done; else where it stands and its steps so far.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-#[serde(untagged)]
-enum QuestionView {
-    Done(crate::topics::VersionedAnswer),
-    Running(Progress),
 }
 
 /// The record when done; else the status and the steps so far.

@@ -6,6 +6,7 @@
 //! every partition, in consumer groups of its own: any replica can answer for any question.
 
 pub mod api;
+pub mod bodies;
 pub mod http;
 pub mod openapi;
 pub mod registry;
