@@ -427,6 +427,30 @@ fn the_openapi_document_describes_every_route_the_server_has() {
     }
 }
 
+/// A `Last-Event-ID` outside the event ids the document allows (0 to 2^31 - 1) is refused with a
+/// clear 400, on the header and on the query parameter alike: not a dropped connection (an
+/// overflowing `+ 1` panicked the handler in debug builds) and not a silently empty stream.
+#[actix::test]
+async fn a_last_event_id_out_of_range_gets_400() {
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let server = serve(&vanilla_settings(&llm), &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let posted = client.post(url(&server, "/v1/questions")).json(&json!({"id": "range", "question": "Where?"}));
+    assert_eq!(posted.send().await.unwrap().status(), 202);
+    let events = url(&server, "/v1/questions/range/events");
+    for last in ["18446744073709551615", "2147483648", "-1"] {
+        let by_header = client.get(&events).header("last-event-id", last).send().await;
+        let status = by_header.as_ref().map(|r| r.status().as_u16()).ok();
+        assert_eq!(status, Some(400), "Last-Event-ID: {last} answered {by_header:?}");
+        let by_query = client.get(format!("{events}?last_event_id={last}")).send().await;
+        let status = by_query.as_ref().map(|r| r.status().as_u16()).ok();
+        assert_eq!(status, Some(400), "?last_event_id={last} answered {by_query:?}");
+    }
+    let resumed = client.get(&events).header("last-event-id", "2147483647").send().await.unwrap();
+    assert_eq!(resumed.status(), 200, "the largest id the document allows is taken");
+    server.stop();
+}
+
 /// The document is generated from the handlers; the committed copy is what the server serves, so a
 /// client can read the API without starting one. Every documented operation answers (none falls
 /// through to the 404 of unknown routes), and every status is listed: no catch-all `default`.
