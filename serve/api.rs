@@ -350,12 +350,12 @@ pub async fn events(
 fn resume_from(headers: &HeaderMap, query: Option<&str>) -> Result<usize, ApiError> {
     let from_query = query.and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("last_event_id=")));
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok()).or(from_query);
-    match last {
-        Some(last) => {
-            Ok(last.trim().parse::<usize>().map_err(|_| ApiError::bad_request("Last-Event-ID must be an event id"))?
-                + 1)
-        }
-        None => Ok(0),
+    let Some(last) = last else { return Ok(0) };
+    // Event ids are the document's int32 (no stream comes near 2^31 events), so the `+ 1` below
+    // cannot overflow, and an id out of that range is refused rather than wrapped to 0.
+    match last.trim().parse::<i32>() {
+        Ok(last) if last >= 0 => Ok(last as usize + 1),
+        _ => Err(ApiError::bad_request(format!("Last-Event-ID must be an event id, 0 to {}", i32::MAX))),
     }
 }
 
