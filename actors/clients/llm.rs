@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::breaker::Breaker;
 use super::llm_cache::{CachedResponse, ResponseCache};
+use super::schema::Schema;
 use crate::config::{CacheMode, LlmSettings};
 use crate::topics::AnswerLogprobs;
 
@@ -153,13 +154,6 @@ fn alphabetical(value: &Value) -> Value {
         Value::Array(items) => Value::Array(items.iter().map(alphabetical).collect()),
         other => other.clone(),
     }
-}
-
-/// A structured output: its JSON schema goes to the server, which constrains decoding to it (in
-/// the order its properties are written: reasoning keys first, see `llm.reasoning_first`).
-pub struct Schema {
-    pub name: &'static str,
-    pub schema: Value,
 }
 
 #[derive(Clone)]

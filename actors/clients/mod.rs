@@ -8,11 +8,13 @@ pub mod llm_cache;
 pub mod nli;
 pub mod onnx;
 pub mod rerank;
+pub mod schema;
 pub mod search;
 
 pub use backoff::{backoff, jittered};
-pub use llm::{CallStats, Completion, LlmClient, LlmError, Schema};
+pub use llm::{CallStats, Completion, LlmClient, LlmError};
 pub use nli::{Nli, NliError, OnnxNli, Verdict};
 pub use onnx::{ModelError, PairClassifier};
 pub use rerank::Reranker;
+pub use schema::Schema;
 pub use search::{MeiliSearch, Search, SearchError, TantivySearch};

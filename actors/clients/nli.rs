@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use super::llm::{CallStats, LlmClient, LlmError, Schema};
+use super::llm::{CallStats, LlmClient, LlmError};
 use super::onnx::{ModelError, PairClassifier};
+use super::schema::Schema;
 use crate::actors::prompts;
 use crate::config::{EntailmentPrompt, NliSettings, OnnxSettings};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NliError {
@@ -42,7 +43,7 @@ impl Nli {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct JudgeAnswer {
     entailed: bool,
 }
@@ -53,15 +54,7 @@ async fn judge_with_llm(
     premise: &str,
     hypothesis: &str,
 ) -> Result<Verdict, NliError> {
-    let schema = Schema {
-        name: "entailment",
-        schema: json!({
-            "type": "object",
-            "properties": { "entailed": { "type": "boolean" } },
-            "required": ["entailed"],
-            "additionalProperties": false,
-        }),
-    };
+    let schema = Schema::of::<JudgeAnswer>("entailment");
     let template = match prompt {
         EntailmentPrompt::Strict => prompts::ENTAILMENT,
         EntailmentPrompt::Lenient => prompts::ENTAILMENT_LENIENT,

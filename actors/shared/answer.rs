@@ -2,42 +2,27 @@
 //! the answers topic (counted in the answer metrics), and the one answer normalisation that both the
 //! stages (comparing candidate answers) and `lacuna eval` (scoring) use.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::actors::clients::Schema;
+use crate::actors::clients::schema::Confidence;
 use crate::metrics::METRICS;
 use crate::topics::{AnswerRecord, Answered, ErrorRecord, Event, Memory, Outcome, Record, TraceKind, VersionedAnswer};
 
 /// An answer that must be given: see [`given_answer`].
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct FinalAnswer {
-    pub answer: String,
-    pub confidence: f32,
+    // Reasoning first: the model explains before it commits to an answer.
     pub explanation: String,
-}
-
-/// The 1-5 confidence every answering schema asks for.
-pub fn confidence_schema() -> serde_json::Value {
-    json!({ "type": "integer", "enum": [1, 2, 3, 4, 5] })
+    pub answer: String,
+    #[schemars(with = "Confidence")]
+    pub confidence: f32,
 }
 
 /// The schema of a [`FinalAnswer`].
 pub fn final_schema() -> Schema {
-    Schema {
-        name: "final_answer",
-        schema: json!({
-            "type": "object",
-            // Reasoning first: the model explains before it commits to an answer.
-            "properties": {
-                "explanation": { "type": "string" },
-                "answer": { "type": "string" },
-                "confidence": confidence_schema(),
-            },
-            "required": ["explanation", "answer", "confidence"],
-            "additionalProperties": false,
-        }),
-    }
+    Schema::of::<FinalAnswer>("final_answer")
 }
 
 /// Ends a question with an answer that had to be given (MIGRES at the limit, the baselines' reader):

@@ -6,8 +6,8 @@
 //! here; an answer naming neither option is mapped to the one a verified fact links it to. What this
 //! cannot settle keeps the model's answer.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::actors::clients::{LlmClient, LlmError, Schema};
 use crate::actors::prompts;
@@ -281,7 +281,7 @@ fn linked_option<'a>(memory: &Memory, answer: &str, options: &'a Options) -> Opt
     linked.map(String::as_str)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct Values {
     explanation: String,
     first: String,
@@ -289,19 +289,7 @@ struct Values {
 }
 
 fn schema() -> Schema {
-    Schema {
-        name: "compare_options",
-        schema: json!({
-            "type": "object",
-            "properties": {
-                "explanation": { "type": "string" },
-                "first": { "type": "string" },
-                "second": { "type": "string" },
-            },
-            "required": ["explanation", "first", "second"],
-            "additionalProperties": false,
-        }),
-    }
+    Schema::of::<Values>("compare_options")
 }
 
 /// Settles a two-option question's answer: for a comparison, one call copies each option's date or

@@ -5,8 +5,8 @@
 //! what the model knows.
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
@@ -26,23 +26,15 @@ pub struct Decompose {
     deadline: std::time::Duration,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct SubQuestions {
+    /// At most `raisf.max_sub_questions`, a bound the schema gets from the settings.
+    #[schemars(length(min = 1))]
     sub_questions: Vec<String>,
 }
 
 fn decompose_schema(max: usize) -> Schema {
-    Schema {
-        name: "decomposition",
-        schema: json!({
-            "type": "object",
-            "properties": {
-                "sub_questions": { "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": max },
-            },
-            "required": ["sub_questions"],
-            "additionalProperties": false,
-        }),
-    }
+    Schema::of::<SubQuestions>("decomposition").with_max_items("sub_questions", max)
 }
 
 impl Decompose {

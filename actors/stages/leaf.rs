@@ -2,8 +2,8 @@
 //! it (MIGRES leaf module, Appendix D). Citations are prompt positions, mapped back to passage ids.
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::actors::clients::{LlmClient, LlmError, Schema};
 use crate::actors::prompts;
@@ -18,42 +18,22 @@ pub struct Leaf {
     llm: LlmClient,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct LeafAnswer {
+    #[schemars(length(max = MAX_FACTS))]
     facts: Vec<LeafFact>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct LeafFact {
     fact: String,
     #[serde(default)]
+    #[schemars(length(min = 1))]
     passages: Vec<i64>,
 }
 
 fn schema() -> Schema {
-    Schema {
-        name: "leaf_facts",
-        schema: json!({
-            "type": "object",
-            "properties": {
-                "facts": {
-                    "type": "array",
-                    "maxItems": MAX_FACTS,
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "fact": { "type": "string" },
-                            "passages": { "type": "array", "items": { "type": "integer" }, "minItems": 1 },
-                        },
-                        "required": ["fact", "passages"],
-                        "additionalProperties": false,
-                    },
-                },
-            },
-            "required": ["facts"],
-            "additionalProperties": false,
-        }),
-    }
+    Schema::of::<LeafAnswer>("leaf_facts")
 }
 
 /// `Passage i: (Title: t) text`, numbered from 0 in this prompt, as in the MIGRES code.
@@ -128,5 +108,18 @@ impl Stage for Leaf {
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: EvidenceEvent = decode(record)?;
         Ok(vec![self.extract(event).await?.to_record()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request, and so the LLM cache's key, is that of the schema once written by hand: the
+    /// facts' bound before their item schema, a fact's passages required and at least one.
+    #[test]
+    fn the_leaf_schema_asks_for_at_most_six_facts_each_citing_a_passage() {
+        let expected = r#"{"type":"object","properties":{"facts":{"type":"array","maxItems":6,"items":{"type":"object","properties":{"fact":{"type":"string"},"passages":{"type":"array","items":{"type":"integer"},"minItems":1}},"required":["fact","passages"],"additionalProperties":false}}},"required":["facts"],"additionalProperties":false}"#;
+        assert_eq!(schema().schema.to_string(), expected);
     }
 }

@@ -7,18 +7,17 @@
 //! "None", it reads the best passages it found, as VANILLA would.
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::actors::clients::{CallStats, LlmClient, LlmError, Schema};
+use crate::actors::clients::schema::Confidence;
+use crate::actors::clients::{CallStats, Completion, LlmClient, LlmError, Schema};
 use crate::actors::prompts;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
-use crate::actors::shared::answer::{
-    FinalAnswer, answer_record, confidence_schema, final_schema, given_answer, normalize_answer,
-};
+use crate::actors::shared::answer::{FinalAnswer, answer_record, final_schema, given_answer, normalize_answer};
 use crate::actors::shared::evidence::{documents, read};
 use crate::actors::shared::two_options;
 use crate::config::{Acceptance, DecisionPrompt, MigresSettings};
@@ -30,10 +29,9 @@ pub struct Main {
     settings: MigresSettings,
 }
 
-#[derive(Deserialize)]
+/// What the decision says, from either prompt's reply.
 struct Decision {
     /// Only the `flag` prompt asks for it.
-    #[serde(default)]
     answerable: Option<bool>,
     answer: String,
     confidence: f32,
@@ -41,32 +39,58 @@ struct Decision {
     missing_information: String,
 }
 
-fn decision_schema(prompt: DecisionPrompt) -> Schema {
-    // Reasoning first: the model explains before it commits. The `flag` prompt (the paper's) also
-    // names what is missing before it sets the flag; `attempt` answers first and says what is
-    // missing after. The keys go out in this order (serde_json `preserve_order`).
-    let (name, keys): (&'static str, &[&str]) = match prompt {
-        DecisionPrompt::Flag => {
-            ("main_decision", &["explanation", "missing_information", "answerable", "answer", "confidence"])
-        }
-        DecisionPrompt::Attempt => ("main_attempt", &["explanation", "answer", "confidence", "missing_information"]),
-    };
-    let property = |key: &str| match key {
-        "answerable" => json!({ "type": "boolean" }),
-        "confidence" => confidence_schema(),
-        _ => json!({ "type": "string" }),
-    };
-    let properties: serde_json::Map<String, serde_json::Value> =
-        keys.iter().map(|key| (key.to_string(), property(key))).collect();
-    Schema {
-        name,
-        schema: json!({
-            "type": "object",
-            "properties": properties,
-            "required": keys,
-            "additionalProperties": false,
-        }),
+// Reasoning first: the model explains before it commits. The `flag` prompt (the paper's) also names
+// what is missing before it sets the flag; `attempt` answers first and says what is missing after.
+// The keys go out in the order the fields are declared.
+
+/// The `flag` prompt's reply.
+#[derive(Deserialize, JsonSchema)]
+struct FlagReply {
+    explanation: String,
+    missing_information: String,
+    answerable: bool,
+    answer: String,
+    #[schemars(with = "Confidence")]
+    confidence: f32,
+}
+
+/// The `attempt` prompt's reply.
+#[derive(Deserialize, JsonSchema)]
+struct AttemptReply {
+    explanation: String,
+    answer: String,
+    #[schemars(with = "Confidence")]
+    confidence: f32,
+    missing_information: String,
+}
+
+impl From<FlagReply> for Decision {
+    fn from(r: FlagReply) -> Self {
+        let FlagReply { explanation, missing_information, answerable, answer, confidence } = r;
+        Decision { answerable: Some(answerable), answer, confidence, explanation, missing_information }
     }
+}
+
+impl From<AttemptReply> for Decision {
+    fn from(r: AttemptReply) -> Self {
+        let AttemptReply { explanation, answer, confidence, missing_information } = r;
+        Decision { answerable: None, answer, confidence, explanation, missing_information }
+    }
+}
+
+/// One decision call with the configured prompt's schema.
+async fn decide_once(llm: &LlmClient, prompt: DecisionPrompt, text: &str) -> Result<Completion<Decision>, LlmError> {
+    let into = |reply: Completion<_>| Completion { value: Decision::from(reply.value), stats: reply.stats };
+    Ok(match prompt {
+        DecisionPrompt::Flag => {
+            into(llm.structured::<FlagReply>(prompts::SYSTEM, text, &Schema::of::<FlagReply>("main_decision")).await?)
+        }
+        DecisionPrompt::Attempt => {
+            let schema = Schema::of::<AttemptReply>("main_attempt");
+            let reply = llm.structured::<AttemptReply>(prompts::SYSTEM, text, &schema).await?;
+            Completion { value: reply.value.into(), stats: reply.stats }
+        }
+    })
 }
 
 impl Main {
@@ -142,16 +166,14 @@ impl Main {
     /// The decision: one call, or with `decision_samples` > 1 the vote of that many samples, each
     /// with its own seed.
     async fn decision(&self, prompt: &str) -> Result<(Decision, Vec<CallStats>), StageError> {
-        let samples = self.settings.decision_samples.max(1);
-        let schema = decision_schema(self.settings.decision_prompt);
+        let (samples, kind) = (self.settings.decision_samples.max(1), self.settings.decision_prompt);
         if samples == 1 {
-            let reply = self.llm.structured::<Decision>(prompts::SYSTEM, prompt, &schema).await?;
+            let reply = decide_once(&self.llm, kind, prompt).await?;
             return Ok((reply.value, vec![reply.stats]));
         }
         let calls = (1..=samples).map(|seed| {
             let llm = self.llm.sampling(self.settings.sample_temperature, u64::from(seed));
-            let schema = &schema;
-            async move { llm.structured::<Decision>(prompts::SYSTEM, prompt, schema).await }
+            async move { decide_once(&llm, kind, prompt).await }
         });
         let replies = futures::future::try_join_all(calls).await?;
         let stats = replies.iter().map(|r| r.stats.clone()).collect();
@@ -376,6 +398,23 @@ impl Stage for Main {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The requests, and so the LLM cache's keys, are those of the schemas once written by hand:
+    /// the keys in the prompts' order, every one required, confidence one of five integers.
+    #[test]
+    fn each_decision_prompt_gets_its_own_schema_in_its_own_key_order() {
+        let flag = Schema::of::<FlagReply>("main_decision").schema.to_string();
+        let confidence = r#""confidence":{"type":"integer","enum":[1,2,3,4,5]}"#;
+        let expected = format!(
+            r#"{{"type":"object","properties":{{"explanation":{{"type":"string"}},"missing_information":{{"type":"string"}},"answerable":{{"type":"boolean"}},"answer":{{"type":"string"}},{confidence}}},"required":["explanation","missing_information","answerable","answer","confidence"],"additionalProperties":false}}"#
+        );
+        assert_eq!(flag, expected);
+        let attempt = Schema::of::<AttemptReply>("main_attempt").schema.to_string();
+        let expected = format!(
+            r#"{{"type":"object","properties":{{"explanation":{{"type":"string"}},"answer":{{"type":"string"}},{confidence},"missing_information":{{"type":"string"}}}},"required":["explanation","answer","confidence","missing_information"],"additionalProperties":false}}"#
+        );
+        assert_eq!(attempt, expected);
+    }
     use crate::topics::{FactSource, KnownFact, Passage};
 
     fn memory_with(facts: &[(&str, &[&str], FactSource)]) -> Memory {

@@ -5,8 +5,8 @@
 use std::collections::HashSet;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
@@ -21,23 +21,15 @@ pub struct QueryGen {
     settings: MigresSettings,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct NewQueries {
+    /// At most `migres.max_new_queries`, a bound the schema gets from the settings.
+    #[schemars(length(min = 1))]
     queries: Vec<String>,
 }
 
 fn schema(max: usize) -> Schema {
-    Schema {
-        name: "new_queries",
-        schema: json!({
-            "type": "object",
-            "properties": {
-                "queries": { "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": max },
-            },
-            "required": ["queries"],
-            "additionalProperties": false,
-        }),
-    }
+    Schema::of::<NewQueries>("new_queries").with_max_items("queries", max)
 }
 
 impl QueryGen {

@@ -5,8 +5,8 @@
 //! `select` can choose among the trajectories.
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
@@ -42,21 +42,14 @@ pub struct Refine {
     deadline: std::time::Duration,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct Queries {
+    #[schemars(length(min = 1, max = 3))]
     queries: Vec<String>,
 }
 
 fn queries_schema() -> Schema {
-    Schema {
-        name: "refined_queries",
-        schema: json!({
-            "type": "object",
-            "properties": { "queries": { "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": 3 } },
-            "required": ["queries"],
-            "additionalProperties": false,
-        }),
-    }
+    Schema::of::<Queries>("refined_queries")
 }
 
 /// The trajectory so far as the prompts show it: each step's queries and what they found.

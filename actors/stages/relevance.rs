@@ -3,8 +3,8 @@
 //! question goes on `missing` to `decompose`.
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
@@ -22,21 +22,13 @@ pub struct Relevance {
     answerer: LlmClient,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct Relevant {
     relevant: bool,
 }
 
 fn relevant_schema() -> Schema {
-    Schema {
-        name: "passage_relevance",
-        schema: json!({
-            "type": "object",
-            "properties": { "relevant": { "type": "boolean" } },
-            "required": ["relevant"],
-            "additionalProperties": false,
-        }),
-    }
+    Schema::of::<Relevant>("passage_relevance")
 }
 
 impl Relevance {

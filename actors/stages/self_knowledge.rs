@@ -3,8 +3,8 @@
 //! retrieval. Roots come from `questions`, sub-questions from `nodes`.
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
@@ -21,21 +21,13 @@ pub struct SelfKnowledge {
     answerer: LlmClient,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct Known {
     known: bool,
 }
 
 fn known_schema() -> Schema {
-    Schema {
-        name: "self_knowledge",
-        schema: json!({
-            "type": "object",
-            "properties": { "known": { "type": "boolean" } },
-            "required": ["known"],
-            "additionalProperties": false,
-        }),
-    }
+    Schema::of::<Known>("self_knowledge")
 }
 
 impl SelfKnowledge {
