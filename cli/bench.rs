@@ -116,8 +116,8 @@ async fn pipeline(settings: &Settings, args: PipelineArgs) -> anyhow::Result<()>
     }
     if let Some(n) = args.llm_concurrency {
         settings.llm.max_concurrency = n;
-        for stage in settings.stages.values_mut() {
-            stage.llm_concurrency = n;
+        for stage in crate::pipelines::PipelineKind::all_stage_names() {
+            settings.stages.entry(stage.to_string()).or_default().llm_concurrency = Some(n);
         }
     }
     if let Some(n) = args.retrieve_top_n {

@@ -58,12 +58,35 @@ pub struct RetrySettings {
     pub publish_attempts: u32,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// How one stage runs. Its declaration (`pipelines/`) gives the defaults; `[stages.NAME]` may
+/// override them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StageSettings {
     /// Events processed at once: the stage's one bound on taken, unfinished work. Never below
     /// `llm_concurrency`, so every LLM slot can be in use.
     pub max_in_flight: usize,
     /// LLM calls in flight at once.
     pub llm_concurrency: usize,
+}
+
+impl StageSettings {
+    /// A stage that calls the LLM.
+    pub const LLM: StageSettings = StageSettings { max_in_flight: 8, llm_concurrency: 2 };
+
+    /// These defaults with `overrides` applied.
+    pub fn with(self, overrides: Option<&StageOverrides>) -> StageSettings {
+        let Some(overrides) = overrides else { return self };
+        StageSettings {
+            max_in_flight: overrides.max_in_flight.unwrap_or(self.max_in_flight),
+            llm_concurrency: overrides.llm_concurrency.unwrap_or(self.llm_concurrency),
+        }
+    }
+}
+
+/// `[stages.NAME]`: what a deployment changes of a stage's declared [`StageSettings`].
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StageOverrides {
+    pub max_in_flight: Option<usize>,
+    pub llm_concurrency: Option<usize>,
 }

@@ -60,6 +60,8 @@ pub struct StageDecl {
     pub outputs: &'static [Topic],
     pub needs: &'static [Part],
     pub replicas: Replicas,
+    /// How it runs unless `[stages.NAME]` says otherwise.
+    pub runs: StageSettings,
     /// Builds the stage from the settings and the loaded parts.
     pub build: fn(&StageStart<'_>) -> Result<Startable, StartError>,
 }
@@ -72,7 +74,26 @@ impl StageDecl {
         outputs: &'static [Topic],
         build: fn(&StageStart<'_>) -> Result<Startable, StartError>,
     ) -> StageDecl {
-        StageDecl { name, inputs, outputs, needs: &[Part::Llm], replicas: Replicas::Scaled, build }
+        StageDecl {
+            name,
+            inputs,
+            outputs,
+            needs: &[Part::Llm],
+            replicas: Replicas::Scaled,
+            runs: StageSettings::LLM,
+            build,
+        }
+    }
+
+    /// The same stage, running `max_in_flight` events and `llm_concurrency` LLM calls at once.
+    pub const fn running(mut self, max_in_flight: usize, llm_concurrency: usize) -> StageDecl {
+        self.runs = StageSettings { max_in_flight, llm_concurrency };
+        self
+    }
+
+    /// Its settings: the declared ones, with `[stages.NAME]` applied.
+    pub fn settings(&self, settings: &Settings) -> StageSettings {
+        self.runs.with(settings.stages.get(self.name))
     }
 
     pub fn needs(&self, part: Part) -> bool {
@@ -90,13 +111,13 @@ impl StageDecl {
         settings: &Settings,
         parts: &Parts,
     ) -> Result<RunningStage, StartError> {
-        let own = settings.stages.get(self.name).ok_or(StartError::NoSettings(self.name))?;
-        let start = StageStart { name: self.name, settings, parts, own };
+        let own = self.settings(settings);
+        let start = StageStart { name: self.name, settings, parts, own: &own };
         let startable = (self.build)(&start)?;
         if startable.name != self.name {
             return Err(StartError::Misdeclared { declared: self.name, built: startable.name });
         }
-        Ok((startable.start)(bus, self.wiring(), RunnerSettings::new(own, settings)).await?)
+        Ok((startable.start)(bus, self.wiring(), RunnerSettings::new(&own, settings)).await?)
     }
 }
 
@@ -104,8 +125,6 @@ impl StageDecl {
 pub enum StartError {
     #[error("{pipeline} has no stage {name:?}; its stages are {stages}")]
     UnknownStage { pipeline: &'static str, name: String, stages: String },
-    #[error("configuration: no [stages.{0}] section")]
-    NoSettings(&'static str),
     #[error("stage {stage} needs the {part}, which was not loaded")]
     MissingPart { stage: &'static str, part: &'static str },
     #[error("stage declared as {declared} builds {built}")]
@@ -131,7 +150,8 @@ impl Startable {
     }
 }
 
-/// What a stage's `build` gets: the settings, its own `[stages.NAME]` section and the loaded parts.
+/// What a stage's `build` gets: the settings, its own (declared, then `[stages.NAME]`) and the
+/// loaded parts.
 pub struct StageStart<'a> {
     pub name: &'static str,
     pub settings: &'a Settings,
@@ -185,6 +205,8 @@ pub const fn retrieve(inputs: &'static [Topic]) -> StageDecl {
         outputs: &[Topic::Passages],
         needs: &[Part::Search],
         replicas: Replicas::Scaled,
+        // No LLM call: its one LLM slot is never used.
+        runs: StageSettings { max_in_flight: 8, llm_concurrency: 1 },
         build: |s| {
             Ok(Startable::new(crate::actors::stages::retrieve::Retrieve::new(s.search()?, s.settings.migres.clone())))
         },
@@ -200,6 +222,8 @@ pub const fn sentence_filter(build: fn(&StageStart<'_>) -> Result<Startable, Sta
         // The LLM writes what it knows when nothing passes the filter (MIGRES's knowledge prompting).
         needs: &[Part::Reranker, Part::Llm],
         replicas: Replicas::Scaled,
+        // Re-ranking is CPU work between awaits: more events at once keep the scoring workers fed.
+        runs: StageSettings { max_in_flight: 16, llm_concurrency: 2 },
         build,
     }
 }
@@ -211,6 +235,7 @@ pub const JOIN: StageDecl = StageDecl {
     outputs: &[Topic::Joined, Topic::JoinState],
     needs: &[],
     replicas: Replicas::One,
+    runs: StageSettings { max_in_flight: 16, llm_concurrency: 1 },
     build: |s| {
         let tick = std::time::Duration::from_millis(s.settings.join.tick_ms.max(10));
         let bus = &s.settings.bus;

@@ -9,6 +9,7 @@ use crate::actors::stages::main::Main;
 use crate::actors::stages::query_gen::QueryGen;
 use crate::actors::stages::sentence_filter::FilterMode;
 use crate::actors::stages::verify::Verify;
+use crate::config::StageSettings;
 use crate::pipelines::declaration::{Part, Replicas, StageDecl, Startable, retrieve, sentence_filter};
 use crate::topics::Topic;
 
@@ -25,6 +26,7 @@ pub const STAGES: &[StageDecl] = &[
         // The LLM judges entailment unless nli.backend = "onnx".
         needs: &[Part::Llm, Part::Nli],
         replicas: Replicas::Scaled,
+        runs: StageSettings::LLM,
         build: |s| Ok(Startable::new(Verify::new(s.nli()).with_recite_uncited(s.settings.nli.recite_uncited))),
     },
     StageDecl::llm(Main::NAME, &[Topic::Verified], &[Topic::Answers, Topic::Missing], |s| {

@@ -15,6 +15,7 @@ use crate::actors::runner::Stage;
 use crate::actors::stages::refine::Refine;
 use crate::actors::stages::select::Select;
 use crate::actors::stages::sentence_filter::FilterMode;
+use crate::config::StageSettings;
 use crate::pipelines::declaration::{JOIN, Replicas, StageDecl, Startable, retrieve, sentence_filter};
 use crate::topics::Topic;
 
@@ -33,6 +34,7 @@ pub const STAGES: &[StageDecl] = &[
         outputs: &[Topic::Answers, Topic::Joins],
         needs: &[],
         replicas: Replicas::Scaled,
+        runs: StageSettings { max_in_flight: 8, llm_concurrency: 1 },
         build: |s| Ok(Startable::new(Select::new(s.settings.rqrag.selection))),
     },
 ];

@@ -174,7 +174,7 @@ async fn a_rebalance_lets_in_flight_work_finish_instead_of_redoing_it() {
     settings.kafka.brokers = std::env::var("LACUNA_TEST_KAFKA_REBALANCE").expect(
         "LACUNA_TEST_KAFKA_REBALANCE is not set: run the tests with scripts/test.sh, which starts a broker for it",
     );
-    settings.stages.get_mut("query_gen").unwrap().llm_concurrency = 8;
+    settings.stages.entry("query_gen".into()).or_default().llm_concurrency = Some(8);
     let bus = bus(&settings).await;
     let one = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;
     let mut queries = bus.subscribe(&[Topic::Queries], "t-queries").await.unwrap();
@@ -355,8 +355,8 @@ async fn a_full_stage_pauses_and_keeps_its_partitions_while_the_llm_is_slow() {
     let mut settings = settings("slow", &llm.base_url);
     settings.llm.timeout_ms = 30_000;
     settings.kafka.max_poll_interval_ms = 6000;
-    let query_gen = settings.stages.get_mut("query_gen").unwrap();
-    (query_gen.max_in_flight, query_gen.llm_concurrency) = (1, 1);
+    let query_gen = settings.stages.entry("query_gen".into()).or_default();
+    (query_gen.max_in_flight, query_gen.llm_concurrency) = (Some(1), Some(1));
     settings.kafka.prefetch = 1;
     let bus = bus(&settings).await;
     let paused = lacuna::metrics::METRICS.paused_partitions.with_label_values(&["query_gen"]);

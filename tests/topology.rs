@@ -2,7 +2,7 @@
 //! topic a stage writes has a consumer (or is a sink), every declared stage has its settings, and
 //! the diagrams in the docs are what `lacuna graph` prints today.
 
-use lacuna::config::Settings;
+use lacuna::config::{Settings, StageSettings};
 use lacuna::pipelines::declaration::{Replicas, StageDecl, Startable};
 use lacuna::pipelines::{PipelineKind, graph};
 use lacuna::topics::Topic;
@@ -20,7 +20,15 @@ fn never_built(_: &lacuna::pipelines::declaration::StageStart<'_>) -> Result<Sta
 }
 
 const fn decl(name: &'static str, inputs: &'static [Topic], outputs: &'static [Topic]) -> StageDecl {
-    StageDecl { name, inputs, outputs, needs: &[], replicas: Replicas::Scaled, build: never_built }
+    StageDecl {
+        name,
+        inputs,
+        outputs,
+        needs: &[],
+        replicas: Replicas::Scaled,
+        runs: StageSettings::LLM,
+        build: never_built,
+    }
 }
 
 #[test]
@@ -38,20 +46,25 @@ fn a_miswired_pipeline_is_reported() {
     assert_eq!(problems.len(), 3, "{problems:?}");
 }
 
+/// A stage runs on the settings its declaration gives, so adding one needs no TOML; a
+/// `[stages.NAME]` section changes only the keys it sets, and one for a stage no pipeline has is a
+/// typo, refused.
 #[test]
-fn every_declared_stage_has_its_settings_and_no_other_section_exists() {
+fn a_stage_runs_on_its_declared_settings_unless_a_section_overrides_them() {
     let settings = Settings::defaults();
     settings.check_stage_names(PipelineKind::all_stage_names()).unwrap();
+    assert!(settings.stages.is_empty(), "config/default.toml needs no [stages.*] section");
+    let leaf = PipelineKind::Migres.stage("leaf").unwrap();
+    assert_eq!(leaf.settings(&settings), StageSettings { max_in_flight: 8, llm_concurrency: 2 });
+    let filter = PipelineKind::Migres.stage("sentence_filter").unwrap();
+    assert_eq!(filter.settings(&settings).max_in_flight, 16, "sentence_filter declares its own");
 
-    let mut typo = settings.clone();
-    let leaf = typo.stages["leaf"].clone();
-    typo.stages.insert("leef".into(), leaf);
+    let overridden = Settings::load_with(None, &["[stages.leaf]\nllm_concurrency = 6".to_string()]).unwrap();
+    assert_eq!(leaf.settings(&overridden), StageSettings { max_in_flight: 8, llm_concurrency: 6 });
+
+    let typo = Settings::load_with(None, &["[stages.leef]\nmax_in_flight = 4".to_string()]).unwrap();
     let error = typo.check_stage_names(PipelineKind::all_stage_names()).unwrap_err();
     assert!(error.contains("[stages.leef]: no pipeline has a stage"), "{error}");
-
-    let mut missing = settings.clone();
-    missing.stages.remove("verify");
-    assert_eq!(missing.check_stage_names(PipelineKind::all_stage_names()).unwrap_err(), "no [stages.verify] section");
 }
 
 #[test]

@@ -132,8 +132,8 @@ async fn a_stage_works_on_several_events_at_once() {
     })
     .await;
     let mut settings: Settings = support::settings(&llm.base_url);
-    let query_gen = settings.stages.get_mut("query_gen").unwrap();
-    (query_gen.max_in_flight, query_gen.llm_concurrency) = (1, 4);
+    let query_gen = settings.stages.entry("query_gen".into()).or_default();
+    (query_gen.max_in_flight, query_gen.llm_concurrency) = (Some(1), Some(4));
     let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
     let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
     let running = support::start_query_gen(&bus, &settings).await;
