@@ -3,7 +3,8 @@
 //! questions, queries -> retrieve -> passages -> sentence_filter (top k) -> evidence -> refine
 //!   -> (below the depth limit) joins + one queries event per refinement (rewrite, decompose,
 //!      disambiguate), each a trajectory of its own, back to retrieve
-//!   -> (at the limit) the trajectory's answer with its token log-probabilities -> joins
+//!   -> (at the limit) verified -> trajectory_answer: the trajectory's answer with its token
+//!      log-probabilities -> joins (the root's, when it could not branch: answers)
 //! joins -> join -> joined -> select -> (below the root) joins, (at the root) answers
 //!
 //! `select` chooses by perplexity, confidence or ensemble; every trajectory's answer stays in the
@@ -15,6 +16,7 @@ use crate::actors::runner::Stage;
 use crate::actors::stages::refine::Refine;
 use crate::actors::stages::select::Select;
 use crate::actors::stages::sentence_filter::FilterMode;
+use crate::actors::stages::trajectory_answer::TrajectoryAnswer;
 use crate::config::StageSettings;
 use crate::pipelines::declaration::{JOIN, Replicas, StageDecl, Startable, retrieve, sentence_filter};
 use crate::topics::Topic;
@@ -22,9 +24,12 @@ use crate::topics::Topic;
 pub const STAGES: &[StageDecl] = &[
     retrieve(&[Topic::Queries, Topic::Questions]),
     sentence_filter(|s| s.sentence_filter(FilterMode::TOP_K, s.settings.rqrag.top_k)),
-    StageDecl::llm(Refine::NAME, &[Topic::Evidence], &[Topic::Answers, Topic::Joins, Topic::Queries], |s| {
+    StageDecl::llm(Refine::NAME, &[Topic::Evidence], &[Topic::Joins, Topic::Queries, Topic::Verified], |s| {
         let deadline = Duration::from_millis(s.settings.join.deadline_ms);
         Ok(Startable::new(Refine::new(s.llm(), s.settings.rqrag.clone(), deadline)))
+    }),
+    StageDecl::llm(TrajectoryAnswer::NAME, &[Topic::Verified], &[Topic::Answers, Topic::Joins], |s| {
+        Ok(Startable::new(TrajectoryAnswer::new(s.llm(), s.settings.rqrag.selection)))
     }),
     JOIN,
     // Chooses from log-probabilities the trajectories brought: no LLM call of its own.

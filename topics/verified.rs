@@ -1,5 +1,6 @@
-//! `verified`: the memory with this iteration's entailed facts added, verify -> main.
-//! query_gen also sends here, with `memory.exhausted`, when it could write no new query.
+//! `verified`: a question's memory, ready to be answered from. MIGRES: with this iteration's
+//! entailed facts added, verify -> main; query_gen also sends here, with `memory.exhausted`, when
+//! it could write no new query. RQ-RAG: a trajectory done refining, refine -> trajectory_answer.
 
 use serde::{Deserialize, Serialize};
 

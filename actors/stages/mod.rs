@@ -16,4 +16,5 @@ pub mod retrieve;
 pub mod select;
 pub mod self_knowledge;
 pub mod sentence_filter;
+pub mod trajectory_answer;
 pub mod verify;

@@ -1,8 +1,7 @@
 //! refine: one step of an RQ-RAG trajectory (paper 004, Section 2.3). With what the step retrieved
 //! in hand, the trajectory either branches, one child per refinement (rewrite, decompose or
 //! disambiguate the query), each child searching with its own refined query as an event of its own;
-//! or, at the depth limit, answers, with the token log-probabilities of its answer kept so that
-//! `select` can choose among the trajectories.
+//! or, at the depth limit, goes to `trajectory_answer` to be answered.
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -13,11 +12,10 @@ use crate::actors::prompts;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::{cite_shown, documents};
-use crate::actors::shared::fanout::{expect_record, is_root, result_record};
-use crate::actors::shared::selection::choose_answer;
+use crate::actors::shared::fanout::expect_record;
 use crate::config::RqragSettings;
 use crate::topics::{
-    Candidate, Event, EvidenceEvent, Memory, Outcome, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, TrajectoryStep,
+    Event, EvidenceEvent, Memory, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, TrajectoryStep, VerifiedEvent,
 };
 
 /// The refinements, in the order `rqrag.width` takes them, with what each asks of the model.
@@ -99,39 +97,6 @@ impl Refine {
         child.trajectory.push(TrajectoryStep { action: name.to_string(), queries, evidence: Vec::new(), logprobs });
         Ok(Some(child))
     }
-
-    /// The trajectory's answer from everything it found, with its token log-probabilities.
-    async fn answer(&self, memory: &mut Memory) -> Result<Candidate, StageError> {
-        let found = memory.trajectory.iter().flat_map(|s| &s.evidence);
-        let docs = documents(found.clone().map(|e| (e.title.as_str(), e.text.as_str())));
-        let citations = found.map(|e| e.id.clone()).collect();
-        let prompt = prompts::fill(
-            prompts::TRAJECTORY_ANSWER,
-            &[("documents", &docs), ("question", &memory.question_to_answer())],
-        );
-        let reply = self.llm.line_with_logprobs(prompts::SYSTEM, &prompt).await?;
-        note_call(memory, Self::NAME, "answer", &reply.stats);
-        let answer = reply.value.trim().lines().next().unwrap_or_default().trim().trim_end_matches('.').to_string();
-        let logprobs = reply.stats.logprobs.clone();
-        // PPL is over everything the trajectory generated (paper 004, Section 2.3).
-        let trajectory_logprobs = logprobs.as_ref().map(|answer| {
-            let mut all = answer.clone();
-            memory.trajectory.iter().filter_map(|s| s.logprobs.as_ref()).for_each(|l| all.add(l));
-            all
-        });
-        let steps: Vec<String> =
-            memory.trajectory.iter().map(|s| format!("{}: {}", s.action, s.queries.join(" | "))).collect();
-        Ok(Candidate {
-            answer,
-            confidence: logprobs.as_ref().map_or(0.0, |l| l.probability() as f32),
-            explanation: steps.join(" -> "),
-            node: memory.node_ref(),
-            queries: memory.trajectory.iter().flat_map(|s| s.queries.clone()).collect(),
-            logprobs,
-            trajectory_logprobs,
-            citations,
-        })
-    }
 }
 
 #[async_trait(?Send)]
@@ -169,16 +134,7 @@ impl Stage for Refine {
                 return Ok(out);
             }
         }
-        let candidate = self.answer(&mut memory).await?;
-        if is_root(&memory) {
-            return Ok(vec![choose_answer(
-                memory,
-                Self::NAME,
-                vec![candidate],
-                self.settings.selection,
-                Outcome::Answered,
-            )]);
-        }
-        Ok(vec![result_record(memory, vec![candidate])])
+        // At the depth limit, or with nothing new to search for: the trajectory is done refining.
+        Ok(vec![VerifiedEvent { schema_version: SCHEMA_VERSION, memory }.to_record()])
     }
 }
