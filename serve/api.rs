@@ -346,15 +346,22 @@ pub async fn events(
     Ok(response)
 }
 
-/// The index of the first event to send: 0, or one past the `Last-Event-ID` the client saw.
+/// The index of the first event to send: 0, or one past the `Last-Event-ID` the client saw (the
+/// header, else `last_event_id` in the query). Either one given must be an event id.
 fn resume_from(headers: &HeaderMap, query: Option<&str>) -> Result<usize, ApiError> {
     let from_query = query.and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("last_event_id=")));
-    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok()).or(from_query);
-    let Some(last) = last else { return Ok(0) };
-    // Event ids are the document's int32 (no stream comes near 2^31 events), so the `+ 1` below
-    // cannot overflow, and an id out of that range is refused rather than wrapped to 0.
-    match last.trim().parse::<i32>() {
-        Ok(last) if last >= 0 => Ok(last as usize + 1),
+    let from_header = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let (header, query) = (event_id(from_header)?, event_id(from_query)?);
+    Ok(header.or(query).map_or(0, |last| last + 1))
+}
+
+/// An event id as a client sends it back. Event ids are the document's int32 (no stream comes near
+/// 2^31 events), so the `+ 1` after it cannot overflow, and an id out of that range is refused
+/// rather than wrapped to 0.
+fn event_id(text: Option<&str>) -> Result<Option<usize>, ApiError> {
+    let Some(text) = text else { return Ok(None) };
+    match text.trim().parse::<i32>() {
+        Ok(id) if id >= 0 => Ok(Some(id as usize)),
         _ => Err(ApiError::bad_request(format!("Last-Event-ID must be an event id, 0 to {}", i32::MAX))),
     }
 }
