@@ -46,6 +46,14 @@ export LACUNA_TEST_KAFKA_REBALANCE="127.0.0.1:$rebalance_port"
 
 cargo test --locked "$@"
 
+# Schemathesis against `lacuna serve`'s OpenAPI document, with and without a token: the document and
+# the server must agree on every route, status, header and body (scripts/schemathesis.sh).
+if command -v python3 > /dev/null; then
+    scripts/schemathesis.sh
+else
+    echo "test: SKIPPED the Schemathesis runs: no python3" >&2
+fi
+
 # The container image: built from a debootstrap root with umoci (a release build), then run with runc
 # without network (scripts/image-test.sh). Both need root; LACUNA_SKIP_IMAGE=1 leaves them out.
 if [ "${LACUNA_SKIP_IMAGE:-0}" = 1 ]; then
