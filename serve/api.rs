@@ -28,7 +28,7 @@ use subtle::ConstantTimeEq;
 
 use super::bodies::{
     Accepted, AcceptedQuestion, AnswerRequest, Batch, IdempotencyKey, Question, QuestionId, QuestionList, QuestionView,
-    ResumeHeader, ResumeQuery, StageLoad, Stages, StillRunning, StreamEvent, Submission, TopicQueue,
+    ResumeHeader, ResumeQuery, StageLoad, Stages, StillRunning, StreamEvent, Submission, SubmitRefused, TopicQueue,
 };
 use super::http::{ApiError, ErrorBody, ErrorCode, json_reply, parse_json, read_body, with_location};
 use super::registry::{AdmitError, Admitted, Events, NewQuestion, Registry};
@@ -212,14 +212,7 @@ impl Api {
     responses(
         (status = 202, description = "Accepted; Location is the first question's URL.", body = Accepted,
             headers(("Location" = String, description = "The first question's URL."))),
-        (status = 400, description = "The body is not a question or a batch of them, or one of them is refused (blank, too long, a bad id, a pipeline not served here, two of the same id).", body = ErrorBody),
-        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within serve.body_timeout_ms.", body = ErrorBody),
-        (status = 409, description = "The id was asked before with another question.", body = ErrorBody),
-        (status = 413, description = "The body is over serve.max_body_bytes.", body = ErrorBody),
-        (status = 429, description = "serve.max_open_questions are open: retry after Retry-After seconds.", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait."))),
-        (status = 503, description = "The bus did not take a question; `accepted` lists those it took.", body = ErrorBody),
+        SubmitRefused,
     )
 )]
 pub async fn post_questions(State(api): State<Arc<Api>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
@@ -245,14 +238,7 @@ pub async fn post_questions(State(api): State<Arc<Api>>, headers: HeaderMap, bod
         (status = 200, description = "The record.", body = crate::topics::VersionedAnswer),
         (status = 202, description = "No record within the timeout: the question goes on; GET its Location.", body = StillRunning,
             headers(("Location" = String, description = "The question's URL."))),
-        (status = 400, description = "Not one question, or it is refused (see POST /v1/questions), or timeout_ms is not a whole number.", body = ErrorBody),
-        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within serve.body_timeout_ms.", body = ErrorBody),
-        (status = 409, description = "The id was asked before with another question.", body = ErrorBody),
-        (status = 413, description = "The body is over serve.max_body_bytes.", body = ErrorBody),
-        (status = 429, description = "serve.max_open_questions are open: retry after Retry-After seconds.", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait."))),
-        (status = 503, description = "The bus did not take the question.", body = ErrorBody),
+        SubmitRefused,
     )
 )]
 pub async fn answer(State(api): State<Arc<Api>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::http::ErrorBody;
 use super::registry::{Progress, Summary};
 
 /// One question as a client sends it.
@@ -201,4 +202,32 @@ pub struct QuestionId {
 pub enum QuestionView {
     Done(crate::topics::VersionedAnswer),
     Running(Progress),
+}
+
+/// Why a submission (`POST /v1/questions`, `POST /v1/answer`) is refused.
+#[derive(utoipa::IntoResponses)]
+pub enum SubmitRefused {
+    /// The body is not a question or a batch of them, or one of them is refused (blank, too long,
+    /// a bad id, a pipeline not served here, two of the same id); `POST /v1/answer` takes one
+    /// question, and its `timeout_ms` must be a whole number.
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// A token is configured and the request does not carry it.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The body did not arrive within serve.body_timeout_ms.
+    #[response(status = 408)]
+    Timeout(ErrorBody),
+    /// The id was asked before with another question.
+    #[response(status = 409)]
+    Conflict(ErrorBody),
+    /// The body is over serve.max_body_bytes.
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// serve.max_open_questions are open: retry after Retry-After seconds.
+    #[response(status = 429, headers(("Retry-After" = u64, description = "Seconds to wait.")))]
+    TooManyOpen(ErrorBody),
+    /// The bus did not take a question; `accepted` lists those of the batch it took.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
 }
