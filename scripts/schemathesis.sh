@@ -160,7 +160,9 @@ fuzz() {
     # background, and its output copied by tail, so that a signal reaches the trap at once.
     : > "$work/$name.out"
     # shellcheck disable=SC2086 # LACUNA_SCHEMATHESIS_ARGS is a list of options
-    (cd "$work" && exec timeout --kill-after=10 "$RUN_TIMEOUT_S" "$VENV/bin/schemathesis" \
+    # The hooks drop generated batches that repeat an id: a rule the schema cannot state.
+    (cd "$work" && SCHEMATHESIS_HOOKS="$ROOT/scripts/schemathesis_hooks.py" \
+        exec timeout --kill-after=10 "$RUN_TIMEOUT_S" "$VENV/bin/schemathesis" \
         --config-file "$work/schemathesis.toml" run "http://127.0.0.1:$port/openapi.json" \
         --checks all "${auth[@]}" --max-examples "$MAX_EXAMPLES" "${generation[@]}" \
         --workers 1 --request-timeout 90 --no-color \
