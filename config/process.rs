@@ -20,7 +20,7 @@ pub struct ServeSettings {
     pub max_batch: usize,
     /// A larger request body gets 413.
     pub max_body_bytes: usize,
-    /// A request body must arrive within this (408 otherwise), so a slow client cannot hold a
+    /// A request body must arrive whole within this (408 otherwise), so a slow client cannot hold a
     /// handler and its buffer.
     pub body_timeout_ms: u64,
     /// The environment variable holding the bearer token the API requires; empty: no auth.

@@ -99,7 +99,8 @@ impl Api {
             Some(_) => return Err(ApiError::bad_request("Idempotency-Key must be 1 to 200 visible ASCII characters")),
             None => None,
         };
-        let body = read_body(headers, body, self.settings.max_body_bytes).await?;
+        let deadline = Duration::from_millis(self.settings.body_timeout_ms);
+        let body = read_body(headers, body, self.settings.max_body_bytes, deadline).await?;
         let mut value = parse_json(&body)?;
         let mut options = json!({});
         if let Some(object) = value.as_object_mut() {

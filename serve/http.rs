@@ -111,9 +111,10 @@ pub fn with_location(mut response: Response, location: &str) -> Response {
     response
 }
 
-/// The request body, at most `limit` bytes: 413 past it, whether announced or streamed. The body's
-/// arrival is bounded by `serve.body_timeout_ms` (a layer), which ends here as 408.
-pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// The request body, at most `limit` bytes (413 past it, whether announced or streamed), whole
+/// within `deadline` (408 past it): a client that trickles its body cannot hold a handler and its
+/// buffer for long, however steadily it sends.
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize, deadline: Duration) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -125,27 +126,18 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
     if announced.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(error) if is_timeout(&*error) => Err(ApiError::new(
+    let Ok(collected) = tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await else {
+        return Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             ErrorCode::Timeout,
-            "the request body did not arrive in time (serve.body_timeout_ms)",
-        )),
+            format!("the request body did not arrive within {} ms (serve.body_timeout_ms)", deadline.as_millis()),
+        ));
+    };
+    match collected {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(error) => Err(ApiError::bad_request(format!("cannot read the body: {error}"))),
     }
-}
-
-fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(error);
-    while let Some(error) = source {
-        if error.is::<tower_http::timeout::TimeoutError>() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
 }
 
 /// The JSON body as a value: 400 when it is not JSON.

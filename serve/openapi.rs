@@ -5,14 +5,12 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -86,11 +84,9 @@ pub fn router(api: Arc<Api>, ready: Arc<AtomicBool>) -> (Router, utoipa::openapi
         .split_for_parts();
     let text = serde_json::to_string_pretty(&document).expect("the document serialises");
     document_text.set(text + "\n").expect("set once");
-    let body_timeout = Duration::from_millis(api.settings.body_timeout_ms);
     let router = router
         .route_layer(middleware::from_fn(label))
         .fallback(api::not_found)
-        .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(middleware::from_fn(plumbing::method_not_allowed))
         .layer(TraceLayer::new_for_http())
         .layer(plumbing::cors(&api.settings))

@@ -451,6 +451,29 @@ async fn a_last_event_id_out_of_range_gets_400() {
     server.stop();
 }
 
+/// A client that sends its headers and then trickles its body gets 408 once `serve.body_timeout_ms`
+/// passed, and nothing of its question is accepted: it cannot hold a handler for long.
+#[actix::test]
+async fn a_body_not_whole_within_the_body_timeout_gets_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.serve.body_timeout_ms = 300;
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let mut stream = tokio::net::TcpStream::connect(server.address).await.unwrap();
+    let head = "POST /v1/questions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(b"{\"question\": ").await.unwrap();
+    let mut reply = vec![0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut reply)).await;
+    let read = read.expect("an answer before the client sends the rest").unwrap();
+    let reply = String::from_utf8_lossy(&reply[..read]);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("\"timeout\""), "{reply}");
+    assert_eq!(server.registry.open(), 0);
+    server.stop();
+}
+
 /// The document is generated from the handlers; the committed copy is what the server serves, so a
 /// client can read the API without starting one. Every documented operation answers (none falls
 /// through to the 404 of unknown routes), and every status is listed: no catch-all `default`.
