@@ -27,8 +27,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::bodies::{
-    Accepted, AcceptedQuestion, AnswerRequest, Batch, IdempotencyKey, Question, QuestionId, QuestionList, QuestionView,
-    ResumeHeader, ResumeQuery, StageLoad, Stages, StillRunning, StreamEvent, Submission, SubmitRefused, TopicQueue,
+    Accepted, AcceptedQuestion, AnswerRequest, Batch, IdempotencyKey, NeedsToken, Question, QuestionId, QuestionList,
+    QuestionView, ResumeHeader, ResumeQuery, StageLoad, Stages, StillRunning, StreamEvent, Submission, SubmitRefused,
+    TopicQueue,
 };
 use super::http::{ApiError, ErrorBody, ErrorCode, json_reply, parse_json, read_body, with_location};
 use super::registry::{AdmitError, Admitted, Events, NewQuestion, Registry};
@@ -272,7 +273,7 @@ pub async fn answer(State(api): State<Arc<Api>>, headers: HeaderMap, body: Body)
     tag = "questions",
     responses(
         (status = 200, description = "How many are open, and the newest questions.", body = QuestionList),
-        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+        NeedsToken,
     )
 )]
 pub async fn list_questions(State(api): State<Arc<Api>>) -> Response {
@@ -287,7 +288,7 @@ pub async fn list_questions(State(api): State<Arc<Api>>) -> Response {
     params(QuestionId),
     responses(
         (status = 200, description = "A record, or progress.", body = QuestionView),
-        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+        NeedsToken,
         (status = 404, description = "Never asked here, or forgotten (serve.keep_finished).", body = ErrorBody),
     )
 )]
@@ -313,7 +314,7 @@ pub async fn get_question(State(api): State<Arc<Api>>, Path(id): Path<String>) -
         (status = 200, description = "The event stream: lines of `id: N`, `event: NAME` and `data: JSON`, each event ending in a blank line.",
             content_type = "text/event-stream", body = StreamEvent),
         (status = 400, description = "Last-Event-ID is not an event id.", body = ErrorBody),
-        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+        NeedsToken,
         (status = 404, description = "Never asked here, or forgotten (serve.keep_finished).", body = ErrorBody),
     )
 )]
@@ -386,7 +387,7 @@ fn stream(registry: Arc<Registry>, id: String, next: usize) -> impl Stream<Item 
     tag = "operations",
     responses(
         (status = 200, description = "Where the open questions are.", body = Stages),
-        (status = 401, description = "A token is configured and the request does not carry it.", body = ErrorBody),
+        NeedsToken,
     )
 )]
 pub async fn stages(State(api): State<Arc<Api>>) -> Response {

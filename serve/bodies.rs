@@ -231,3 +231,11 @@ pub enum SubmitRefused {
     #[response(status = 503)]
     Unavailable(ErrorBody),
 }
+
+/// The refusal every /v1 route may answer.
+#[derive(utoipa::IntoResponses)]
+pub enum NeedsToken {
+    /// A token is configured and the request does not carry it.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+}
