@@ -8,9 +8,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Notify;
+// tokio's clock, so that tests run an outage of minutes under a paused clock in milliseconds.
+use tokio::time::Instant;
 
 use super::backoff::jittered;
 use crate::config::BreakerSettings;
@@ -93,7 +95,7 @@ impl Breaker {
             };
             tokio::select! {
                 _ = closed => {}
-                _ = tokio::time::sleep_until(wake_at.into()) => {}
+                _ = tokio::time::sleep_until(wake_at) => {}
             }
         }
     }
@@ -143,5 +145,75 @@ impl Breaker {
 
     fn max_wait(&self) -> Duration {
         Duration::from_millis(self.settings.max_wait_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Probes after 100 ms, doubling up to 400 ms; a call waits at most `max_wait_ms`.
+    fn breaker(failures: u32, max_wait_ms: u64) -> Breaker {
+        let settings = BreakerSettings { failures, probe_ms: 100, max_probe_ms: 400, max_wait_ms };
+        Breaker {
+            endpoint: "http://test".into(),
+            settings,
+            probe_timeout: Duration::from_millis(50),
+            state: Mutex::new(State::Closed { failures: 0 }),
+            ever_up: AtomicBool::new(true),
+            closed: Notify::new(),
+        }
+    }
+
+    /// The time `pass` took, or None when it gave up.
+    async fn waited(breaker: &Breaker) -> Option<Duration> {
+        let start = Instant::now();
+        breaker.pass().await.ok().map(|()| start.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_circuit_opens_after_failures_in_a_row_and_a_call_then_waits_for_the_probe_time() {
+        let breaker = breaker(3, 60_000);
+        assert!(!breaker.failed(None) && !breaker.failed(None), "two failures: still closed");
+        assert_eq!(waited(&breaker).await, Some(Duration::ZERO));
+        assert!(breaker.failed(None), "the third opens it");
+        let wait = waited(&breaker).await.expect("the call becomes the probe");
+        assert!((Duration::from_millis(80)..=Duration::from_millis(120)).contains(&wait), "{wait:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_successful_probe_closes_the_circuit_and_lets_every_waiting_call_go() {
+        let breaker = Arc::new(breaker(1, 60_000));
+        breaker.failed(None);
+        waited(&breaker).await.expect("the probe");
+        // While the probe is out, the others wait for it.
+        let waiting: Vec<_> = (0..3)
+            .map(|_| {
+                tokio::spawn({
+                    let breaker = breaker.clone();
+                    async move { waited(&breaker).await }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        breaker.succeeded();
+        for call in waiting {
+            assert!(call.await.unwrap().is_some_and(|w| w <= Duration::from_millis(10)), "released by the close");
+        }
+        assert_eq!(waited(&breaker).await, Some(Duration::ZERO), "closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_failed_probe_doubles_the_wait_up_to_its_cap() {
+        let breaker = breaker(1, 60_000);
+        breaker.failed(None);
+        let mut waits = Vec::new();
+        for _ in 0..4 {
+            waits.push(waited(&breaker).await.expect("a probe").as_millis());
+            breaker.failed(None);
+        }
+        let within = |ms: u128, base: u128| (base * 8 / 10..=base * 12 / 10).contains(&ms);
+        assert!(within(waits[0], 100) && within(waits[1], 200) && within(waits[2], 400), "{waits:?}");
+        assert!(within(waits[3], 400), "capped at max_probe_ms: {waits:?}");
     }
 }
