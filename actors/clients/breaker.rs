@@ -216,4 +216,28 @@ mod tests {
         assert!(within(waits[0], 100) && within(waits[1], 200) && within(waits[2], 400), "{waits:?}");
         assert!(within(waits[3], 400), "capped at max_probe_ms: {waits:?}");
     }
+
+    /// `max_wait_ms` bounds how long one call waits, not how long the endpoint may be down: after
+    /// an outage longer than it, the next probe still goes out, finds the endpoint back and closes
+    /// the circuit, and calls go through again without a restart.
+    #[tokio::test(start_paused = true)]
+    async fn after_an_outage_longer_than_max_wait_the_circuit_closes_when_the_endpoint_answers() {
+        let breaker = breaker(1, 1_000);
+        breaker.failed(None);
+        // A ten-second outage: every probe fails.
+        let outage_ends = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < outage_ends {
+            match breaker.pass().await {
+                Ok(()) => {
+                    breaker.failed(None);
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        // The endpoint is back: the next call is let through as a probe, and it closes the circuit.
+        let probe = tokio::time::timeout(Duration::from_secs(2), breaker.pass()).await;
+        assert!(matches!(probe, Ok(Ok(()))), "a call after the outage went out as a probe: {probe:?}");
+        breaker.succeeded();
+        assert_eq!(waited(&breaker).await, Some(Duration::ZERO), "closed: calls go out at once");
+    }
 }
