@@ -81,7 +81,8 @@ pub struct BreakerSettings {
     /// The first wait before a probe; each failed probe doubles it, up to `max_probe_ms`.
     pub probe_ms: u64,
     pub max_probe_ms: u64,
-    /// A call gives up (an `llm_unreachable` error) once the circuit has been open this long.
+    /// A call gives up (an `llm_unreachable` error) once it has waited this long for the circuit;
+    /// the circuit goes on probing, and closes when the endpoint answers.
     pub max_wait_ms: u64,
 }
 

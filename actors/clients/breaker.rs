@@ -45,7 +45,8 @@ pub struct Breaker {
     closed: Notify,
 }
 
-/// The breaker has been open for longer than `llm.breaker.max_wait_ms`: the call gives up.
+/// The call waited `llm.breaker.max_wait_ms` for the circuit and gives up; the field is how long
+/// the circuit has been open.
 #[derive(Debug)]
 pub struct OpenTooLong(pub Duration);
 
@@ -70,9 +71,16 @@ impl Breaker {
             .clone()
     }
 
+    /// When a call that starts now gives up waiting: `llm.breaker.max_wait_ms` from now.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + Duration::from_millis(self.settings.max_wait_ms)
+    }
+
     /// Returns once a call may go out: at once while the endpoint is healthy; while it is not,
-    /// when this call is the next probe or a probe found the endpoint back.
-    pub async fn pass(&self) -> Result<(), OpenTooLong> {
+    /// when this call is the next probe or a probe found the endpoint back. A call past its
+    /// `give_up_at` ([`Breaker::deadline`]) gives up; the circuit does not: the next call due to
+    /// probe still goes out, however long the endpoint has been down, so its first answer closes it.
+    pub async fn pass(&self, give_up_at: Instant) -> Result<(), OpenTooLong> {
         loop {
             let closed = self.closed.notified();
             tokio::pin!(closed);
@@ -81,17 +89,20 @@ impl Breaker {
             let now = Instant::now();
             let wake_at = match &mut *self.state.lock().unwrap() {
                 State::Closed { .. } => return Ok(()),
-                State::Open { since, .. } if now.duration_since(*since) > self.max_wait() => {
-                    return Err(OpenTooLong(now.duration_since(*since)));
-                }
-                State::Open { retry_at, probe_until, .. } => match *probe_until {
-                    Some(until) if now < until => until,
-                    _ if now < *retry_at => *retry_at,
-                    _ => {
-                        *probe_until = Some(now + self.probe_timeout);
-                        return Ok(());
+                State::Open { since, retry_at, probe_until, .. } => {
+                    let next = match *probe_until {
+                        Some(until) if now < until => until,
+                        _ if now < *retry_at => *retry_at,
+                        _ => {
+                            *probe_until = Some(now + self.probe_timeout);
+                            return Ok(());
+                        }
+                    };
+                    if now >= give_up_at {
+                        return Err(OpenTooLong(now.duration_since(*since)));
                     }
-                },
+                    next.min(give_up_at)
+                }
             };
             tokio::select! {
                 _ = closed => {}
@@ -142,10 +153,6 @@ impl Breaker {
         *state = State::Open { since, retry_at: now + wait, interval, probe_until: None };
         true
     }
-
-    fn max_wait(&self) -> Duration {
-        Duration::from_millis(self.settings.max_wait_ms)
-    }
 }
 
 #[cfg(test)]
@@ -168,7 +175,7 @@ mod tests {
     /// The time `pass` took, or None when it gave up.
     async fn waited(breaker: &Breaker) -> Option<Duration> {
         let start = Instant::now();
-        breaker.pass().await.ok().map(|()| start.elapsed())
+        breaker.pass(breaker.deadline()).await.ok().map(|()| start.elapsed())
     }
 
     #[tokio::test(start_paused = true)]
@@ -227,7 +234,7 @@ mod tests {
         // A ten-second outage: every probe fails.
         let outage_ends = Instant::now() + Duration::from_secs(10);
         while Instant::now() < outage_ends {
-            match breaker.pass().await {
+            match breaker.pass(breaker.deadline()).await {
                 Ok(()) => {
                     breaker.failed(None);
                 }
@@ -235,7 +242,7 @@ mod tests {
             }
         }
         // The endpoint is back: the next call is let through as a probe, and it closes the circuit.
-        let probe = tokio::time::timeout(Duration::from_secs(2), breaker.pass()).await;
+        let probe = tokio::time::timeout(Duration::from_secs(2), breaker.pass(breaker.deadline())).await;
         assert!(matches!(probe, Ok(Ok(()))), "a call after the outage went out as a probe: {probe:?}");
         breaker.succeeded();
         assert_eq!(waited(&breaker).await, Some(Duration::ZERO), "closed: calls go out at once");

@@ -393,11 +393,17 @@ impl LlmClient {
     /// endpoint's circuit is open spend no retry, the call waits for the circuit instead.
     async fn attempts(&self, body: &Value, started: Instant) -> Result<(String, CallStats), LlmError> {
         let (mut attempt, mut sent) = (0, 0);
+        // One call waits for the circuit at most llm.breaker.max_wait_ms in all, however many probes
+        // it makes meanwhile.
+        let give_up_at = self.breaker.deadline();
         loop {
-            if let Err(open) = self.breaker.pass().await {
+            if let Err(open) = self.breaker.pass(give_up_at).await {
                 return Err(LlmError::Unreachable {
                     url: self.settings.base_url.clone(),
-                    message: format!("circuit open for {} s (llm.breaker.max_wait_ms)", open.0.as_secs()),
+                    message: format!(
+                        "circuit open for {} s; this call waited llm.breaker.max_wait_ms",
+                        open.0.as_secs()
+                    ),
                 });
             }
             attempt += 1;
