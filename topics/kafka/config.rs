@@ -134,6 +134,34 @@ mod tests {
         assert!(error.contains("kafka.properties[0] is not"), "{error}");
     }
 
+    /// librdkafka takes some properties under a second name: refusing the canonical name alone let
+    /// the other through, and a secret reach a ConfigMap.
+    #[test]
+    fn a_refused_property_is_refused_under_its_librdkafka_alias_too() {
+        let refused = |key: &str| {
+            let outcome = client_config(&settings(&[(key, "x")], &[]));
+            assert!(outcome.is_err(), "kafka.properties.\"{key}\" was accepted");
+            outcome.err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        for (alias, canonical) in [
+            ("metadata.broker.list", "bootstrap.servers"),
+            ("delivery.timeout.ms", "message.timeout.ms"),
+            ("auto.commit.enable", "enable.auto.commit"),
+            ("request.required.acks", "acks"),
+        ] {
+            let error = refused(alias);
+            assert!(error.contains("set by Lacuna") && error.contains(canonical), "{alias}: {error}");
+        }
+        for secret in [
+            "sasl.oauthbearer.client.credentials.client.secret",
+            "sasl.oauthbearer.assertion.private.key.pem",
+            "sasl.oauthbearer.assertion.private.key.passphrase",
+        ] {
+            let error = refused(secret);
+            assert!(error.contains("kafka.secret_properties") && !error.contains("=x"), "{secret}: {error}");
+        }
+    }
+
     #[test]
     fn an_unknown_property_fails_when_the_client_is_created() {
         let mut config = client_config(&settings(&[("no.such.property", "1")], &[])).unwrap();
