@@ -10,14 +10,32 @@ use crate::topics::bus::BusError;
 
 /// Properties that hold secrets. librdkafka never logs their values; we refuse them in
 /// `kafka.properties`, where they would sit in plain text.
-const SECRET_PROPERTIES: [&str; 6] = [
+const SECRET_PROPERTIES: [&str; 8] = [
     "sasl.password",
     "ssl.key.password",
     "ssl.key.pem",
     "ssl.keystore.password",
     "sasl.oauthbearer.client.secret",
     "sasl.oauthbearer.config",
+    "sasl.oauthbearer.assertion.private.key.pem",
+    "sasl.oauthbearer.assertion.private.key.passphrase",
 ];
+
+/// librdkafka's second names for properties checked here (its CONFIGURATION.md, "alias for"): a
+/// property is checked under its canonical name, so that the other cannot get around the check,
+/// and two names for one property cannot both be set with either value winning.
+const ALIASES: [(&str, &str); 5] = [
+    ("metadata.broker.list", "bootstrap.servers"),
+    ("delivery.timeout.ms", "message.timeout.ms"),
+    ("auto.commit.enable", "enable.auto.commit"),
+    ("request.required.acks", "acks"),
+    ("sasl.oauthbearer.client.credentials.client.secret", "sasl.oauthbearer.client.secret"),
+];
+
+/// The name librdkafka knows `key` by.
+fn canonical(key: &str) -> &str {
+    ALIASES.iter().find(|(alias, _)| *alias == key).map_or(key, |(_, name)| name)
+}
 
 /// Properties Lacuna sets itself, and what governs each instead. Set in `kafka.properties` they
 /// would be overridden without a word, or, for the delivery ones, break what Lacuna promises
@@ -46,18 +64,21 @@ pub fn client_config(settings: &KafkaSettings) -> Result<ClientConfig, BusError>
     let refuse = |message: String| Err(BusError::Config(message));
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &settings.brokers);
-    for (key, value) in pairs("kafka.properties", &settings.properties)? {
+    for (written, value) in pairs("kafka.properties", &settings.properties)? {
+        let key = canonical(written);
+        let named = if key == written { format!("\"{key}\"") } else { format!("\"{written}\" (librdkafka's {key})") };
         if SECRET_PROPERTIES.contains(&key) {
             return refuse(format!(
-                "kafka.properties.\"{key}\" holds a secret: name an environment variable holding it in kafka.secret_properties instead"
+                "kafka.properties.{named} holds a secret: name an environment variable holding it in kafka.secret_properties instead"
             ));
         }
         if let Some((_, instead)) = OWN_PROPERTIES.iter().find(|(own, _)| *own == key) {
-            return refuse(format!("kafka.properties.\"{key}\" is set by Lacuna: {instead} governs it"));
+            return refuse(format!("kafka.properties.{named} is set by Lacuna: {instead} governs it"));
         }
         config.set(key, value);
     }
     for (key, variable) in pairs("kafka.secret_properties", &settings.secret_properties)? {
+        let key = canonical(key);
         match std::env::var(variable) {
             Ok(value) if !value.is_empty() => {
                 config.set(key, value);
