@@ -10,6 +10,7 @@ mod index;
 mod recall;
 mod run;
 mod serve;
+pub mod sink;
 pub mod stage;
 mod submit;
 mod topics;

@@ -2,13 +2,13 @@
 //! valid question, and an error record for each bad line, so the answers topic ends up with exactly
 //! one record per input line. Answers writes each question's first record once, even across restarts.
 
-use std::collections::HashSet;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 
+use super::sink::{AnswerFile, drain};
 use crate::config::Settings;
 use crate::pipelines::PipelineKind;
 use crate::pipelines::input::{Input, InputReader};
@@ -69,34 +69,11 @@ pub struct AnswersArgs {
 }
 
 pub async fn answers(settings: &Settings, args: AnswersArgs) -> anyhow::Result<()> {
-    // The file is the sink's memory: a restarted sink skips what it already wrote.
-    let mut seen: HashSet<String> = HashSet::new();
-    if let Ok(text) = std::fs::read_to_string(&args.out) {
-        for line in text.lines() {
-            if let Ok(record) = serde_json::from_str::<VersionedAnswer>(line) {
-                seen.insert(record.record.question_id().to_string());
-            }
-        }
-    }
-    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&args.out)?;
+    let mut file = AnswerFile::open(&args.out)?;
     let bus = args.pipeline.kafka_bus(settings).await?;
     let mut subscription = bus.subscribe(&[Topic::Answers], "answers-sink").await?;
     let idle = args.idle_timeout_s.map(Duration::from_secs).unwrap_or(Duration::MAX);
-    while args.expect.is_none_or(|expect| seen.len() < expect) {
-        let Ok(Some(delivery)) = tokio::time::timeout(idle, subscription.next()).await else { break };
-        match VersionedAnswer::from_payload(&delivery.record.payload) {
-            Ok(answer) if seen.insert(answer.record.question_id().to_string()) => {
-                serde_json::to_writer(&mut out, &answer)?;
-                out.write_all(b"\n")?;
-                out.flush()?;
-            }
-            Ok(_) => {}
-            Err(error) => tracing::error!(%error, key = %delivery.record.key, "undecodable answer record skipped"),
-        }
-        // Acknowledged only once written: a crash before this re-reads the record, and `seen` drops it.
-        delivery.ack();
-    }
-    subscription.commit().await?;
-    eprintln!("{} answers in {}", seen.len(), args.out.display());
+    drain(&mut *subscription, &mut file, args.expect, idle).await?;
+    eprintln!("{} answers in {}", file.len(), args.out.display());
     Ok(())
 }
