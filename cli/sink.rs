@@ -73,3 +73,63 @@ pub async fn drain(
     subscription.commit().await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::topics::in_process::InProcessBus;
+    use crate::topics::{AnswerRecord, Bus, ErrorRecord, Topic};
+
+    fn answer(id: &str) -> VersionedAnswer {
+        VersionedAnswer::from(AnswerRecord::Error(ErrorRecord {
+            question_id: id.into(),
+            question: "Where?".into(),
+            stage: "input".into(),
+            error_type: "bad_input".into(),
+            message: "test".into(),
+            trace: Vec::new(),
+        }))
+    }
+
+    /// A crash while a line was being written leaves part of it: its record was not acknowledged,
+    /// so it comes again, and it must then stand on a line of its own, whole.
+    #[test]
+    fn a_line_cut_short_by_a_crash_is_dropped_and_its_record_written_whole_again() {
+        let dir = std::env::temp_dir().join(format!("lacuna-sink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("answers.jsonl");
+        let whole = serde_json::to_string(&answer("q1")).unwrap();
+        let cut = &serde_json::to_string(&answer("q2")).unwrap()[..30];
+        std::fs::write(&path, format!("{whole}\n{cut}")).unwrap();
+
+        let mut file = AnswerFile::open(&path).unwrap();
+        assert_eq!(file.len(), 1, "the cut line is no record");
+        assert!(file.append(&answer("q2")).unwrap());
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        for line in lines {
+            assert!(serde_json::from_str::<VersionedAnswer>(line).is_ok(), "a broken line: {line}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `--expect N` is a promise about the file: a sink that goes idle before it has N records
+    /// fails, so a test or a script waiting on it cannot mistake a short file for a full one.
+    #[tokio::test(start_paused = true)]
+    async fn a_sink_idle_before_it_has_the_expected_records_fails() {
+        let dir = std::env::temp_dir().join(format!("lacuna-sink-idle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(8));
+        let mut subscription = bus.subscribe(&[Topic::Answers], "sink").await.unwrap();
+        bus.publish(answer("q1").to_record()).await.unwrap();
+        let mut file = AnswerFile::open(&dir.join("answers.jsonl")).unwrap();
+        let outcome = drain(&mut *subscription, &mut file, Some(2), Duration::from_secs(5)).await;
+        assert_eq!(file.len(), 1);
+        let error = outcome.err().map(|e| e.to_string());
+        assert!(error.as_ref().is_some_and(|e| e.contains("1 of 2")), "{error:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
