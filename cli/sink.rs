@@ -16,28 +16,37 @@ pub struct AnswerFile {
 }
 
 impl AnswerFile {
-    /// Opens `path` for appending, remembering the questions it already holds.
+    /// Opens `path` for appending, remembering the questions it already holds. A last line without
+    /// its newline was cut short by a crash: it is cut off, since its record was not acknowledged
+    /// and comes again.
     pub fn open(path: &Path) -> std::io::Result<AnswerFile> {
         let mut seen = HashSet::new();
-        if let Ok(text) = std::fs::read_to_string(path) {
-            for line in text.lines() {
-                if let Ok(record) = serde_json::from_str::<VersionedAnswer>(line) {
-                    seen.insert(record.record.question_id().to_string());
-                }
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let whole = text.rfind('\n').map_or(0, |end| end + 1);
+        for line in text[..whole].lines() {
+            if let Ok(record) = serde_json::from_str::<VersionedAnswer>(line) {
+                seen.insert(record.record.question_id().to_string());
             }
         }
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        if whole < text.len() {
+            tracing::warn!(path = %path.display(), bytes = text.len() - whole, "cutting off a partial last line");
+            file.set_len(whole as u64)?;
+        }
         Ok(AnswerFile { file, seen })
     }
 
-    /// Appends `answer` unless its question is in the file already; true when it was written.
+    /// Appends `answer` unless its question is in the file already; true when it was written. The
+    /// record and its newline go out in one write, flushed to disk before the caller acknowledges.
     pub fn append(&mut self, answer: &VersionedAnswer) -> std::io::Result<bool> {
-        if !self.seen.insert(answer.record.question_id().to_string()) {
+        if self.seen.contains(answer.record.question_id()) {
             return Ok(false);
         }
-        serde_json::to_writer(&mut self.file, answer)?;
-        self.file.write_all(b"\n")?;
-        self.file.flush()?;
+        let mut line = serde_json::to_vec(answer)?;
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        self.file.sync_data()?;
+        self.seen.insert(answer.record.question_id().to_string());
         Ok(true)
     }
 
@@ -51,9 +60,9 @@ impl AnswerFile {
     }
 }
 
-/// Drains `subscription` into `file` until the file holds `expect` records (forever when None),
-/// or until no record came for `idle`. Each record is acknowledged only once written: a crash before
-/// that re-reads it, and the file drops the copy.
+/// Drains `subscription` into `file` until the file holds `expect` records (forever when None).
+/// No record for `idle` ends it too: a failure when `expect` is not reached. Each record is
+/// acknowledged only once written: a crash before that re-reads it, and the file drops the copy.
 pub async fn drain(
     subscription: &mut dyn Subscription,
     file: &mut AnswerFile,
@@ -61,7 +70,17 @@ pub async fn drain(
     idle: Duration,
 ) -> anyhow::Result<()> {
     while expect.is_none_or(|expect| file.len() < expect) {
-        let Ok(Some(delivery)) = tokio::time::timeout(idle, subscription.next()).await else { break };
+        let Ok(Some(delivery)) = tokio::time::timeout(idle, subscription.next()).await else {
+            subscription.commit().await?;
+            return match expect {
+                Some(expect) => Err(anyhow::anyhow!(
+                    "no answer for {} s with {} of {expect} records written (--expect)",
+                    idle.as_secs(),
+                    file.len()
+                )),
+                None => Ok(()),
+            };
+        };
         match VersionedAnswer::from_payload(&delivery.record.payload) {
             Ok(answer) => {
                 file.append(&answer)?;
