@@ -451,6 +451,38 @@ async fn a_last_event_id_out_of_range_gets_400() {
     server.stop();
 }
 
+/// Only JSON bodies are read: a cross-site form can send text/plain without a preflight, and
+/// with no token configured it would otherwise submit questions and spend LLM budget.
+#[actix::test]
+async fn a_body_that_is_not_declared_json_gets_415_and_nothing_is_accepted() {
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let server = serve(&vanilla_settings(&llm), &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let body = json!({"question": "Where is the Louvre?"}).to_string();
+    for route in ["/v1/questions", "/v1/answer"] {
+        for content_type in [Some("text/plain"), Some("application/x-www-form-urlencoded"), None] {
+            let mut request = client.post(url(&server, route)).body(body.clone());
+            if let Some(content_type) = content_type {
+                request = request.header("content-type", content_type);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 415, "{route} with {content_type:?}");
+            let error: Value = response.json().await.unwrap();
+            assert_eq!(error["error"]["code"], "unsupported_media_type", "{error}");
+        }
+    }
+    assert_eq!(server.registry.open() + server.registry.list(10).len(), 0, "nothing was accepted");
+    let charset = client
+        .post(url(&server, "/v1/questions"))
+        .header("content-type", "application/json; charset=utf-8")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(charset.status(), 202, "parameters such as charset are fine");
+    server.stop();
+}
+
 /// A client that sends its headers and then trickles its body gets 408 once `serve.body_timeout_ms`
 /// passed, and nothing of its question is accepted: it cannot hold a handler for long.
 #[actix::test]
