@@ -31,7 +31,7 @@ use super::bodies::{
     QuestionView, ResumeHeader, ResumeQuery, StageLoad, Stages, StillRunning, StreamEvent, Submission, SubmitRefused,
     TopicQueue,
 };
-use super::http::{ApiError, ErrorBody, ErrorCode, json_reply, parse_json, read_body, with_location};
+use super::http::{ApiError, ErrorBody, ErrorCode, json_reply, parse_json, read_body, require_json, with_location};
 use super::registry::{AdmitError, Admitted, Events, NewQuestion, Registry};
 use crate::config::ServeSettings;
 use crate::metrics::METRICS;
@@ -100,6 +100,7 @@ impl Api {
             Some(_) => return Err(ApiError::bad_request("Idempotency-Key must be 1 to 200 visible ASCII characters")),
             None => None,
         };
+        require_json(headers)?;
         let deadline = Duration::from_millis(self.settings.body_timeout_ms);
         let body = read_body(headers, body, self.settings.max_body_bytes, deadline).await?;
         let mut value = parse_json(&body)?;

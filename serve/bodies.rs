@@ -224,6 +224,9 @@ pub enum SubmitRefused {
     /// The body is over serve.max_body_bytes.
     #[response(status = 413)]
     TooLarge(ErrorBody),
+    /// The request does not say its body is application/json.
+    #[response(status = 415)]
+    UnsupportedMediaType(ErrorBody),
     /// serve.max_open_questions are open: retry after Retry-After seconds.
     #[response(status = 429, headers(("Retry-After" = u64, description = "Seconds to wait.")))]
     TooManyOpen(ErrorBody),

@@ -46,6 +46,7 @@ pub enum ErrorCode {
     BadRequest,
     TooLarge,
     Timeout,
+    UnsupportedMediaType,
     Unauthorized,
     NotFound,
     MethodNotAllowed,
@@ -138,6 +139,22 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize, deadline: 
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(error) => Err(ApiError::bad_request(format!("cannot read the body: {error}"))),
     }
+}
+
+/// 415 unless the request says its body is `application/json` (parameters such as `charset` are
+/// fine): a browser sends a cross-site form as text/plain or a form encoding without a CORS
+/// preflight, and it must not submit questions.
+pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let declared = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let essence = declared.split(';').next().unwrap_or_default().trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ErrorCode::UnsupportedMediaType,
+        format!("the body must be application/json, not {:?}", declared),
+    ))
 }
 
 /// The JSON body as a value: 400 when it is not JSON.
