@@ -54,10 +54,6 @@ impl AnswerFile {
     pub fn len(&self) -> usize {
         self.seen.len()
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
-    }
 }
 
 /// Drains `subscription` into `file` until the file holds `expect` records (forever when None).

@@ -85,12 +85,6 @@ impl StageDecl {
         }
     }
 
-    /// The same stage, running `max_in_flight` events and `llm_concurrency` LLM calls at once.
-    pub const fn running(mut self, max_in_flight: usize, llm_concurrency: usize) -> StageDecl {
-        self.runs = StageSettings { max_in_flight, llm_concurrency };
-        self
-    }
-
     /// Its settings: the declared ones, with `[stages.NAME]` applied.
     pub fn settings(&self, settings: &Settings) -> StageSettings {
         self.runs.with(settings.stages.get(self.name))

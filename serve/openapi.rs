@@ -103,9 +103,3 @@ async fn label(request: Request, next: Next) -> Response {
     }
     response
 }
-
-/// The document as `/openapi.json` serves it, for the committed copy and its test.
-pub fn document_json(api: Arc<Api>) -> String {
-    let (_, document) = router(api, Arc::new(AtomicBool::new(true)));
-    serde_json::to_string_pretty(&document).expect("the document serialises") + "\n"
-}

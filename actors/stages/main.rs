@@ -80,17 +80,19 @@ impl From<AttemptReply> for Decision {
 
 /// One decision call with the configured prompt's schema.
 async fn decide_once(llm: &LlmClient, prompt: DecisionPrompt, text: &str) -> Result<Completion<Decision>, LlmError> {
-    let into = |reply: Completion<_>| Completion { value: Decision::from(reply.value), stats: reply.stats };
-    Ok(match prompt {
-        DecisionPrompt::Flag => {
-            into(llm.structured::<FlagReply>(prompts::SYSTEM, text, &Schema::of::<FlagReply>("main_decision")).await?)
-        }
-        DecisionPrompt::Attempt => {
-            let schema = Schema::of::<AttemptReply>("main_attempt");
-            let reply = llm.structured::<AttemptReply>(prompts::SYSTEM, text, &schema).await?;
-            Completion { value: reply.value.into(), stats: reply.stats }
-        }
-    })
+    match prompt {
+        DecisionPrompt::Flag => ask::<FlagReply>(llm, text, "main_decision").await,
+        DecisionPrompt::Attempt => ask::<AttemptReply>(llm, text, "main_attempt").await,
+    }
+}
+
+/// A decision call whose reply is parsed as `R`, under the schema `R` derives.
+async fn ask<R>(llm: &LlmClient, text: &str, name: &'static str) -> Result<Completion<Decision>, LlmError>
+where
+    R: JsonSchema + serde::de::DeserializeOwned + Into<Decision>,
+{
+    let reply = llm.structured::<R>(prompts::SYSTEM, text, &Schema::of::<R>(name)).await?;
+    Ok(Completion { value: reply.value.into(), stats: reply.stats })
 }
 
 impl Main {
