@@ -281,6 +281,30 @@ async fn a_five_minute_llm_outage_mid_run_ends_every_question_answered() {
     assert!((1..60).contains(&failed), "{failed} calls reached the endpoint while it was down");
 }
 
+/// A stage process started while its endpoint is down behind a gateway: the start-up check gets a
+/// 503, which is an answer, so the endpoint counts as seen and the breaker applies. The question waits
+/// for the endpoint instead of ending in an error record after a few fast retries.
+#[actix::test]
+async fn an_endpoint_that_answered_the_start_up_check_with_503_gets_the_breaker() {
+    const OUTAGE: Duration = Duration::from_secs(6);
+    let began = std::time::Instant::now();
+    let llm = FakeLlm::start(move |prompt| {
+        if began.elapsed() < OUTAGE {
+            return Reply::Status(503);
+        }
+        hugo_script(prompt)
+    })
+    .await;
+    let settings = migres_settings(&llm);
+    lacuna::pipelines::parts::check_llm(&settings).await.expect("a 503 is an answer: the endpoint is there");
+    let record =
+        ask_on(PipelineKind::Migres, Arc::new(InProcessBus::new(256)), &settings, hugo(), Duration::from_secs(60))
+            .await
+            .unwrap();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer after the outage, got {record:?}") };
+    assert_eq!(answer.answer, "Murcia");
+}
+
 /// A question that has spent its LLM budget stops there, in an explicit `budget_exceeded` error
 /// record naming the stage that found it spent, with its event kept as a dead letter for a replay
 /// with a larger budget.
