@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::actors::clients::breaker::Breaker;
 use crate::actors::clients::{ModelError, OnnxNli, Reranker, Search, SearchError};
 use crate::config::{NliBackend, Settings};
 use crate::pipelines::declaration::{Part, StageDecl};
@@ -58,12 +59,15 @@ impl Parts {
 /// Checks that the LLM endpoint answers at all, so a wrong URL fails at once with a clear message
 /// instead of as one error record per question minutes later. Returns the model id the endpoint
 /// reports (`/models`) when it reports one: local servers report a file path, shortened to its name.
+/// Any answer, a 503 from a gateway in front of a server that is down included, marks the endpoint
+/// as seen, so its circuit breaker applies: a process restarted during an outage pauses.
 pub async fn check_llm(settings: &Settings) -> Result<Option<String>, String> {
     let url = format!("{}/models", settings.llm.base_url.trim_end_matches('/'));
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().map_err(|e| e.to_string())?;
     match client.get(&url).send().await {
         // Any answer means the endpoint is there; the model list is a bonus.
         Ok(response) => {
+            Breaker::for_llm(&settings.llm).seen();
             let body: serde_json::Value = response.json().await.unwrap_or_default();
             let id = body["data"][0]["id"].as_str();
             Ok(id.map(|id| id.rsplit('/').next().unwrap_or(id).to_string()))

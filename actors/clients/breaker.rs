@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::backoff::jittered;
-use crate::config::BreakerSettings;
+use crate::config::{BreakerSettings, LlmSettings};
 
 #[derive(Debug)]
 enum State {
@@ -38,7 +38,7 @@ pub struct Breaker {
     /// How long a probe may take before it counts as lost (the request timeout).
     probe_timeout: Duration,
     state: Mutex<State>,
-    /// Whether the endpoint ever answered in this process. One that never did is more likely a
+    /// Whether the endpoint ever answered in this process, the start-up check included. One that never did is more likely a
     /// wrong address or a server still starting than an outage: its calls fail as they always did,
     /// after their retries, rather than wait for half an hour.
     ever_up: AtomicBool,
@@ -51,8 +51,12 @@ pub struct Breaker {
 pub struct OpenTooLong(pub Duration);
 
 impl Breaker {
-    /// The process's breaker for `endpoint`, made with these settings on first use.
-    pub fn for_endpoint(endpoint: &str, settings: &BreakerSettings, probe_timeout: Duration) -> Arc<Breaker> {
+    /// The process's breaker for the endpoint of `llm`, made with its settings on first use.
+    pub fn for_llm(llm: &LlmSettings) -> Arc<Breaker> {
+        Self::for_endpoint(&llm.base_url, &llm.breaker, Duration::from_millis(llm.timeout_ms))
+    }
+
+    fn for_endpoint(endpoint: &str, settings: &BreakerSettings, probe_timeout: Duration) -> Arc<Breaker> {
         static BREAKERS: LazyLock<Mutex<HashMap<String, Arc<Breaker>>>> = LazyLock::new(Default::default);
         BREAKERS
             .lock()
@@ -111,9 +115,15 @@ impl Breaker {
         }
     }
 
+    /// The endpoint answered something, a gateway's 503 included: it is there, so a failure from
+    /// now on is an outage to wait out rather than a wrong address. The start-up check calls this.
+    pub fn seen(&self) {
+        self.ever_up.store(true, Ordering::Relaxed);
+    }
+
     /// The endpoint answered (even with an error of the caller's making): it is up.
     pub fn succeeded(&self) {
-        self.ever_up.store(true, Ordering::Relaxed);
+        self.seen();
         let mut state = self.state.lock().unwrap();
         if let State::Open { since, .. } = *state {
             tracing::warn!(endpoint = %self.endpoint, down_s = since.elapsed().as_secs(), "LLM endpoint back: circuit closed");

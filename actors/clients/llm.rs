@@ -181,8 +181,7 @@ impl LlmClient {
         let api_key = std::env::var(&settings.api_key_env).ok().filter(|key| !key.is_empty());
         let limit = Arc::new(Semaphore::new(settings.max_concurrency.max(1)));
         let cache = settings.cache.then(|| ResponseCache::new(&settings.cache_dir));
-        let breaker =
-            Breaker::for_endpoint(&settings.base_url, &settings.breaker, Duration::from_millis(settings.timeout_ms));
+        let breaker = Breaker::for_llm(&settings);
         LlmClient {
             http,
             settings: Arc::new(settings),
