@@ -328,6 +328,31 @@ async fn a_question_over_its_llm_budget_ends_in_a_budget_exceeded_record() {
     assert_eq!(letter.error_type, "budget_exceeded");
 }
 
+/// A stage whose LLM calls keep failing is retried, and every attempt's calls count: the question
+/// stops at its budget, not after `retry.max_attempts` tries that each spent as if it were the first.
+#[actix::test]
+async fn the_calls_of_failed_attempts_count_against_the_budget() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::Leaf => Reply::Status(500),
+        _ => hugo_script(prompt),
+    })
+    .await;
+    let mut settings = migres_settings(&llm);
+    settings.retry.max_attempts = 8;
+    settings.llm.max_retries = 0;
+    // Before the leaf: one decision and one query-generation call.
+    settings.budget.max_llm_calls = 4;
+    let record =
+        ask_on(PipelineKind::Migres, Arc::new(InProcessBus::new(256)), &settings, hugo(), Duration::from_secs(30))
+            .await
+            .unwrap();
+    let AnswerRecord::Error(error) = record else { panic!("expected an error record, got {record:?}") };
+    assert_eq!(error.error_type, "budget_exceeded", "{}", error.message);
+    assert_eq!(error.stage, "leaf");
+    let leaf_calls = llm.calls_of(Prompt::Leaf);
+    assert!(leaf_calls <= 3, "the leaf was tried {leaf_calls} times on a budget that allowed 2 calls");
+}
+
 /// With a price for the model, every answer says what its LLM calls cost, in all and by stage.
 #[actix::test]
 async fn an_answer_says_what_its_llm_calls_cost_by_stage() {
