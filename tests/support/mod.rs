@@ -51,8 +51,17 @@ pub fn scratch_dir(name: &str) -> PathBuf {
 pub fn hotpot_index() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        // Test processes run side by side: each builds beside the shared folder and the first to
+        // finish moves its build into place, so none opens a folder another is still writing.
         let dir = scratch_dir("hotpotqa-index");
-        TantivySearch::build(&dir, &data_dir().join("hotpotqa/corpus.jsonl")).expect("index the HotpotQA corpus");
+        if !dir.join("meta.json").exists() {
+            let own = scratch_dir(&format!("hotpotqa-index.{}", std::process::id()));
+            TantivySearch::build(&own, &data_dir().join("hotpotqa/corpus.jsonl")).expect("index the HotpotQA corpus");
+            let _ = std::fs::remove_dir(&dir);
+            if std::fs::rename(&own, &dir).is_err() {
+                std::fs::remove_dir_all(&own).expect("remove a spare index build");
+            }
+        }
         dir
     })
     .clone()
