@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+use super::attempt_spend;
 use super::breaker::Breaker;
 use super::llm_cache::{CachedResponse, ResponseCache};
 use super::schema::Schema;
@@ -311,6 +312,7 @@ impl LlmClient {
                 cache_hit: true,
                 ..CallStats::default()
             };
+            attempt_spend::charge(&stats);
             return Ok(Completion { value, stats });
         }
         if let Some((_, key)) = &cache
@@ -378,10 +380,15 @@ impl LlmClient {
                     truncated: stats.truncated,
                     ..spent
                 };
+                attempt_spend::charge(&stats);
                 Ok(Completion { value, stats })
             }
             Err(error) => {
                 m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc();
+                // A call the endpoint answered, or timed out on, was spent even though it failed.
+                if !matches!(error, LlmError::Unreachable { .. }) {
+                    attempt_spend::charge(&spent);
+                }
                 Err(error)
             }
         }

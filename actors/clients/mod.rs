@@ -1,5 +1,6 @@
 //! What the stages talk to: the LLM endpoint, the cross-encoder, the NLI check and the search index.
 
+pub mod attempt_spend;
 pub mod backoff;
 pub mod breaker;
 pub mod gpu;

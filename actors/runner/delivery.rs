@@ -10,12 +10,12 @@ use tracing::Instrument;
 use super::actor::Health;
 use super::dedupe::{Window, fingerprint};
 use super::{RunnerSettings, Stage, StageCounters, StageError, Wiring, bump};
-use crate::actors::clients::backoff;
+use crate::actors::clients::{attempt_spend, backoff};
 use crate::actors::shared::answer::error_record;
 use crate::actors::shared::fanout::{child_memory, result_record};
 use crate::metrics::METRICS;
 use crate::topics::dead_letter::DeadLetter;
-use crate::topics::{Bus, BusError, Delivery, ErrorRecord, Event, Record, TraceKind, TraceStep};
+use crate::topics::{Bus, BusError, Delivery, ErrorRecord, Event, Record, TraceKind, TraceStep, Usage};
 
 /// What handling one delivery needs besides the stage.
 pub(super) struct Handling<'a> {
@@ -44,19 +44,13 @@ pub(super) async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>,
         iteration = memory.as_ref().map_or(0, |m| m.iteration),
         attempt = delivery.attempt,
     );
-    // What the question already spent does not change between attempts: checked once.
-    let over_budget = memory.and_then(|m| context.runner.budget.exceeded(&m.usage));
-    handle_with_retries(stage, context, delivery, over_budget).instrument(span).await;
+    let usage = memory.map(|m| m.usage);
+    handle_with_retries(stage, context, delivery, usage).instrument(span).await;
     timer.observe_duration();
     in_flight.dec();
 }
 
-async fn handle_with_retries<S: Stage>(
-    stage: &S,
-    context: &Handling<'_>,
-    delivery: Delivery,
-    over_budget: Option<String>,
-) {
+async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delivery: Delivery, usage: Option<Usage>) {
     let (m, retry) = (&METRICS, &context.runner.retry);
     let fingerprint = context.finished.as_ref().and_then(|_| fingerprint(&delivery.record));
     if let (Some(window), Some(fingerprint)) = (context.finished, fingerprint)
@@ -69,13 +63,23 @@ async fn handle_with_retries<S: Stage>(
     }
     // Tries of this delivery; its own attempt number counts those of earlier dead-letter replays.
     let mut attempt = 1;
+    // What this delivery's failed attempts spent: the question pays for them too, so one that
+    // keeps failing a stage still stops at its budget.
+    let mut failed_spend = Usage::default();
     let outcome = loop {
+        let over_budget = usage.as_ref().and_then(|usage| {
+            let mut spent = usage.clone();
+            spent.add(&failed_spend);
+            context.runner.budget.exceeded(&spent)
+        });
         if let Some(reason) = over_budget {
             break Err(StageError::BudgetExceeded(reason));
         }
-        match stage.process(&delivery.record).await {
-            Ok(outputs) => break Ok(outputs),
+        let (outcome, spent) = attempt_spend::counting(stage.process(&delivery.record)).await;
+        match outcome {
+            Ok(outputs) => break Ok(charged(outputs, &failed_spend)),
             Err(error) if error.is_transient() && attempt < retry.max_attempts => {
+                failed_spend.add(&spent);
                 bump(&context.counters.retried);
                 m.retries.with_label_values(&[S::NAME]).inc();
                 tracing::warn!(stage = S::NAME, key = %delivery.record.key, attempt, %error, "retrying event");
@@ -233,6 +237,24 @@ pub fn failure_records(stage: &str, input: &Record, error: &StageError, attempts
     vec![error_record(record), dead_letter]
 }
 
+/// `outputs` with what earlier failed attempts spent added to their question's usage, so the stages
+/// downstream and the answer record see it. Outputs without memory pass as they are.
+fn charged(outputs: Vec<Record>, failed_spend: &Usage) -> Vec<Record> {
+    if failed_spend.llm_calls == 0 {
+        return outputs;
+    }
+    let charge = |mut record: Record| {
+        let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&record.payload) else { return record };
+        let Some(usage) = value.pointer_mut("/memory/usage") else { return record };
+        let Ok(mut spent) = serde_json::from_value::<Usage>(usage.clone()) else { return record };
+        spent.add(failed_spend);
+        *usage = serde_json::to_value(&spent).expect("usage serialises");
+        record.payload = serde_json::to_vec(&value).expect("a JSON value serialises");
+        record
+    };
+    outputs.into_iter().map(charge).collect()
+}
+
 /// What the runner reads of an event's memory before the stage decodes it: its iteration for log
 /// lines, and what its question spent for the budget (`None` for events without memory).
 #[derive(serde::Deserialize)]
@@ -240,7 +262,7 @@ struct Peeked {
     #[serde(default)]
     iteration: u64,
     #[serde(default)]
-    usage: crate::topics::Usage,
+    usage: Usage,
 }
 
 fn peek(payload: &[u8]) -> Option<Peeked> {
