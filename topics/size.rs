@@ -191,6 +191,42 @@ mod tests {
         assert_eq!(value["memory"]["facts"], json!(["kept"]));
     }
 
+    /// A joined event repeats each child's trace in `results[]` beside the merged one in its memory:
+    /// trimming must reach those copies before it refuses the parent.
+    #[test]
+    fn a_joined_event_is_trimmed_in_its_results_too() {
+        let steps = |n: usize| -> Vec<Value> {
+            (0..n)
+                .map(|i| json!({"stage": "leaf@1", "iteration": 1, "kind": "facts", "facts": [format!("fact {i}")]}))
+                .collect()
+        };
+        let results: Vec<Value> = (0..3)
+            .map(|i| json!({"node": {"path": [i]}, "question": "q", "candidates": [], "trace": steps(400)}))
+            .collect();
+        let payload = json!({"memory": {"facts": ["kept"], "trace": steps(40)}, "results": results, "missing": []});
+        let big = Record { topic: Topic::Joined, key: "q".into(), payload: serde_json::to_vec(&payload).unwrap() };
+        let fitted = fit(big.clone(), big.payload.len() / 4);
+        let fitted = fitted.expect("the children's repeated traces can go");
+        let value: Value = serde_json::from_slice(&fitted.payload).unwrap();
+        assert_eq!(value["results"].as_array().unwrap().len(), 3, "every child's result stays");
+        assert_eq!(value["memory"]["facts"], json!(["kept"]));
+    }
+
+    /// An error record that still does not fit after every gentler pass loses its whole trace: it is
+    /// the question's only record, so it must go out.
+    #[test]
+    fn an_error_record_always_fits_without_its_trace() {
+        let steps: Vec<Value> = (0..500)
+            .map(|i| json!({"stage": "leaf", "iteration": 1, "kind": "facts", "facts": [format!("fact {i}")]}))
+            .collect();
+        let payload = json!({"status": "error", "question_id": "q", "question": "Who?", "stage": "join", "error_type": "publish_rejected", "message": "too large", "trace": steps});
+        let big = Record { topic: Topic::Answers, key: "q".into(), payload: serde_json::to_vec(&payload).unwrap() };
+        let fitted = fit(big.clone(), 1024).expect("an error record fits without its trace");
+        let value: Value = serde_json::from_slice(&fitted.payload).unwrap();
+        assert_eq!(value["error_type"], "publish_rejected");
+        assert_eq!(value["trace"].as_array().unwrap().last().unwrap()["kind"], "trimmed");
+    }
+
     #[test]
     fn a_record_that_cannot_fit_is_refused_with_the_reason() {
         let error = fit(record(10), 20).unwrap_err();
