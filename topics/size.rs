@@ -1,9 +1,10 @@
 //! Keeping events under `bus.max_event_bytes`. Events carry their question's whole trace, which
 //! grows with every iteration, so a long question could outgrow what the broker accepts. Before a
 //! record would pass the limit, its trace loses its bulkiest and least useful parts first, and a
-//! `trimmed` step says how many went; facts, passages and decisions are never touched. Last, the whole
-//! passages kept for the reader fallback are cut to their start. A record that cannot be made to fit
-//! is refused with the reason, for the stage to end its question with.
+//! `trimmed` step says how many went; facts, passages and decisions are never touched. A joined
+//! event's copies of its children's traces go first; the whole passages kept for the reader fallback
+//! are cut to their start near the end, and last the trace is emptied. A record that still cannot be
+//! made to fit is refused with the reason, for the stage to end its question with.
 
 use serde_json::{Value, json};
 
@@ -13,8 +14,31 @@ use super::{Record, Topic};
 /// records at the top, a child's result in its result.
 const TRACES: [&str; 3] = ["/memory/trace", "/trace", "/result/trace"];
 
-/// Passes over a trace, gentlest first; each runs only while the record is still too large.
-const PASSES: [fn(&mut Vec<Value>); 4] = [drop_unkept_scores, shorten_hit_lists, drop_all_scores, drop_oldest_half];
+/// One way to make a record smaller: over its trace, or over the whole value (how many passages or
+/// repeated steps it shortened or dropped).
+#[derive(Clone, Copy)]
+enum Pass {
+    Trace(fn(&mut Vec<Value>)),
+    Whole(fn(&mut Value) -> Shortened),
+}
+
+/// What a [`Pass::Whole`] took out, for the `trimmed` marker.
+enum Shortened {
+    Passages(usize),
+    ChildSteps(usize),
+}
+
+/// Passes, gentlest first; each runs only while the record is still too large. The last empties
+/// the trace: a record must go out even without it, above all a question's only (error) record.
+const PASSES: [Pass; 7] = [
+    Pass::Whole(drop_repeated_child_traces),
+    Pass::Trace(drop_unkept_scores),
+    Pass::Trace(shorten_hit_lists),
+    Pass::Trace(drop_all_scores),
+    Pass::Trace(drop_oldest_half),
+    Pass::Whole(shorten_best_passages),
+    Pass::Trace(Vec::clear),
+];
 
 /// Where an event keeps the passages for the reader fallback (`Memory::best_passages`): up to five
 /// whole passages, a few kilobytes, which the last pass cuts to this many bytes each. They go last:
@@ -41,15 +65,19 @@ pub fn fit(record: Record, max_bytes: usize) -> Result<Record, String> {
     };
     let before = value.pointer(pointer).and_then(Value::as_array).map_or(0, Vec::len);
     let mut size = record.payload.len();
-    let mut shortened = 0;
-    for pass in PASSES.iter().map(Some).chain([None]) {
+    let (mut shortened, mut child_steps, mut iteration) = (0, 0, 0);
+    for pass in PASSES {
         match pass {
-            Some(pass) => pass(value.pointer_mut(pointer).and_then(Value::as_array_mut).expect("found above")),
-            None => shortened = shorten_best_passages(&mut value),
+            Pass::Trace(pass) => pass(value.pointer_mut(pointer).and_then(Value::as_array_mut).expect("found above")),
+            Pass::Whole(pass) => match pass(&mut value) {
+                Shortened::Passages(count) => shortened += count,
+                Shortened::ChildSteps(count) => child_steps += count,
+            },
         }
         let trace = value.pointer_mut(pointer).and_then(Value::as_array_mut).expect("found above");
         let removed = before - trace.len();
-        let iteration = trace.last().and_then(|s| s["iteration"].as_u64()).unwrap_or(0);
+        // The iteration of the last step left; kept once the trace is emptied.
+        iteration = trace.last().and_then(|s| s["iteration"].as_u64()).unwrap_or(iteration);
         let mut marker = json!({
             "stage": "bus",
             "iteration": iteration,
@@ -59,6 +87,9 @@ pub fn fit(record: Record, max_bytes: usize) -> Result<Record, String> {
         });
         if shortened > 0 {
             marker["shortened_passages"] = json!(shortened);
+        }
+        if child_steps > 0 {
+            marker["removed_child_steps"] = json!(child_steps);
         }
         trace.push(marker);
         let payload = serde_json::to_vec(&value).expect("JSON re-serialises");
@@ -102,8 +133,27 @@ fn drop_oldest_half(trace: &mut Vec<Value>) {
     trace.drain(..half);
 }
 
+/// A joined event's `results[]` repeat each child's trace, which the join also merged into the
+/// parent's: the copies go first, as nothing downstream reads them.
+fn drop_repeated_child_traces(value: &mut Value) -> Shortened {
+    let mut dropped = 0;
+    if value.pointer("/memory/trace").is_some() {
+        for result in value.pointer_mut("/results").and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(trace) = result.get_mut("trace").and_then(Value::as_array_mut) {
+                dropped += trace.len();
+                trace.clear();
+            }
+        }
+    }
+    Shortened::ChildSteps(dropped)
+}
+
 /// Cuts each passage kept for the reader fallback to its first [`BEST_PASSAGE_BYTES`]; how many.
-fn shorten_best_passages(value: &mut Value) -> usize {
+fn shorten_best_passages(value: &mut Value) -> Shortened {
+    Shortened::Passages(shorten_best(value))
+}
+
+fn shorten_best(value: &mut Value) -> usize {
     let Some(best) = value.pointer_mut(BEST_PASSAGES).and_then(Value::as_array_mut) else {
         return 0;
     };
