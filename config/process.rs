@@ -31,8 +31,16 @@ pub struct ServeSettings {
     pub answer_timeout_ms: u64,
     /// Finished questions kept for `GET` (the oldest are forgotten first).
     pub keep_finished: usize,
-    /// The Retry-After of a 429, in seconds.
+    /// The Retry-After of a 429, and of a 503 past a cap below, in seconds.
     pub retry_after_s: u64,
+    /// Open connections, at most; one past it is answered 503 with Retry-After and closed, so slow
+    /// clients cannot take every file descriptor.
+    pub max_connections: usize,
+    /// Open event streams (`GET .../events`), at most; past it 503 with Retry-After.
+    pub max_event_streams: usize,
+    /// An event stream ends after this long even if its question has not (a client resumes with
+    /// `Last-Event-ID`), so a question that never finishes holds no stream for ever.
+    pub event_stream_max_s: u64,
     /// Over Kafka: this replica's name in its consumer groups (empty: the host name). Each replica
     /// reads every answer and progress partition in its own groups.
     pub replica_id: String,
