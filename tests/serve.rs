@@ -506,6 +506,93 @@ async fn a_body_not_whole_within_the_body_timeout_gets_408() {
     server.stop();
 }
 
+/// Past `serve.max_event_streams` open streams a GET of events gets 503 with Retry-After, and a
+/// stream that closes frees its place.
+#[actix::test]
+async fn past_the_stream_cap_an_events_request_gets_503_with_retry_after() {
+    let llm = FakeLlm::start(reader_after(Duration::from_secs(60))).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.serve.max_event_streams = 1;
+    settings.serve.retry_after_s = 2;
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let posted = client.post(url(&server, "/v1/questions")).json(&json!({"id": "slow", "question": "Where?"}));
+    assert_eq!(posted.send().await.unwrap().status(), 202);
+    let events = url(&server, "/v1/questions/slow/events");
+    let first = client.get(&events).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let second = client.get(&events).send().await.unwrap();
+    assert_eq!(second.status(), 503, "a second stream past a cap of one");
+    assert_eq!(second.headers().get("retry-after").map(|v| v.to_str().unwrap()), Some("2"));
+    drop(first);
+    let mut third = None;
+    for _ in 0..50 {
+        let response = client.get(&events).send().await.unwrap();
+        if response.status() == 200 {
+            third = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(third.is_some(), "the closed stream's place was never freed");
+    server.stop();
+}
+
+/// `GET /healthz` on a raw connection, read until the server closes it.
+async fn get_healthz(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut reply)).await;
+    read.expect("an answer, then the connection closed").unwrap();
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+/// Past `serve.max_connections` a connection is answered 503 with Retry-After and closed, however
+/// many idle ones hold the others; one that closes frees its place.
+#[actix::test]
+async fn past_the_connection_cap_a_connection_gets_503_and_is_closed() {
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.serve.max_connections = 2;
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    // Two slow clients that never send a request.
+    let idle_one = tokio::net::TcpStream::connect(server.address).await.unwrap();
+    let _idle_two = tokio::net::TcpStream::connect(server.address).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut third = tokio::net::TcpStream::connect(server.address).await.unwrap();
+    let reply = get_healthz(&mut third).await;
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    assert!(reply.to_ascii_lowercase().contains("retry-after: 1"), "{reply}");
+    drop(idle_one);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut fourth = tokio::net::TcpStream::connect(server.address).await.unwrap();
+    let reply = get_healthz(&mut fourth).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    server.stop();
+}
+
+/// A stream on a question that never finishes ends after `serve.event_stream_max_s`; the client
+/// resumes with `Last-Event-ID` if it still cares.
+#[actix::test]
+async fn an_event_stream_ends_after_its_maximum_life() {
+    let llm = FakeLlm::start(reader_after(Duration::from_secs(600))).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.serve.event_stream_max_s = 1;
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let posted = client.post(url(&server, "/v1/questions")).json(&json!({"id": "never", "question": "Where?"}));
+    assert_eq!(posted.send().await.unwrap().status(), 202);
+    let mut response = client.get(url(&server, "/v1/questions/never/events")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let ended =
+        tokio::time::timeout(Duration::from_secs(20), async { while let Ok(Some(_)) = response.chunk().await {} })
+            .await;
+    assert!(ended.is_ok(), "the stream of an unfinished question was still open after 20 s");
+    server.stop();
+}
+
 /// The document is generated from the handlers; the committed copy is what the server serves, so a
 /// client can read the API without starting one. Every documented operation answers (none falls
 /// through to the 404 of unknown routes), and every status is listed: no catch-all `default`.
