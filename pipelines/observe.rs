@@ -10,15 +10,30 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
 
 use crate::metrics::METRICS;
 
+/// What one listener allows its clients.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// How long a connection may take to send a request's headers before it is closed.
+    pub header_timeout: Duration,
+    /// Open connections, at most; one past it is answered 503 and closed.
+    pub max_connections: usize,
+    /// The Retry-After of that 503, in seconds.
+    pub retry_after_s: u64,
+}
+
 /// How long a connection may take to send a request's headers before it is closed.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A stage process's endpoints: a few scrapers and probes, never hundreds of clients.
+pub const OPERATOR_LIMITS: ConnectionLimits =
+    ConnectionLimits { header_timeout: HEADER_TIMEOUT, max_connections: 64, retry_after_s: 1 };
 
 /// Prometheus metrics.
 #[utoipa::path(get, path = "/metrics", tag = "operations", security(()), responses(
@@ -62,10 +77,16 @@ pub fn router(ready: Arc<AtomicBool>) -> Router {
 }
 
 /// Serves `router` on `listener` until the process ends, one task per connection. A connection
-/// must send a request's whole header within `header_timeout`, or it is closed: a client that
-/// trickles its header cannot hold a connection for long.
-pub fn serve_http(listener: TcpListener, router: Router, header_timeout: Duration) {
+/// must send a request's whole header within `limits.header_timeout`, or it is closed: a client that
+/// trickles its header cannot hold a connection for long. Past `limits.max_connections` open ones,
+/// a new connection gets 503 with Retry-After and is closed, so slow clients cannot take every file
+/// descriptor; its header is read under the same timeout.
+pub fn serve_http(listener: TcpListener, router: Router, limits: ConnectionLimits) {
     let service = hyper_util::service::TowerToHyperService::new(router);
+    let overloaded = hyper_util::service::TowerToHyperService::new(
+        Router::new().fallback(move || async move { overloaded_reply(limits.retry_after_s) }),
+    );
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     tokio::spawn(async move {
         loop {
             let (stream, _) = match listener.accept().await {
@@ -77,13 +98,17 @@ pub fn serve_http(listener: TcpListener, router: Router, header_timeout: Duratio
                     continue;
                 }
             };
-            let service = service.clone();
+            let permit = open.clone().try_acquire_owned().ok();
+            let (service, overloaded) = (service.clone(), overloaded.clone());
             tokio::spawn(async move {
-                let connection = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(header_timeout)
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-                if let Err(error) = connection.await {
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_timeout);
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let outcome = match permit {
+                    Some(_permit) => builder.serve_connection(io, service).await,
+                    None => builder.keep_alive(false).serve_connection(io, overloaded).await,
+                };
+                if let Err(error) = outcome {
                     tracing::debug!(%error, "connection ended with an error");
                 }
             });
@@ -91,11 +116,20 @@ pub fn serve_http(listener: TcpListener, router: Router, header_timeout: Duratio
     });
 }
 
+/// The reply to a connection past the cap, in the API's error shape.
+fn overloaded_reply(retry_after_s: u64) -> Response {
+    METRICS.serve_rejected.with_label_values(&["too_many_connections"]).inc();
+    let body =
+        serde_json::json!({"error": {"code": "unavailable", "message": "too many open connections; retry later"}});
+    let headers = [(CONTENT_TYPE, "application/json".to_string()), (RETRY_AFTER, retry_after_s.to_string())];
+    (StatusCode::SERVICE_UNAVAILABLE, headers, body.to_string()).into_response()
+}
+
 /// Serves the endpoints on `listen` until the process ends; returns the bound address.
 pub async fn serve(listen: &str, ready: Arc<AtomicBool>) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(listen).await?;
     let address = listener.local_addr()?;
-    serve_http(listener, router(ready), HEADER_TIMEOUT);
+    serve_http(listener, router(ready), OPERATOR_LIMITS);
     Ok(address)
 }
 

@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -56,6 +56,8 @@ pub struct Api {
     pub transport: Transport,
     pub stage_names: Vec<&'static str>,
     pub ready: Arc<AtomicBool>,
+    /// One permit per open event stream (`serve.max_event_streams`).
+    pub streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// Ids travel in URLs and Kafka keys: letters, digits and `._:-`, at most 128 of them.
@@ -317,6 +319,8 @@ pub async fn get_question(State(api): State<Arc<Api>>, Path(id): Path<String>) -
         (status = 400, description = "Last-Event-ID is not an event id.", body = ErrorBody),
         NeedsToken,
         (status = 404, description = "Never asked here, or forgotten (serve.keep_finished).", body = ErrorBody),
+        (status = 503, description = "serve.max_event_streams streams are open; retry after Retry-After seconds.",
+            headers(("Retry-After" = u64, description = "Seconds to wait")), body = ErrorBody),
     )
 )]
 pub async fn events(
@@ -327,9 +331,21 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     let from = resume_from(&headers, query.as_deref())?;
     api.registry.events_from(&id, from).ok_or_else(|| Api::unknown(&id))?;
-    let mut response = Sse::new(stream(api.registry.clone(), id, from))
-        .keep_alive(KeepAlive::new().interval(KEEPALIVE).text("keepalive"))
-        .into_response();
+    let Ok(permit) = api.streams.clone().try_acquire_owned() else {
+        let message =
+            format!("{} event streams are open (serve.max_event_streams); retry later", api.settings.max_event_streams);
+        let mut refused = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::TooManyStreams, message);
+        refused.retry_after = Some(api.settings.retry_after_s);
+        return Err(refused);
+    };
+    // The permit lives as long as the stream; the stream at most event_stream_max_s.
+    let life = tokio::time::sleep(Duration::from_secs(api.settings.event_stream_max_s));
+    let events = stream(api.registry.clone(), id, from).take_until(life).map(move |event| {
+        let _held = &permit;
+        event
+    });
+    let mut response =
+        Sse::new(events).keep_alive(KeepAlive::new().interval(KEEPALIVE).text("keepalive")).into_response();
     // Proxies that buffer (nginx) would hold the stream back otherwise.
     response.headers_mut().insert("x-accel-buffering", "no".parse().expect("a header value"));
     Ok(response)

@@ -52,6 +52,7 @@ pub enum ErrorCode {
     MethodNotAllowed,
     Conflict,
     TooManyOpen,
+    TooManyStreams,
     Unavailable,
 }
 
@@ -71,6 +72,7 @@ impl ApiError {
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::TooManyOpen => "too_many_open",
+            ErrorCode::TooManyStreams => "too_many_streams",
             ErrorCode::Unavailable => "unavailable",
             _ => "bad_request",
         };

@@ -166,13 +166,19 @@ pub async fn start(
         transport: options.transport,
         stage_names,
         ready: ready.clone(),
+        streams: Arc::new(tokio::sync::Semaphore::new(settings.serve.max_event_streams.max(1))),
     });
     let listener = tokio::net::TcpListener::bind(&options.listen)
         .await
         .map_err(|e| anyhow::anyhow!("serve.listen {}: {e}", options.listen))?;
     let address = listener.local_addr()?;
     let (router, _) = openapi::router(api, ready.clone());
-    crate::pipelines::observe::serve_http(listener, router, crate::pipelines::observe::HEADER_TIMEOUT);
+    let limits = crate::pipelines::observe::ConnectionLimits {
+        header_timeout: crate::pipelines::observe::HEADER_TIMEOUT,
+        max_connections: settings.serve.max_connections,
+        retry_after_s: settings.serve.retry_after_s,
+    };
+    crate::pipelines::observe::serve_http(listener, router, limits);
     ready.store(true, Ordering::Relaxed);
     Ok(Server { address, registry, failure, stop })
 }
