@@ -143,3 +143,27 @@ pub async fn start(listen: &str) -> anyhow::Result<Arc<AtomicBool>> {
     }
     Ok(ready)
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A client that sends half a request header and then nothing is disconnected once the header
+    /// timeout passed (30 s in service; shorter here, through the same listener code).
+    #[tokio::test]
+    async fn a_connection_whose_header_never_completes_is_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let limits = ConnectionLimits { header_timeout: Duration::from_millis(300), ..OPERATOR_LIMITS };
+        serve_http(listener, router(Arc::new(AtomicBool::new(true))), limits);
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "the connection was still open after 10 s");
+        let reply = String::from_utf8_lossy(&rest);
+        assert!(!reply.contains("200 OK"), "a request without its blank line was answered: {reply}");
+    }
+}
