@@ -42,10 +42,12 @@ pub async fn bus(settings: &Settings) -> Arc<KafkaBus> {
     Arc::new(bus)
 }
 
-/// The six stages as separate `lacuna stage` processes, killed on drop.
+/// The six stages as separate `lacuna stage` processes, killed on drop. Each serves its metrics on
+/// a port of its own, so a test can see what it is doing.
 pub struct Cluster {
     env: Vec<(String, String)>,
     stages: Vec<(String, Child)>,
+    metrics_ports: std::collections::HashMap<String, u16>,
 }
 
 impl Cluster {
@@ -68,7 +70,7 @@ impl Cluster {
             ("LACUNA__KAFKA__INSTANCE_ID".into(), "replica-0".into()),
         ];
         env.extend(super::ANSWER_CHECKS_OFF.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let mut cluster = Cluster { env, stages: Vec::new() };
+        let mut cluster = Cluster { env, stages: Vec::new(), metrics_ports: Default::default() };
         for stage in PipelineKind::Migres.stages() {
             cluster.spawn(stage.name);
         }
@@ -82,8 +84,35 @@ impl Cluster {
     }
 
     pub fn spawn(&mut self, name: &str) {
-        let child = self.command(&["stage", name]).spawn().unwrap();
+        // A restarted stage keeps its port: whatever watches it finds it again.
+        let port = *self.metrics_ports.entry(name.to_string()).or_insert_with(free_port);
+        let listen = format!("127.0.0.1:{port}");
+        let child = self.command(&["stage", name]).env("LACUNA__METRICS__LISTEN", listen).spawn().unwrap();
         self.stages.push((name.to_string(), child));
+    }
+
+    /// What the stage's `/metrics` says of `lacuna_stage_in_flight`: events it is processing now
+    /// (None while it does not answer).
+    pub fn in_flight(&self, name: &str) -> Option<i64> {
+        let text = scrape(self.metrics_ports[name])?;
+        let series = format!("lacuna_stage_in_flight{{stage=\"{name}\"}} ");
+        text.lines().find_map(|line| line.strip_prefix(&series)?.trim().parse().ok())
+    }
+
+    /// Sends `signal` to the stage once its metrics show work in flight, so the signal interrupts
+    /// work rather than an idle process. Panics if the stage never has any within `within`.
+    pub fn signal_at_work(&mut self, name: &str, signal: &str, within: std::time::Duration) -> Child {
+        let started = std::time::Instant::now();
+        while self.in_flight(name).unwrap_or(0) == 0 {
+            assert!(started.elapsed() < within, "{name} had no work in flight within {within:?}");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        self.signal(name, signal)
+    }
+
+    /// Whether the stage's `/readyz` answers 200.
+    pub fn ready(&self, name: &str) -> bool {
+        get(self.metrics_ports[name], "/readyz").is_some_and(|reply| reply.starts_with("HTTP/1.1 200"))
     }
 
     pub fn signal(&mut self, name: &str, signal: &str) -> Child {
@@ -130,4 +159,26 @@ pub fn answer_ids(path: &Path) -> Vec<String> {
         .filter_map(|l| serde_json::from_str::<VersionedAnswer>(l).ok())
         .map(|answer| answer.record.question_id().to_string())
         .collect()
+}
+
+/// A port free now, for a process to bind in a moment.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The body of `/metrics` on `port`.
+fn scrape(port: u16) -> Option<String> {
+    let reply = get(port, "/metrics")?;
+    Some(reply.split_once("\r\n\r\n")?.1.to_string())
+}
+
+/// A plain `GET path` on 127.0.0.1:`port`, the whole reply; None when nothing answers.
+fn get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    Some(reply)
 }
