@@ -31,6 +31,11 @@ pub struct ServeSettings {
     pub answer_timeout_ms: u64,
     /// Finished questions kept for `GET` (the oldest are forgotten first).
     pub keep_finished: usize,
+    /// What the registry may hold, in bytes of events and records, whatever the count: past it the
+    /// oldest finished questions, then other replicas' unfinished ones, are forgotten.
+    pub registry_max_bytes: usize,
+    /// Over Kafka: how far back in time a replica starting up reads the answers and progress topics.
+    pub replay_window_s: u64,
     /// The Retry-After of a 429, and of a 503 past a cap below, in seconds.
     pub retry_after_s: u64,
     /// Open connections, at most; one past it is answered 503 with Retry-After and closed, so slow

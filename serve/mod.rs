@@ -98,7 +98,8 @@ pub async fn start(
         settings.bus.progress = true;
         settings.run.max_open_questions = settings.serve.max_open_questions;
     }
-    let registry = Arc::new(Registry::new(settings.serve.max_open_questions, settings.serve.keep_finished));
+    let serve = &settings.serve;
+    let registry = Arc::new(Registry::new(serve.max_open_questions, serve.keep_finished, serve.registry_max_bytes));
     let (fail, failure) = watch::channel(None::<String>);
     let fail = Arc::new(fail);
     let mut buses: BTreeMap<String, Arc<dyn Bus>> = BTreeMap::new();

@@ -228,6 +228,8 @@ pub struct Registry {
     inner: Mutex<Inner>,
     max_open: usize,
     keep_finished: usize,
+    #[allow(dead_code)] // enforced in the next commit
+    max_bytes: usize,
 }
 
 /// A new question id: time, process and a counter, unique without coordination.
@@ -252,8 +254,8 @@ fn idempotent_id(asked: &NewQuestion) -> Option<String> {
 }
 
 impl Registry {
-    pub fn new(max_open: usize, keep_finished: usize) -> Self {
-        Registry { inner: Mutex::default(), max_open, keep_finished: keep_finished.max(1) }
+    pub fn new(max_open: usize, keep_finished: usize, max_bytes: usize) -> Self {
+        Registry { inner: Mutex::default(), max_open, keep_finished: keep_finished.max(1), max_bytes }
     }
 
     pub fn open(&self) -> usize {
@@ -469,7 +471,7 @@ mod tests {
     /// returns that question, not a conflict and not a second one.
     #[test]
     fn a_question_known_from_another_replicas_progress_is_the_same_question() {
-        let registry = Registry::new(4, 10);
+        let registry = Registry::new(4, 10, 1 << 20);
         let step = TraceStep {
             stage: "retrieve".into(),
             iteration: 1,
@@ -505,7 +507,7 @@ mod tests {
     #[test]
     fn the_same_key_on_two_replicas_publishes_one_event_twice_not_two_questions() {
         use crate::actors::runner::dedupe::fingerprint;
-        let (a, b) = (Registry::new(4, 10), Registry::new(4, 10));
+        let (a, b) = (Registry::new(4, 10, 1 << 20), Registry::new(4, 10, 1 << 20));
         let keyed = NewQuestion { id: None, key: Some("order-17".into()), ..asked("") };
         let (on_a, on_b) = (published(&a, keyed.clone()), published(&b, keyed));
         assert_eq!(on_a.key, on_b.key, "one id from one key");
