@@ -519,4 +519,58 @@ mod tests {
         assert_ne!(first.key, second.key);
         assert_ne!(fingerprint(&first), fingerprint(&second));
     }
+
+    fn error_record(id: &str, message: &str) -> VersionedAnswer {
+        VersionedAnswer::from(AnswerRecord::Error(crate::topics::ErrorRecord {
+            question_id: id.into(),
+            question: "Who?".into(),
+            stage: "leaf".into(),
+            error_type: "llm_timeout".into(),
+            message: message.into(),
+            trace: Vec::new(),
+        }))
+    }
+
+    fn step_of(id: &str) -> ProgressEvent {
+        ProgressEvent {
+            schema_version: crate::topics::SCHEMA_VERSION,
+            question_id: id.into(),
+            node: "root".into(),
+            stage: "retrieve".into(),
+            from: 0,
+            steps: vec![TraceStep {
+                stage: "retrieve".into(),
+                iteration: 1,
+                kind: TraceKind::QueriesWritten { queries: vec!["Who?".into()], dropped: Vec::new() },
+            }],
+        }
+    }
+
+    /// Progress lags the answers: a step of a question already answered and forgotten must not
+    /// bring it back as an entry that never finishes.
+    #[test]
+    fn late_progress_of_a_forgotten_question_does_not_bring_it_back() {
+        let registry = Registry::new(4, 1, 1 << 20);
+        registry.finish("migres", error_record("first", "x"));
+        registry.finish("migres", error_record("second", "x"));
+        assert!(registry.get("first").is_none(), "forgotten past keep_finished = 1");
+        registry.progress("migres", step_of("first"));
+        assert!(registry.get("first").is_none(), "brought back by late progress");
+        assert!(registry.list(10).iter().all(|s| s.id != "first"));
+    }
+
+    /// `keep_finished` counts questions; records differ in size by orders of magnitude, so the
+    /// registry is bounded in bytes too, and forgets its oldest finished questions past it.
+    #[test]
+    fn past_its_byte_bound_the_registry_forgets_the_oldest_finished_questions() {
+        let registry = Registry::new(4, 1000, 20_000);
+        let long = "x".repeat(1000);
+        for n in 0..100 {
+            registry.finish("migres", error_record(&format!("q{n}"), &long));
+        }
+        assert!(registry.get("q99").is_some(), "the newest is kept");
+        assert!(registry.get("q0").is_none(), "the oldest is forgotten");
+        let kept = registry.list(1000).len();
+        assert!((5..=20).contains(&kept), "{kept} records of about 1 kB kept under 20 kB");
+    }
 }
