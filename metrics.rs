@@ -20,6 +20,7 @@ pub struct Metrics {
     pub progress_dropped: IntCounterVec,
     pub serve_requests: IntCounterVec,
     pub serve_open_questions: IntGaugeVec,
+    pub serve_registry_bytes: IntGaugeVec,
     pub serve_rejected: IntCounterVec,
     pub llm_calls: IntCounterVec,
     pub llm_errors: IntCounterVec,
@@ -281,6 +282,14 @@ impl Metrics {
                 &[],
             )
             .expect("a valid gauge"),
+            serve_registry_bytes: IntGaugeVec::new(
+                Opts::new(
+                    "lacuna_serve_registry_bytes",
+                    "What `lacuna serve`'s registry holds in events and records, in bytes (bounded by serve.registry_max_bytes).",
+                ),
+                &[],
+            )
+            .expect("a valid gauge"),
             serve_rejected: counter(
                 "lacuna_serve_rejected_total",
                 "Questions `lacuna serve` refused, by reason (too_many_open, bad_request, unauthorized, ...).",
@@ -344,6 +353,7 @@ impl Metrics {
             Box::new(self.progress_dropped.clone()),
             Box::new(self.serve_requests.clone()),
             Box::new(self.serve_open_questions.clone()),
+            Box::new(self.serve_registry_bytes.clone()),
             Box::new(self.serve_rejected.clone()),
         ]
     }

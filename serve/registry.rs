@@ -2,7 +2,7 @@
 //! and its record once done. Each question's stream is a list of numbered events (the SSE ids), so a
 //! client that reconnects with `Last-Event-ID` resumes where it left off.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -73,6 +73,8 @@ struct Entry {
     last_stage: String,
     record: Option<Value>,
     changed: watch::Sender<usize>,
+    /// The JSON bytes of its events and record: what it holds, near enough.
+    bytes: usize,
 }
 
 impl Entry {
@@ -88,10 +90,12 @@ impl Entry {
             last_stage: String::new(),
             record: None,
             changed: watch::channel(0).0,
+            bytes: 0,
         }
     }
 
     fn push(&mut self, name: &str, data: Value) {
+        self.bytes += name.len() + json_size(&data);
         self.events.push(StreamEvent { name: name.to_string(), data });
         self.changed.send_replace(self.events.len());
     }
@@ -199,6 +203,11 @@ pub struct NodeStep {
     pub step: Value,
 }
 
+/// The size of `value` as JSON.
+fn json_size(value: &Value) -> usize {
+    serde_json::to_vec(value).map_or(0, |bytes| bytes.len())
+}
+
 #[derive(Default)]
 struct Inner {
     entries: HashMap<String, Entry>,
@@ -210,17 +219,60 @@ struct Inner {
     open: usize,
     /// Every id in arrival order (for the list the page shows).
     order: VecDeque<String>,
+    /// What every entry holds, in bytes.
+    bytes: usize,
+    /// Ids forgotten lately, oldest first, so a late progress or record of one does not bring it
+    /// back as a question that never finishes. As many as `keep_finished`.
+    forgotten: HashSet<String>,
+    forgotten_order: VecDeque<String>,
 }
 
 impl Inner {
     /// The entry of `id`; one this process never saw is created as another replica's question of
-    /// `pipeline`, known here from the topics (its text comes with its record).
-    fn known(&mut self, id: &str, pipeline: &str) -> &mut Entry {
-        let Inner { entries, order, .. } = self;
-        entries.entry(id.to_string()).or_insert_with(|| {
+    /// `pipeline`, known here from the topics (its text comes with its record). None for one
+    /// forgotten lately: what still comes of it is late.
+    fn known(&mut self, id: &str, pipeline: &str) -> Option<&mut Entry> {
+        let Inner { entries, order, forgotten, .. } = self;
+        if forgotten.contains(id) {
+            return None;
+        }
+        Some(entries.entry(id.to_string()).or_insert_with(|| {
             order.push_back(id.to_string());
             Entry::new(String::new(), pipeline.to_string(), false, None)
-        })
+        }))
+    }
+
+    /// Drops `id`'s entry and remembers that it did, for `remember` ids at most.
+    fn forget(&mut self, id: &str, remember: usize) {
+        if let Some(entry) = self.entries.remove(id) {
+            self.bytes -= entry.bytes;
+            if let Some(key) = entry.key {
+                self.keys.remove(&key);
+            }
+        }
+        self.order.retain(|o| o != id);
+        if self.forgotten.insert(id.to_string()) {
+            self.forgotten_order.push_back(id.to_string());
+        }
+        while self.forgotten_order.len() > remember {
+            let Some(old) = self.forgotten_order.pop_front() else { break };
+            self.forgotten.remove(&old);
+        }
+    }
+
+    /// Forgets the oldest finished questions past `keep_finished` or `max_bytes`; past the bytes
+    /// with none finished left, other replicas' unfinished ones, oldest first. A question accepted
+    /// here and open is never forgotten: `max_open_questions` bounds those.
+    fn evict(&mut self, keep_finished: usize, max_bytes: usize) {
+        while self.finished.len() > keep_finished || (self.bytes > max_bytes && !self.finished.is_empty()) {
+            let Some(old) = self.finished.pop_front() else { break };
+            self.forget(&old, keep_finished);
+        }
+        while self.bytes > max_bytes {
+            let remote = self.order.iter().find(|id| self.entries.get(*id).is_some_and(|e| !e.local)).cloned();
+            let Some(old) = remote else { break };
+            self.forget(&old, keep_finished);
+        }
     }
 }
 
@@ -228,7 +280,6 @@ pub struct Registry {
     inner: Mutex<Inner>,
     max_open: usize,
     keep_finished: usize,
-    #[allow(dead_code)] // enforced in the next commit
     max_bytes: usize,
 }
 
@@ -306,6 +357,8 @@ impl Registry {
             }
             let mut entry = Entry::new(asked.question.clone(), asked.pipeline.clone(), true, asked.key);
             entry.push("accepted", json!({"id": id, "question": asked.question, "pipeline": asked.pipeline}));
+            inner.bytes += entry.bytes;
+            inner.forgotten.remove(&id);
             inner.entries.insert(id.clone(), entry);
             inner.order.push_back(id.clone());
             inner.open += 1;
@@ -323,6 +376,7 @@ impl Registry {
     pub fn withdraw(&self, id: &str) {
         let mut inner = self.inner.lock().unwrap();
         if let Some(entry) = inner.entries.remove(id) {
+            inner.bytes -= entry.bytes;
             if let Some(key) = entry.key {
                 inner.keys.remove(&key);
             }
@@ -337,21 +391,27 @@ impl Registry {
     /// Steps a stage of `pipeline` added.
     pub fn progress(&self, pipeline: &str, event: ProgressEvent) {
         let mut inner = self.inner.lock().unwrap();
-        let entry = inner.known(&event.question_id, pipeline);
+        let Some(entry) = inner.known(&event.question_id, pipeline) else { return };
         if entry.record.is_some() {
             return;
         }
+        let before = entry.bytes;
         entry.add_steps(&event.node, event.from, &event.steps);
+        let grown = entry.bytes - before;
+        inner.bytes += grown;
+        inner.evict(self.keep_finished, self.max_bytes);
+        METRICS.serve_registry_bytes.with_label_values::<&str>(&[]).set(inner.bytes as i64);
     }
 
     /// A question's record: its stream's last event. A second record for it is ignored.
     pub fn finish(&self, pipeline: &str, answer: VersionedAnswer) {
         let id = answer.record.question_id().to_string();
         let mut inner = self.inner.lock().unwrap();
-        let entry = inner.known(&id, pipeline);
+        let Some(entry) = inner.known(&id, pipeline) else { return };
         if entry.record.is_some() {
             return;
         }
+        let before = entry.bytes;
         let (question, trace) = match &answer.record {
             AnswerRecord::Answered(a) => (&a.question, &a.trace),
             AnswerRecord::Error(e) => (&e.question, &e.trace),
@@ -362,22 +422,19 @@ impl Registry {
         // Steps whose progress never came (dropped, or progress off) complete the stream first.
         entry.add_steps("root", 0, trace);
         let record = serde_json::to_value(&answer).expect("records serialise");
+        // Held twice: as the record and as the stream's last event.
+        entry.bytes += json_size(&record);
         entry.record = Some(record.clone());
         let local = entry.local;
         entry.push("record", record);
+        let grown = entry.bytes - before;
+        inner.bytes += grown;
         if local {
             inner.open -= 1;
         }
         inner.finished.push_back(id);
-        while inner.finished.len() > self.keep_finished {
-            let Some(old) = inner.finished.pop_front() else { break };
-            if let Some(entry) = inner.entries.remove(&old)
-                && let Some(key) = entry.key
-            {
-                inner.keys.remove(&key);
-            }
-            inner.order.retain(|o| *o != old);
-        }
+        inner.evict(self.keep_finished, self.max_bytes);
+        METRICS.serve_registry_bytes.with_label_values::<&str>(&[]).set(inner.bytes as i64);
         METRICS.serve_open_questions.with_label_values::<&str>(&[]).set(inner.open as i64);
     }
 
