@@ -710,6 +710,54 @@ async fn over_kafka_any_replica_streams_and_answers_any_question() {
     stages.stop();
 }
 
+/// Over Kafka a replica starting up reads only `serve.replay_window_s` of the answers topic, not
+/// all of it, and says it is ready only once it holds every record that was there when it started.
+#[actix::test]
+async fn over_kafka_a_new_replica_replays_its_window_and_is_ready_once_caught_up() {
+    use lacuna::topics::{AnswerRecord, ErrorRecord, Event, VersionedAnswer};
+    let llm = FakeLlm::start(hugo_script).await;
+    let mut settings = support::cluster::settings("serve-window", &llm.base_url);
+    let bus = PipelineKind::Migres.kafka_bus(&settings).await.unwrap();
+    let publish = |id: String| {
+        let record = AnswerRecord::Error(ErrorRecord {
+            question_id: id,
+            question: "Who?".into(),
+            stage: "leaf".into(),
+            error_type: "llm_timeout".into(),
+            message: "published by the test".into(),
+            trace: Vec::new(),
+        });
+        let bus = bus.clone();
+        async move { lacuna::topics::Bus::publish(&*bus, VersionedAnswer::from(record).to_record()).await.unwrap() }
+    };
+    for n in 0..10 {
+        publish(format!("old-{n}")).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for n in 0..200 {
+        publish(format!("new-{n}")).await;
+    }
+    settings.serve.replay_window_s = 2;
+    settings.serve.replica_id = "late".into();
+    let options = ServeOptions {
+        transport: Transport::Kafka,
+        pipelines: vec![PipelineKind::Migres],
+        listen: "127.0.0.1:0".into(),
+    };
+    let server = start(&settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap();
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    while client.get(url(&server, "/readyz")).send().await.unwrap().status() != 200 {
+        assert!(started.elapsed() < Duration::from_secs(120), "not ready within two minutes");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let missing: Vec<usize> = (0..200).filter(|n| server.registry.record(&format!("new-{n}")).is_none()).collect();
+    assert!(missing.is_empty(), "ready before it read {} of the records there at its start", missing.len());
+    let old: Vec<usize> = (0..10).filter(|n| server.registry.record(&format!("old-{n}")).is_some()).collect();
+    assert!(old.is_empty(), "{} records from before the replay window were read", old.len());
+    server.stop();
+}
+
 /// RA-ISF's sub-questions stream as nodes of their own: each child's steps under its node ("1",
 /// "2"), the split and the join under the root, and the children's steps that the joined parent's
 /// trace repeats are not streamed twice.
