@@ -105,9 +105,11 @@ pub async fn start(
     let mut buses: BTreeMap<String, Arc<dyn Bus>> = BTreeMap::new();
     let (stop, stopped) = watch::channel(false);
     let replica = replica_id(&settings);
+    // Over Kafka, one watch per feed that turns true once it has read its replay window.
+    let mut catching_up: Vec<watch::Receiver<bool>> = Vec::new();
     for kind in &options.pipelines {
         let name = kind.name().to_string();
-        let bus: Arc<dyn Bus> = match options.transport {
+        let (bus, progress): (Arc<dyn Bus>, _) = match options.transport {
             Transport::InProcess => {
                 let mut pipeline = Pipeline::start(*kind, &settings, parts(*kind)?).await?;
                 let bus = pipeline.bus();
@@ -130,19 +132,28 @@ pub async fn start(
                     }
                     pipeline.stop();
                 });
-                bus
+                let progress = bus.subscribe(&[Topic::Progress], &format!("serve-{replica}-progress")).await?;
+                (bus, progress)
             }
             Transport::Kafka => {
-                let bus: Arc<dyn Bus> = kind.kafka_bus(&settings).await?;
-                let answers = bus.subscribe(&[Topic::Answers], &format!("serve-{replica}")).await?;
+                let kafka = kind.kafka_bus(&settings).await?;
+                // A new replica reads the recent past, not whole topics, and is ready once it has
+                // read what was there when it started.
+                let since =
+                    std::time::SystemTime::now() - std::time::Duration::from_secs(settings.serve.replay_window_s);
+                let (answers, caught_up) =
+                    kafka.follow_since(&[Topic::Answers], &format!("serve-{replica}"), since).await?;
+                catching_up.push(caught_up);
                 let (registry, pipeline) = (registry.clone(), name.clone());
                 let take = move |answer: VersionedAnswer| registry.finish(&pipeline, answer);
                 spawn_feed(answers, format!("{name} answers"), fail.clone(), take);
-                bus
+                let (progress, caught_up) =
+                    kafka.follow_since(&[Topic::Progress], &format!("serve-{replica}-progress"), since).await?;
+                catching_up.push(caught_up);
+                (kafka as Arc<dyn Bus>, progress)
             }
         };
         // Progress is best-effort: an undecodable record costs a watcher a step, nothing more.
-        let progress = bus.subscribe(&[Topic::Progress], &format!("serve-{replica}-progress")).await?;
         let (registry, pipeline) = (registry.clone(), name.clone());
         let take = move |event: ProgressEvent| registry.progress(&pipeline, event);
         spawn_feed(progress, format!("{name} progress"), fail.clone(), take);
@@ -180,7 +191,20 @@ pub async fn start(
         retry_after_s: settings.serve.retry_after_s,
     };
     crate::pipelines::observe::serve_http(listener, router, limits);
-    ready.store(true, Ordering::Relaxed);
+    let caught_up = ready.clone();
+    if catching_up.is_empty() {
+        ready.store(true, Ordering::Relaxed);
+    }
+    tokio::spawn(async move {
+        for mut feed in catching_up {
+            if feed.wait_for(|done| *done).await.is_err() {
+                // The feed ended: its failure is reported by spawn_feed; never ready.
+                return;
+            }
+        }
+        tracing::info!("serve is ready: the replay window is read");
+        caught_up.store(true, Ordering::Relaxed);
+    });
     Ok(Server { address, registry, failure, stop })
 }
 

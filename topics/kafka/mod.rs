@@ -20,12 +20,14 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::mpsc;
 
 mod config;
+mod follow;
 mod offsets;
 mod poller;
 mod rebalance;
 mod table;
 
 pub use config::client_config;
+pub use follow::CatchUp;
 use offsets::OffsetTracker;
 use poller::{KafkaSubscription, poll};
 use rebalance::TrackingContext;
@@ -128,6 +130,73 @@ impl KafkaBus {
         Ok(())
     }
 
+    /// A consumer in `group`, its offsets stored by hand when a record is done and, with `commit`,
+    /// committed in the background.
+    fn consumer(
+        &self,
+        group: &str,
+        commit: bool,
+    ) -> Result<(StreamConsumer<TrackingContext>, Arc<Mutex<OffsetTracker>>), BusError> {
+        let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
+        let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
+        let drain_timeout = Duration::from_millis(self.settings.drain_timeout_ms);
+        let context = TrackingContext { tracker: tracker.clone(), drain_timeout, lag };
+        let mut config = self.base.clone();
+        if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
+            config.set("debug", debug);
+        }
+        if !self.settings.instance_id.is_empty() {
+            // Unique per group: one process may consume several groups.
+            config.set("group.instance.id", format!("{}.{group}", self.settings.instance_id));
+        }
+        let consumer: StreamConsumer<TrackingContext> = config
+            .set("group.id", format!("{}{group}", self.settings.topic_prefix))
+            // Offsets are stored by hand when a record is done, and committed in the background.
+            .set("enable.auto.offset.store", "false")
+            .set("enable.auto.commit", commit.to_string())
+            .set("auto.commit.interval.ms", "1000")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())
+            .set("max.poll.interval.ms", self.settings.max_poll_interval_ms.to_string())
+            // librdkafka's statistics carry each assigned partition's lag, exported as a gauge.
+            .set("statistics.interval.ms", "5000")
+            .create_with_context(context)
+            .map_err(transport)?;
+        Ok((consumer, tracker))
+    }
+
+    /// The subscription fed by `consumer`'s poller thread.
+    fn feed(
+        &self,
+        consumer: StreamConsumer<TrackingContext>,
+        tracker: Arc<Mutex<OffsetTracker>>,
+        names: &[String],
+        group: &str,
+        catch_up: Option<Arc<CatchUp>>,
+    ) -> Result<Box<dyn Subscription>, BusError> {
+        let consumer = Arc::new(consumer);
+        let topic_of: HashMap<String, Topic> =
+            names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
+        let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));
+        let paused = crate::metrics::METRICS.paused_partitions.with_label_values(&[group]);
+        // A thread of its own: a revocation blocks the poll that serves it while the revoked
+        // partitions' work drains (up to kafka.drain_timeout_ms), and on a shared runtime that would
+        // stall every other task there, other stages' pollers included, past max.poll.interval.ms.
+        let polled = consumer.clone();
+        std::thread::Builder::new()
+            .name(format!("poll-{group}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                match runtime {
+                    Ok(runtime) => runtime.block_on(poll(polled, tracker, topic_of, sender, paused, catch_up)),
+                    // Dropping the sender ends the feed: the stage fails and says so.
+                    Err(error) => tracing::error!(%error, "cannot start the Kafka poller's runtime"),
+                }
+            })
+            .map_err(transport)?;
+        Ok(Box::new(KafkaSubscription { receiver, consumer }))
+    }
+
     /// Publishes with an explicit attempt number (dead-letter replay counts its attempts).
     pub async fn publish_attempt(&self, record: Record, attempt: u32) -> Result<(), BusError> {
         let name = self.topic_name(record.topic);
@@ -159,54 +228,10 @@ impl Bus for KafkaBus {
     }
 
     async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError> {
-        let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
-        let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
-        let drain_timeout = Duration::from_millis(self.settings.drain_timeout_ms);
-        let context = TrackingContext { tracker: tracker.clone(), drain_timeout, lag };
-        let mut config = self.base.clone();
-        if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
-            config.set("debug", debug);
-        }
-        if !self.settings.instance_id.is_empty() {
-            // Unique per group: one process may consume several groups.
-            config.set("group.instance.id", format!("{}.{group}", self.settings.instance_id));
-        }
-        let consumer: StreamConsumer<TrackingContext> = config
-            .set("group.id", format!("{}{group}", self.settings.topic_prefix))
-            // Offsets are stored by hand when a record is done, and committed in the background.
-            .set("enable.auto.offset.store", "false")
-            .set("enable.auto.commit", "true")
-            .set("auto.commit.interval.ms", "1000")
-            .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())
-            .set("max.poll.interval.ms", self.settings.max_poll_interval_ms.to_string())
-            // librdkafka's statistics carry each assigned partition's lag, exported as a gauge.
-            .set("statistics.interval.ms", "5000")
-            .create_with_context(context)
-            .map_err(transport)?;
+        let (consumer, tracker) = self.consumer(group, true)?;
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
         consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>()).map_err(transport)?;
-        let consumer = Arc::new(consumer);
-        let topic_of: HashMap<String, Topic> =
-            names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
-        let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));
-        let paused = crate::metrics::METRICS.paused_partitions.with_label_values(&[group]);
-        // A thread of its own: a revocation blocks the poll that serves it while the revoked
-        // partitions' work drains (up to kafka.drain_timeout_ms), and on a shared runtime that would
-        // stall every other task there, other stages' pollers included, past max.poll.interval.ms.
-        let polled = consumer.clone();
-        std::thread::Builder::new()
-            .name(format!("poll-{group}"))
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
-                match runtime {
-                    Ok(runtime) => runtime.block_on(poll(polled, tracker, topic_of, sender, paused)),
-                    // Dropping the sender ends the feed: the stage fails and says so.
-                    Err(error) => tracing::error!(%error, "cannot start the Kafka poller's runtime"),
-                }
-            })
-            .map_err(transport)?;
-        Ok(Box::new(KafkaSubscription { receiver, consumer }))
+        self.feed(consumer, tracker, &names, group, None)
     }
 
     async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {

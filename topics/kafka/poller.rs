@@ -12,6 +12,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
 use tokio::sync::mpsc;
 
+use super::follow::CatchUp;
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, is_no_offset};
 use super::{ATTEMPT_HEADER, transport};
@@ -50,6 +51,7 @@ pub(super) async fn poll(
     topic_of: HashMap<String, Topic>,
     sender: mpsc::Sender<Delivery>,
     paused_gauge: prometheus::IntGauge,
+    catch_up: Option<Arc<CatchUp>>,
 ) {
     let mut waiting: VecDeque<Delivery> = VecDeque::new();
     let mut paused = false;
@@ -69,7 +71,7 @@ pub(super) async fn poll(
                     Ok(permit) => permit.send(waiting.pop_front().expect("a waiting delivery")),
                     Err(_) => return,
                 },
-                message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, message)),
+                message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, &catch_up, message)),
             }
             continue;
         }
@@ -79,7 +81,7 @@ pub(super) async fn poll(
             paused = false;
         }
         tokio::select! {
-            message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, message)),
+            message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, &catch_up, message)),
             _ = sender.closed() => return,
         }
     }
@@ -99,6 +101,7 @@ fn to_delivery(
     consumer: &Arc<StreamConsumer<TrackingContext>>,
     tracker: &Arc<Mutex<OffsetTracker>>,
     topic_of: &HashMap<String, Topic>,
+    catch_up: &Option<Arc<CatchUp>>,
     message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
 ) -> Option<Delivery> {
     let message = match message {
@@ -121,7 +124,11 @@ fn to_delivery(
     let (consumer, claim_tracker, tracker, claim_name) =
         (consumer.clone(), tracker.clone(), tracker.clone(), name.clone());
     let claim = Box::new(move || claim_tracker.lock().unwrap().claim(&claim_name, partition, offset, generation));
+    let catch_up = catch_up.clone();
     let ack = Box::new(move || {
+        if let Some(catch_up) = &catch_up {
+            catch_up.acked(&name, partition, offset);
+        }
         let store = tracker.lock().unwrap().ack(&name, partition, offset, generation);
         if let Some(next) = store
             && let Err(error) = consumer.store_offset(&name, partition, next - 1)

@@ -1,0 +1,107 @@
+//! Following topics from a point in time, outside any consumer group's rebalancing: how a `lacuna
+//! serve` replica reads every answer and progress partition. A new replica starts
+//! `serve.replay_window_s` back rather than at the earliest offset, which would replay whole topics
+//! into its memory, and it knows when it has read up to the end offsets the topics had when it
+//! started: until then it is not ready.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::watch;
+
+use super::rebalance::TrackingContext;
+use super::{KafkaBus, transport};
+use crate::topics::Topic;
+use crate::topics::bus::{BusError, Subscription};
+
+/// The end offsets a follower must read up to; true in its watch once every one is acknowledged.
+pub struct CatchUp {
+    ends: Mutex<HashMap<(String, i32), i64>>,
+    done: watch::Sender<bool>,
+}
+
+impl CatchUp {
+    fn new(ends: HashMap<(String, i32), i64>) -> Arc<CatchUp> {
+        let done = watch::channel(ends.is_empty()).0;
+        Arc::new(CatchUp { ends: Mutex::new(ends), done })
+    }
+
+    /// A record was taken and acknowledged: its partition is caught up once it reached the end.
+    pub(super) fn acked(&self, topic: &str, partition: i32, offset: i64) {
+        let mut ends = self.ends.lock().unwrap();
+        let key = (topic.to_string(), partition);
+        if ends.get(&key).is_some_and(|end| offset + 1 >= *end) {
+            ends.remove(&key);
+            if ends.is_empty() {
+                self.done.send_replace(true);
+            }
+        }
+    }
+}
+
+impl KafkaBus {
+    /// Every partition of `topics` from the first record at or after `since` (from their end where
+    /// there is none), never committed: a replica's reading position lives and dies with it. The
+    /// watch turns true once the records that were there at the start are all acknowledged.
+    pub async fn follow_since(
+        &self,
+        topics: &[Topic],
+        group: &str,
+        since: SystemTime,
+    ) -> Result<(Box<dyn Subscription>, watch::Receiver<bool>), BusError> {
+        let (consumer, tracker) = self.consumer(group, false)?;
+        let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
+        let since_ms = since.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let consumer = Arc::new(consumer);
+        let (start, ends) = {
+            let (consumer, names) = (consumer.clone(), names.clone());
+            tokio::task::spawn_blocking(move || starting_points(&*consumer, &names, since_ms))
+                .await
+                .map_err(transport)??
+        };
+        consumer.assign(&start).map_err(transport)?;
+        let behind = ends.len();
+        let catch_up = CatchUp::new(ends);
+        let caught_up = catch_up.done.subscribe();
+        tracing::info!(group, since_ms, partitions_behind = behind, "following from the replay window");
+        let consumer = Arc::try_unwrap(consumer).map_err(|_| transport("the consumer is still shared"))?;
+        let feed = self.feed(consumer, tracker, &names, group, Some(catch_up))?;
+        Ok((feed, caught_up))
+    }
+}
+
+/// Where to start each partition of `names` (the first offset at or after `since_ms`), and the end
+/// offset of each that has records to read from there.
+fn starting_points(
+    consumer: &StreamConsumer<TrackingContext>,
+    names: &[String],
+    since_ms: i64,
+) -> Result<(TopicPartitionList, HashMap<(String, i32), i64>), BusError> {
+    let timeout = Duration::from_secs(10);
+    let mut at_time = TopicPartitionList::new();
+    for name in names {
+        let metadata = consumer.fetch_metadata(Some(name), timeout).map_err(transport)?;
+        for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+            at_time.add_partition_offset(name, partition.id(), Offset::Offset(since_ms)).map_err(transport)?;
+        }
+    }
+    let found = consumer.offsets_for_times(at_time, timeout).map_err(transport)?;
+    let (mut start, mut ends) = (TopicPartitionList::new(), HashMap::new());
+    for element in found.elements() {
+        let (name, partition) = (element.topic(), element.partition());
+        let (_, high) = consumer.fetch_watermarks(name, partition, timeout).map_err(transport)?;
+        // No record at or after the time: nothing of the window there; read what comes next.
+        let from = match element.offset() {
+            Offset::Offset(offset) => offset.min(high),
+            _ => high,
+        };
+        if from < high {
+            ends.insert((name.to_string(), partition), high);
+        }
+        start.add_partition_offset(name, partition, Offset::Offset(from)).map_err(transport)?;
+    }
+    Ok((start, ends))
+}
