@@ -281,6 +281,73 @@ fn sigterm_drains_commits_and_loses_nothing() {
     assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected);
 }
 
+/// A record that crashes its stage every time it is worked on (here its LLM call kills the process,
+/// as an out-of-memory kill or a crash in native code would) is not redelivered for ever: once
+/// earlier processes started it `retry.max_attempts` times, the next one ends its question in an
+/// error record and a dead letter without working on it, and the other questions are answered.
+#[test]
+fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_loop() {
+    use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
+    const POISON: &str = "Which question crashes the main stage every time?";
+    let _serial = serial();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (main_pid, kills) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (pid, killed, answer) = (main_pid.clone(), kills.clone(), answering_llm());
+    let llm = runtime.block_on(FakeLlm::start(move |prompt| {
+        if prompt_kind(prompt) == Prompt::Main && prompt.contains(POISON) {
+            killed.fetch_add(1, SeqCst);
+            let _ = Command::new("kill").args(["-KILL", &pid.load(SeqCst).to_string()]).status();
+            return Reply::Delayed(Duration::from_secs(5), Box::new(Reply::Status(500)));
+        }
+        answer(prompt)
+    }));
+    let settings = settings("crash-loop", &llm.base_url);
+    let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, &[("LACUNA__RETRY__MAX_ATTEMPTS", "2")]);
+    main_pid.store(cluster.pid("main"), SeqCst);
+    let dir = support::scratch_dir("crash-loop");
+    let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
+    let _ = std::fs::remove_file(&answers);
+    let mut expected = write_questions(&questions, 20);
+    let mut lines = std::fs::read_to_string(&questions).unwrap();
+    lines.push_str(&format!("\n{}", json!({"id": "crasher", "question": POISON})));
+    std::fs::write(&questions, lines).unwrap();
+    expected.insert("crasher".into());
+    let mut sink = cluster
+        .command(&["answers", "--out", answers.to_str().unwrap(), "--expect", "21", "--idle-timeout-s", "240"])
+        .spawn()
+        .unwrap();
+    assert!(cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap().success());
+    let started = Instant::now();
+    while sink.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no record for every question within 5 minutes: main was killed {} times",
+            kills.load(SeqCst)
+        );
+        if cluster.restart_if_exited("leaf") {
+            main_pid.store(cluster.pid("main"), SeqCst);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(sink.wait().unwrap().success(), "the sink got a record for every question");
+    let records: Vec<AnswerRecord> = std::fs::read_to_string(&answers)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<VersionedAnswer>(line).unwrap().record)
+        .collect();
+    assert_eq!(records.iter().map(|r| r.question_id().to_string()).collect::<BTreeSet<_>>(), expected);
+    for record in &records {
+        match record {
+            AnswerRecord::Error(error) if error.question_id == "crasher" => {
+                assert_eq!((error.error_type.as_str(), error.stage.as_str()), ("too_many_redeliveries", "main"));
+            }
+            AnswerRecord::Answered(_) => {}
+            other => panic!("only the crasher fails: {other:?}"),
+        }
+    }
+    assert_eq!(kills.load(SeqCst), 2, "started twice (retry.max_attempts = 2), then ended without a third crash");
+}
+
 #[actix::test]
 async fn the_migres_loop_runs_over_kafka_unchanged() {
     let _serial = serial();

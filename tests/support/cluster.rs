@@ -52,6 +52,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(settings: &Settings, llm_url: &str) -> Cluster {
+        Self::start_with_env(settings, llm_url, &[])
+    }
+
+    /// [`Cluster::start`] with more environment for every process.
+    pub fn start_with_env(settings: &Settings, llm_url: &str, extra: &[(&str, &str)]) -> Cluster {
         let mut env: Vec<(String, String)> = vec![
             ("LACUNA__KAFKA__BROKERS".into(), settings.kafka.brokers.clone()),
             ("LACUNA__KAFKA__TOPIC_PREFIX".into(), settings.kafka.topic_prefix.clone()),
@@ -70,6 +75,7 @@ impl Cluster {
             ("LACUNA__KAFKA__INSTANCE_ID".into(), "replica-0".into()),
         ];
         env.extend(super::ANSWER_CHECKS_OFF.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut cluster = Cluster { env, stages: Vec::new(), metrics_ports: Default::default() };
         for stage in PipelineKind::Migres.stages() {
             cluster.spawn(stage.name);
@@ -89,6 +95,22 @@ impl Cluster {
         let listen = format!("127.0.0.1:{port}");
         let child = self.command(&["stage", name]).env("LACUNA__METRICS__LISTEN", listen).spawn().unwrap();
         self.stages.push((name.to_string(), child));
+    }
+
+    /// The stage's process id.
+    pub fn pid(&self, name: &str) -> u32 {
+        self.stages.iter().find(|(n, _)| n == name).map(|(_, child)| child.id()).unwrap()
+    }
+
+    /// Restarts the stage if its process has exited, as a Deployment would; whether it had.
+    pub fn restart_if_exited(&mut self, name: &str) -> bool {
+        let index = self.stages.iter().position(|(n, _)| n == name).unwrap();
+        if !matches!(self.stages[index].1.try_wait(), Ok(Some(_))) {
+            return false;
+        }
+        self.stages.remove(index);
+        self.spawn(name);
+        true
     }
 
     /// What the stage's `/metrics` says of `lacuna_stage_in_flight`: events it is processing now
