@@ -288,13 +288,15 @@ fn sigterm_drains_commits_and_loses_nothing() {
 #[test]
 fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_loop() {
     use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
-    const POISON: &str = "Which question crashes the main stage every time?";
+
     let _serial = serial();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (main_pid, kills) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (pid, killed, answer) = (main_pid.clone(), kills.clone(), answering_llm());
+    // A question whose passage the sentence filter keeps, so that its leaf calls the LLM.
+    let (poison, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
+    let (leaf_pid, kills) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (pid, killed, answer, text) = (leaf_pid.clone(), kills.clone(), answering_llm(), poison.clone());
     let llm = runtime.block_on(FakeLlm::start(move |prompt| {
-        if prompt_kind(prompt) == Prompt::Main && prompt.contains(POISON) {
+        if prompt_kind(prompt) == Prompt::Leaf && prompt.contains(&text) {
             killed.fetch_add(1, SeqCst);
             let _ = Command::new("kill").args(["-KILL", &pid.load(SeqCst).to_string()]).status();
             return Reply::Delayed(Duration::from_secs(5), Box::new(Reply::Status(500)));
@@ -303,15 +305,17 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
     }));
     let settings = settings("crash-loop", &llm.base_url);
     let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, &[("LACUNA__RETRY__MAX_ATTEMPTS", "2")]);
-    main_pid.store(cluster.pid("main"), SeqCst);
+    leaf_pid.store(cluster.pid("leaf"), SeqCst);
     let dir = support::scratch_dir("crash-loop");
     let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
     let _ = std::fs::remove_file(&answers);
-    let mut expected = write_questions(&questions, 20);
-    let mut lines = std::fs::read_to_string(&questions).unwrap();
-    lines.push_str(&format!("\n{}", json!({"id": "crasher", "question": POISON})));
-    std::fs::write(&questions, lines).unwrap();
-    expected.insert("crasher".into());
+    // Twenty others (past the crasher's place in the set), and the crasher.
+    let mut asked: Vec<(String, String)> =
+        support::cluster::questions(40).into_iter().skip(20).map(|q| (q.id, q.question)).collect();
+    asked.push(("crasher".into(), poison.clone()));
+    let lines: Vec<String> = asked.iter().map(|(id, q)| json!({"id": id, "question": q}).to_string()).collect();
+    std::fs::write(&questions, lines.join("\n")).unwrap();
+    let expected: BTreeSet<String> = asked.into_iter().map(|(id, _)| id).collect();
     let mut sink = cluster
         .command(&["answers", "--out", answers.to_str().unwrap(), "--expect", "21", "--idle-timeout-s", "240"])
         .spawn()
@@ -321,15 +325,16 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
     while sink.try_wait().unwrap().is_none() {
         assert!(
             started.elapsed() < Duration::from_secs(300),
-            "no record for every question within 5 minutes: main was killed {} times",
+            "no record for every question within 5 minutes: the leaf was killed {} times",
             kills.load(SeqCst)
         );
         if cluster.restart_if_exited("leaf") {
-            main_pid.store(cluster.pid("main"), SeqCst);
+            leaf_pid.store(cluster.pid("leaf"), SeqCst);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(sink.wait().unwrap().success(), "the sink got a record for every question");
+    let finished = sink.wait().unwrap();
+    assert!(finished.success(), "the sink got a record for every question; leaf killed {} times", kills.load(SeqCst));
     let records: Vec<AnswerRecord> = std::fs::read_to_string(&answers)
         .unwrap()
         .lines()
@@ -339,7 +344,7 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
     for record in &records {
         match record {
             AnswerRecord::Error(error) if error.question_id == "crasher" => {
-                assert_eq!((error.error_type.as_str(), error.stage.as_str()), ("too_many_redeliveries", "main"));
+                assert_eq!((error.error_type.as_str(), error.stage.as_str()), ("too_many_redeliveries", "leaf"));
             }
             AnswerRecord::Answered(_) => {}
             other => panic!("only the crasher fails: {other:?}"),
