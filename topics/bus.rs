@@ -21,34 +21,41 @@ pub struct Record {
 /// otherwise is a bug, and is logged and counted as one.
 pub struct Delivery {
     pub record: Record,
-    /// 1 on first delivery; higher when the bus redelivers.
+    /// 1 on first delivery; higher when a dead letter is replayed (the `lacuna-attempt` header).
     pub attempt: u32,
-    claim: Option<Box<dyn FnOnce() -> bool + Send>>,
+    /// How many times earlier processes started this very record and never finished it (they
+    /// crashed): known once claimed, on Kafka; 0 elsewhere.
+    pub redeliveries: u32,
+    claim: Option<Box<dyn FnOnce() -> Option<u32> + Send>>,
     ack: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// What a durable bus does when a delivery is started, acknowledged or refused.
 pub struct DeliveryHooks {
-    /// Marks the record as being worked on; false when its partition was revoked meanwhile.
-    pub claim: Box<dyn FnOnce() -> bool + Send>,
+    /// Marks the record as being worked on, and returns how many times earlier processes started
+    /// it; None when its partition was revoked meanwhile.
+    pub claim: Box<dyn FnOnce() -> Option<u32> + Send>,
     pub ack: Box<dyn FnOnce() + Send>,
 }
 
 impl Delivery {
     pub fn new(record: Record, attempt: u32, hooks: Option<DeliveryHooks>) -> Self {
         let (claim, ack) = hooks.map(|h| (h.claim, h.ack)).unzip();
-        Delivery { record, attempt, claim, ack }
+        Delivery { record, attempt, redeliveries: 0, claim, ack }
     }
 
     /// Takes the delivery on for processing. `None` when the bus no longer wants it processed here
     /// (Kafka: its partition was revoked while it waited; its new owner reads it again).
     pub fn claim(mut self) -> Option<Self> {
-        if let Some(claim) = self.claim.take()
-            && !claim()
-        {
-            // Given up, not dropped: nothing to acknowledge here any more.
-            self.ack = None;
-            return None;
+        if let Some(claim) = self.claim.take() {
+            match claim() {
+                Some(earlier) => self.redeliveries = earlier,
+                None => {
+                    // Given up, not dropped: nothing to acknowledge here any more.
+                    self.ack = None;
+                    return None;
+                }
+            }
         }
         Some(self)
     }

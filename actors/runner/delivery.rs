@@ -43,6 +43,7 @@ pub(super) async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>,
         question_id = %delivery.record.key,
         iteration = memory.as_ref().map_or(0, |m| m.iteration),
         attempt = delivery.attempt,
+        redeliveries = delivery.redeliveries,
     );
     let usage = memory.map(|m| m.usage);
     handle_with_retries(stage, context, delivery, usage).instrument(span).await;
@@ -67,6 +68,10 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
     // keeps failing a stage still stops at its budget.
     let mut failed_spend = Usage::default();
     let outcome = loop {
+        // A record that crashed the processes that started it would crash this one too.
+        if delivery.redeliveries >= retry.max_attempts {
+            break Err(StageError::Redelivered(delivery.redeliveries));
+        }
         let over_budget = usage.as_ref().and_then(|usage| {
             let mut spent = usage.clone();
             spent.add(&failed_spend);
@@ -89,7 +94,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
             Err(error) => break Err(error),
         }
     };
-    let tries = delivery.attempt.max(1) + attempt - 1;
+    let tries = delivery.attempt.max(1) + delivery.redeliveries + attempt - 1;
     let (outputs, mut failure) = match outcome {
         Ok(outputs) => {
             context.wiring.check(S::NAME, &outputs);

@@ -42,6 +42,10 @@ pub enum StageError {
     /// The question already spent what `[budget]` allows.
     #[error("over budget: {0}")]
     BudgetExceeded(String),
+    /// Earlier processes started this record this many times and never finished it: it crashes the
+    /// stage, so it is not started again.
+    #[error("started {0} times by processes that crashed before finishing it (retry.max_attempts)")]
+    Redelivered(u32),
 }
 
 impl StageError {
@@ -58,6 +62,7 @@ impl StageError {
             StageError::Bus(BusError::Rejected(_)) => "publish_rejected",
             StageError::Bus(_) => "bus",
             StageError::BudgetExceeded(_) => "budget_exceeded",
+            StageError::Redelivered(_) => "too_many_redeliveries",
         }
     }
 

@@ -68,7 +68,7 @@ impl KafkaBus {
         let caught_up = catch_up.done.subscribe();
         tracing::info!(group, since_ms, partitions_behind = behind, "following from the replay window");
         let consumer = Arc::try_unwrap(consumer).map_err(|_| transport("the consumer is still shared"))?;
-        let feed = self.feed(consumer, tracker, &names, group, Some(catch_up))?;
+        let feed = self.feed(consumer, tracker, &names, group, Some(catch_up), None)?;
         Ok((feed, caught_up))
     }
 }

@@ -19,6 +19,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::mpsc;
 
+mod claims;
 mod config;
 mod follow;
 mod offsets;
@@ -173,6 +174,7 @@ impl KafkaBus {
         names: &[String],
         group: &str,
         catch_up: Option<Arc<CatchUp>>,
+        claims: Option<Arc<claims::Claims>>,
     ) -> Result<Box<dyn Subscription>, BusError> {
         let consumer = Arc::new(consumer);
         let topic_of: HashMap<String, Topic> =
@@ -188,7 +190,7 @@ impl KafkaBus {
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
                 match runtime {
-                    Ok(runtime) => runtime.block_on(poll(polled, tracker, topic_of, sender, paused, catch_up)),
+                    Ok(runtime) => runtime.block_on(poll(polled, tracker, topic_of, sender, paused, catch_up, claims)),
                     // Dropping the sender ends the feed: the stage fails and says so.
                     Err(error) => tracing::error!(%error, "cannot start the Kafka poller's runtime"),
                 }
@@ -231,7 +233,8 @@ impl Bus for KafkaBus {
         let (consumer, tracker) = self.consumer(group, true)?;
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
         consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>()).map_err(transport)?;
-        self.feed(consumer, tracker, &names, group, None)
+        let claims = claims::Claims::new(self.base.clone(), &format!("{}{group}", self.settings.topic_prefix));
+        self.feed(consumer, tracker, &names, group, None, claims.map(Arc::new))
     }
 
     async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {

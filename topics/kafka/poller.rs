@@ -12,6 +12,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
 use tokio::sync::mpsc;
 
+use super::claims::Claims;
 use super::follow::CatchUp;
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, is_no_offset};
@@ -52,6 +53,7 @@ pub(super) async fn poll(
     sender: mpsc::Sender<Delivery>,
     paused_gauge: prometheus::IntGauge,
     catch_up: Option<Arc<CatchUp>>,
+    claims: Option<Arc<Claims>>,
 ) {
     let mut waiting: VecDeque<Delivery> = VecDeque::new();
     let mut paused = false;
@@ -71,7 +73,7 @@ pub(super) async fn poll(
                     Ok(permit) => permit.send(waiting.pop_front().expect("a waiting delivery")),
                     Err(_) => return,
                 },
-                message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, &catch_up, message)),
+                message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims), message)),
             }
             continue;
         }
@@ -81,7 +83,7 @@ pub(super) async fn poll(
             paused = false;
         }
         tokio::select! {
-            message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, &catch_up, message)),
+            message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims), message)),
             _ = sender.closed() => return,
         }
     }
@@ -101,7 +103,7 @@ fn to_delivery(
     consumer: &Arc<StreamConsumer<TrackingContext>>,
     tracker: &Arc<Mutex<OffsetTracker>>,
     topic_of: &HashMap<String, Topic>,
-    catch_up: &Option<Arc<CatchUp>>,
+    (catch_up, claims): (&Option<Arc<CatchUp>>, &Option<Arc<Claims>>),
     message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
 ) -> Option<Delivery> {
     let message = match message {
@@ -123,11 +125,25 @@ fn to_delivery(
     let generation = tracker.lock().unwrap().register(&name, partition, offset);
     let (consumer, claim_tracker, tracker, claim_name) =
         (consumer.clone(), tracker.clone(), tracker.clone(), name.clone());
-    let claim = Box::new(move || claim_tracker.lock().unwrap().claim(&claim_name, partition, offset, generation));
+    let (claims, done_claims) = (claims.clone(), claims.clone());
+    let claim = Box::new(move || {
+        if !claim_tracker.lock().unwrap().claim(&claim_name, partition, offset, generation) {
+            return None;
+        }
+        // Counted on the broker before the work starts, so that a crash during it counts.
+        let earlier = claims.as_ref().map_or(0, |claims| claims.earlier(&claim_name, partition, offset));
+        if let Some(claims) = &claims {
+            claims.start(&claim_name, partition, offset, earlier + 1);
+        }
+        Some(earlier)
+    });
     let catch_up = catch_up.clone();
     let ack = Box::new(move || {
         if let Some(catch_up) = &catch_up {
             catch_up.acked(&name, partition, offset);
+        }
+        if let Some(claims) = &done_claims {
+            claims.done(&name, partition, offset);
         }
         let store = tracker.lock().unwrap().ack(&name, partition, offset, generation);
         if let Some(next) = store

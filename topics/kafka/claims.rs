@@ -1,0 +1,130 @@
+//! How many times earlier processes of a consumer group started each record, kept on the broker so
+//! that it survives the crash it is about. A record that kills its stage (an out-of-memory kill, a
+//! crash in native code) is redelivered to the restarted process, which would crash again, for ever.
+//! Before a stage starts a record, the count of starts of the records in flight in that partition
+//! is committed, as offset metadata, in a group of its own (`<group>.claims`, never joined); a
+//! restarted process reads it back and hands each record over with the starts before it
+//! ([`crate::topics::Delivery::redeliveries`]), and the runner ends a record started
+//! `retry.max_attempts` times in an error record instead of starting it again.
+//!
+//! A commit is one broker round trip per record started; the LLM stages spend seconds per record.
+//! Where the broker refuses such commits, a warning says so once and crash loops are not counted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// The most starts one partition's metadata lists (Kafka keeps 4 KiB of it by default).
+const MAX_LISTED: usize = 100;
+
+pub(super) struct Claims {
+    consumer: BaseConsumer,
+    partitions: Mutex<HashMap<(String, i32), Started>>,
+    warned: AtomicBool,
+}
+
+/// Starts per offset of one partition: those read back from earlier processes, and this one's.
+#[derive(Default)]
+struct Started {
+    counts: BTreeMap<i64, u32>,
+}
+
+impl Claims {
+    pub(super) fn new(mut base: ClientConfig, group: &str) -> Option<Claims> {
+        let consumer = base
+            .set("group.id", format!("{group}.claims"))
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(|error| tracing::warn!(%error, "no claims consumer: crash loops are not counted"))
+            .ok()?;
+        Some(Claims { consumer, partitions: Mutex::default(), warned: AtomicBool::new(false) })
+    }
+
+    /// How many times earlier processes started `offset` (reads the partition's counts from the
+    /// broker on first use).
+    pub(super) fn earlier(&self, topic: &str, partition: i32, offset: i64) -> u32 {
+        let key = (topic.to_string(), partition);
+        if let Some(started) = self.partitions.lock().unwrap().get(&key) {
+            return started.counts.get(&offset).copied().unwrap_or(0);
+        }
+        let counts = self.read(topic, partition);
+        let count = counts.get(&offset).copied().unwrap_or(0);
+        self.partitions.lock().unwrap().entry(key).or_insert(Started { counts });
+        count
+    }
+
+    /// This process starts `offset`, for the `count`th time in all: committed before it does.
+    pub(super) fn start(&self, topic: &str, partition: i32, offset: i64, count: u32) {
+        let metadata = {
+            let mut partitions = self.partitions.lock().unwrap();
+            let started = partitions.entry((topic.to_string(), partition)).or_default();
+            started.counts.insert(offset, count);
+            while started.counts.len() > MAX_LISTED {
+                started.counts.pop_first();
+            }
+            encode(&started.counts)
+        };
+        let mut list = TopicPartitionList::new();
+        list.add_partition(topic, partition).set_metadata(metadata);
+        let _ = list.set_partition_offset(topic, partition, Offset::Offset(offset));
+        if let Err(error) = self.consumer.commit(&list, CommitMode::Sync)
+            && !self.warned.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(%error, "cannot commit record starts: crash loops are not counted");
+        }
+    }
+
+    /// `offset` is done: it is no longer listed in the next commit.
+    pub(super) fn done(&self, topic: &str, partition: i32, offset: i64) {
+        if let Some(started) = self.partitions.lock().unwrap().get_mut(&(topic.to_string(), partition)) {
+            started.counts.remove(&offset);
+        }
+    }
+
+    fn read(&self, topic: &str, partition: i32) -> BTreeMap<i64, u32> {
+        let mut list = TopicPartitionList::new();
+        let _ = list.add_partition(topic, partition);
+        match self.consumer.committed_offsets(list, Duration::from_secs(10)) {
+            Ok(committed) => {
+                committed.find_partition(topic, partition).map(|element| decode(element.metadata())).unwrap_or_default()
+            }
+            Err(error) => {
+                tracing::warn!(%error, topic, partition, "cannot read record starts: counted from 0");
+                BTreeMap::new()
+            }
+        }
+    }
+}
+
+/// `offset:count` pairs, comma-separated.
+fn encode(counts: &BTreeMap<i64, u32>) -> String {
+    counts.iter().map(|(offset, count)| format!("{offset}:{count}")).collect::<Vec<_>>().join(",")
+}
+
+fn decode(metadata: &str) -> BTreeMap<i64, u32> {
+    metadata
+        .split(',')
+        .filter_map(|pair| {
+            let (offset, count) = pair.split_once(':')?;
+            Some((offset.parse().ok()?, count.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_survive_their_encoding_and_junk_is_ignored() {
+        let counts = BTreeMap::from([(7, 1), (12, 3)]);
+        assert_eq!(decode(&encode(&counts)), counts);
+        assert_eq!(decode(""), BTreeMap::new());
+        assert_eq!(decode("x,5:2,9:"), BTreeMap::from([(5, 2)]));
+    }
+}
