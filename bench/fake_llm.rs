@@ -7,6 +7,10 @@
 //! work), integers their minimum (passage 0, which a leaf prompt always shows), booleans a hash bit
 //! of the request (so loops neither all stop at once nor all run to the limit). Plain calls get the
 //! question back. Every token gets log-probability -0.5 when the request asks for them.
+//!
+//! With [`Faults`] it also fails as real endpoints do, at random: HTTP 500, a structured reply cut
+//! mid-object, and a reply stopped at `max_tokens` (`finish_reason: "length"`). The soak test
+//! (`scripts/soak.sh`) runs the stages against it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +43,63 @@ impl std::str::FromStr for Latency {
     }
 }
 
+/// How often a chat completion fails, each a fraction of calls (0 to 1).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Faults {
+    /// HTTP 500.
+    pub server_error: f64,
+    /// A structured reply cut mid-object (broken JSON).
+    pub broken_json: f64,
+    /// A reply cut at `max_tokens`: finish_reason "length".
+    pub cut: f64,
+}
+
+impl std::str::FromStr for Faults {
+    type Err = String;
+
+    /// `500=PCT,json=PCT,cut=PCT` in percent, any subset, e.g. `500=5,json=3,cut=1`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let mut faults = Faults::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = || format!("`{part}`: expected 500=PCT, json=PCT or cut=PCT, e.g. 500=5,json=3,cut=1");
+            let (kind, percent) = part.split_once('=').ok_or_else(bad)?;
+            let fraction = percent.trim().parse::<f64>().ok().filter(|p| (0.0..=100.0).contains(p)).ok_or_else(bad)?;
+            match kind.trim() {
+                "500" => faults.server_error = fraction / 100.0,
+                "json" => faults.broken_json = fraction / 100.0,
+                "cut" => faults.cut = fraction / 100.0,
+                _ => return Err(bad()),
+            }
+        }
+        Ok(faults)
+    }
+}
+
+/// What one call gets.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    None,
+    ServerError,
+    BrokenJson,
+    Cut,
+}
+
+impl Faults {
+    /// The fault of the `n`th call with this `body`, drawn uniformly from both.
+    fn draw(&self, n: u64, body: &[u8]) -> Fault {
+        let unit = (hash(body).wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15)) % 1_000_000) as f64 / 1e6;
+        if unit < self.server_error {
+            Fault::ServerError
+        } else if unit < self.server_error + self.broken_json {
+            Fault::BrokenJson
+        } else if unit < self.server_error + self.broken_json + self.cut {
+            Fault::Cut
+        } else {
+            Fault::None
+        }
+    }
+}
+
 pub struct FakeLlm {
     pub base_url: String,
     calls: Arc<AtomicU64>,
@@ -48,11 +109,11 @@ impl FakeLlm {
     /// Serves on a thread of its own (its own runtime), so the fake's work never waits behind the
     /// pipeline's and outlives whichever runtime started it.
     pub fn start(latency: Latency) -> std::io::Result<FakeLlm> {
-        Self::start_on("127.0.0.1:0", latency)
+        Self::start_on("127.0.0.1:0", latency, Faults::default())
     }
 
-    /// [`FakeLlm::start`] on a given address.
-    pub fn start_on(listen: &str, latency: Latency) -> std::io::Result<FakeLlm> {
+    /// [`FakeLlm::start`] on a given address, failing as `faults` says.
+    pub fn start_on(listen: &str, latency: Latency, faults: Faults) -> std::io::Result<FakeLlm> {
         let listener = std::net::TcpListener::bind(listen)?;
         listener.set_nonblocking(true)?;
         let base_url = format!("http://{}/v1", listener.local_addr()?);
@@ -63,7 +124,7 @@ impl FakeLlm {
             runtime.block_on(async move {
                 let Ok(listener) = TcpListener::from_std(listener) else { return };
                 while let Ok((socket, _)) = listener.accept().await {
-                    tokio::spawn(serve(socket, latency, counter.clone()));
+                    tokio::spawn(serve(socket, latency, faults, counter.clone()));
                 }
             });
         })?;
@@ -77,7 +138,7 @@ impl FakeLlm {
 }
 
 /// One keep-alive connection: requests in turn until the client closes it.
-async fn serve(mut socket: TcpStream, latency: Latency, calls: Arc<AtomicU64>) {
+async fn serve(mut socket: TcpStream, latency: Latency, faults: Faults, calls: Arc<AtomicU64>) {
     let mut buffer = Vec::new();
     while let Some((head, body)) = read_request(&mut socket, &mut buffer).await {
         let (status, reply) = if head.starts_with("GET") {
@@ -86,8 +147,11 @@ async fn serve(mut socket: TcpStream, latency: Latency, calls: Arc<AtomicU64>) {
             match serde_json::from_slice::<Value>(&body) {
                 Ok(request) => {
                     tokio::time::sleep(pause(latency, &body)).await;
-                    calls.fetch_add(1, Ordering::Relaxed);
-                    (200, completion(&request))
+                    let n = calls.fetch_add(1, Ordering::Relaxed);
+                    match faults.draw(n, &body) {
+                        Fault::ServerError => (500, json!({"error": {"message": "injected fault"}}).to_string()),
+                        fault => (200, completion(&request, fault)),
+                    }
                 }
                 Err(e) => (400, json!({"error": {"message": format!("not JSON: {e}")}}).to_string()),
             }
@@ -139,8 +203,8 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<(S
     }
 }
 
-/// A chat completion answering `request`.
-fn completion(request: &Value) -> String {
+/// A chat completion answering `request`, broken as `fault` says.
+fn completion(request: &Value, fault: Fault) -> String {
     let user = request["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
@@ -148,10 +212,16 @@ fn completion(request: &Value) -> String {
         .unwrap_or("");
     let question = question_of(user);
     let seed = hash(request.to_string().as_bytes());
-    let content = match request["response_format"]["json_schema"]["schema"].as_object() {
+    let mut content = match request["response_format"]["json_schema"]["schema"].as_object() {
         Some(_) => instance(&request["response_format"]["json_schema"]["schema"], &question, seed).to_string(),
         None => question.clone(),
     };
+    if matches!(fault, Fault::BrokenJson | Fault::Cut) {
+        // Cut halfway, between characters.
+        let half = content.char_indices().map(|(i, _)| i).nth(content.chars().count() / 2).unwrap_or(0);
+        content.truncate(half);
+    }
+    let finish_reason = if fault == Fault::Cut { "length" } else { "stop" };
     let logprobs = (request["logprobs"] == true).then(|| {
         let tokens: Vec<Value> =
             content.split_whitespace().map(|t| json!({"token": t, "logprob": -0.5, "top_logprobs": []})).collect();
@@ -163,7 +233,7 @@ fn completion(request: &Value) -> String {
         "id": "fake",
         "object": "chat.completion",
         "model": "fake",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
     })
     .to_string()
@@ -232,6 +302,18 @@ mod tests {
         assert_eq!(value["confidence"], 1);
         assert_eq!(value["label"], "yes");
         assert!(value["answerable"].is_boolean());
+    }
+
+    #[test]
+    fn faults_read_as_percentages_and_are_drawn_about_that_often() {
+        let faults: Faults = "500=5,json=3,cut=1".parse().unwrap();
+        assert_eq!(faults, Faults { server_error: 0.05, broken_json: 0.03, cut: 0.01 });
+        assert!("500=5,teapot=1".parse::<Faults>().is_err());
+        let drawn: Vec<Fault> = (0..100_000).map(|n| faults.draw(n, b"{}")).collect();
+        let share = |fault| drawn.iter().filter(|f| **f == fault).count() as f64 / drawn.len() as f64;
+        assert!((share(Fault::ServerError) - 0.05).abs() < 0.005, "{}", share(Fault::ServerError));
+        assert!((share(Fault::BrokenJson) - 0.03).abs() < 0.005, "{}", share(Fault::BrokenJson));
+        assert!((share(Fault::Cut) - 0.01).abs() < 0.005, "{}", share(Fault::Cut));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use crate::bench::fake_llm::{FakeLlm, Latency};
+use crate::bench::fake_llm::{FakeLlm, Faults, Latency};
 use crate::bench::pipeline::PipelineBench;
 use crate::config::Settings;
 use crate::eval::dataset::Dataset;
@@ -35,6 +35,9 @@ struct FakeLlmArgs {
     /// Answer after MEAN[,JITTER] milliseconds.
     #[arg(long, value_name = "MEAN[,JITTER]", default_value = "0")]
     ms: Latency,
+    /// Fail this percentage of calls: HTTP 500, broken JSON, cut at max_tokens.
+    #[arg(long, value_name = "500=PCT,json=PCT,cut=PCT", default_value = "")]
+    faults: Faults,
 }
 
 #[derive(Args)]
@@ -86,7 +89,7 @@ pub async fn bench(settings: &Settings, args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         What::Pipeline(args) => pipeline(settings, args).await,
         What::FakeLlm(args) => {
-            let fake = FakeLlm::start_on(&args.listen, args.ms)?;
+            let fake = FakeLlm::start_on(&args.listen, args.ms, args.faults)?;
             eprintln!("fake LLM serving {} until stopped", fake.base_url);
             crate::cli::stage::wait_for_shutdown_signal().await;
             Ok(())

@@ -79,7 +79,10 @@ pub async fn drain(
         };
         match VersionedAnswer::from_payload(&delivery.record.payload) {
             Ok(answer) => {
-                file.append(&answer)?;
+                if !file.append(&answer)? {
+                    // At-least-once: a stage that crashed after publishing redid the question.
+                    tracing::info!(key = %delivery.record.key, "a second record for a question already written: skipped");
+                }
             }
             Err(error) => tracing::error!(%error, key = %delivery.record.key, "undecodable answer record skipped"),
         }

@@ -6,8 +6,9 @@
 #           unlike noida's, accepts a member's commits while the group rebalances (the rebalance test).
 # Production uses any Kafka-protocol cluster (Apache Kafka, Redpanda); these only serve tests and demos.
 #
-# Usage: scripts/broker.sh start|stop|status [--port N] [--kind noida|tansu]
+# Usage: scripts/broker.sh start|restart|stop|status [--port N] [--kind noida|tansu]
 #   start   starts the broker with a fresh data directory and waits for its port
+#   restart stops a noida broker by PID and starts it again on the same data directory (soak test)
 #   stop    TERM by PID (it can take tens of seconds), then KILL; deletes the data directory
 #   status  exit 0 when the broker's port answers
 #
@@ -109,6 +110,20 @@ case "$CMD" in
         fi
         [ -f "$DATAFILE" ] && rm -rf "$(cat "$DATAFILE")"
         rm -f "$PIDFILE" "$DATAFILE" ;;
+    restart)
+        [ "$KIND" = noida ] || { log "restart keeps a data directory: noida only"; exit 2; }
+        pid=$(running_pid) || { log "not running"; exit 1; }
+        data=$(cat "$DATAFILE")
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -KILL "$pid" 2>/dev/null || true
+        nohup "$(noida_binary)" start --data-dir "$data" --only kafka --kafka-port "$PORT" --host 127.0.0.1 >> "$LOG" 2>&1 < /dev/null &
+        echo $! > "$PIDFILE"
+        for _ in $(seq 1 120); do
+            port_open && { log "restarted: pid $(cat "$PIDFILE"), 127.0.0.1:$PORT, same data"; exit 0; }
+            sleep 0.5
+        done
+        log "port $PORT did not open in 60 s after the restart"; exit 1 ;;
     status) running_pid > /dev/null && port_open ;;
-    *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

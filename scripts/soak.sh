@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# The soak test (not part of CI): MIGRES's six stages as `lacuna stage` processes on a noida-db
+# broker, two `lacuna serve` replicas and the answers sink, for a set time against the built-in fake
+# LLM at 300 ± 100 ms that fails 5% of calls with HTTP 500, 3% with broken JSON and 1% cut at
+# max_tokens. Meanwhile:
+#   - 2 questions a second, one over HTTP (to either replica) and one over Kafka (`lacuna submit`);
+#   - a 3-minute LLM outage in the middle, longer than the soak's llm.breaker.max_wait_ms (2 min);
+#   - every 3 minutes a SIGKILL of a random stage at a moment its /metrics show work in flight, and
+#     the time until it is ready again;
+#   - one broker restart on the same data directory;
+#   - 100 slow clients holding connections to serve, and a GET every second timed under them.
+# serve.keep_finished is 500, so the registry reaches its bound in the warm-up, which ends when 500
+# questions are answered or after 5 minutes. Then it waits for every question submitted (up to 5
+# minutes) and prints one table: submitted, ended, lost, duplicate lines in the sink, duplicates on
+# the answers topic, errors by type, RSS and open files of every process, serve's p99 GET latency,
+# and each kill's time to ready.
+#
+# Usage: scripts/soak.sh [--minutes N] [--out DIR]     (default 30 minutes, out: $LACUNA_CACHE/soak)
+# Ports: 127.0.0.1:19192 (broker), 18390 (LLM), 18181-18182 (serve), 19901-19906 (stage metrics).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MINUTES=30
+export LACUNA_CACHE="${LACUNA_CACHE:-$HOME/.cache/lacuna}"
+OUT="$LACUNA_CACHE/soak"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --minutes) MINUTES=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        *) echo "soak: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+eval "$(scripts/setup.sh --env)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$LACUNA_CACHE/target}"
+PROFILE="${LACUNA_SOAK_PROFILE:-release}"
+if [ "$PROFILE" = release ]; then cargo build --release --locked; else cargo build --locked; fi
+lacuna="$CARGO_TARGET_DIR/$PROFILE/lacuna"
+
+rm -rf "$OUT"; mkdir -p "$OUT/logs"
+BROKER_PORT=19192 LLM_PORT=18390 SERVE_PORTS=(18181 18182)
+STAGES=(retrieve sentence_filter leaf verify main query_gen)
+declare -A PID METRICS_PORT
+log() { echo "soak $(date +%T): $*" | tee -a "$OUT/events.log" >&2; }
+now() { date +%s; }
+
+# Everything stops on exit, by PID.
+cleanup() {
+    for pid in "${PID[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    sleep 2
+    for pid in "${PID[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    scripts/broker.sh stop --port "$BROKER_PORT" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+export LACUNA__SEARCH__INDEX_DIR="$LACUNA_CACHE/soak-index"
+[ -f "$LACUNA__SEARCH__INDEX_DIR/meta.json" ] ||
+    "$lacuna" index --corpus ../shared/data/hotpotqa/corpus.jsonl --index-dir "$LACUNA__SEARCH__INDEX_DIR"
+scripts/broker.sh stop --port "$BROKER_PORT" >/dev/null 2>&1 || true
+scripts/broker.sh start --port "$BROKER_PORT"
+export LACUNA__KAFKA__BROKERS="127.0.0.1:$BROKER_PORT"
+export LACUNA__KAFKA__TOPIC_PREFIX="soak$(now)."
+export LACUNA__KAFKA__PARTITIONS=4
+export LACUNA__LLM__BASE_URL="http://127.0.0.1:$LLM_PORT/v1"
+export LACUNA__LLM__BREAKER__MAX_WAIT_MS=120000
+export LACUNA__BUS__PROGRESS=true
+export LACUNA__SERVE__KEEP_FINISHED=500
+export LACUNA__MIGRES__RETRIEVE_TOP_N=4
+# Answers from a fake model: the main module's checks would only send every question to the limit.
+export LACUNA__MIGRES__ACCEPTANCE=flag LACUNA__MIGRES__GROUNDING_GATE=false LACUNA__MIGRES__COMPARE_OPTIONS=false
+
+start_llm() {
+    "$lacuna" bench fake-llm --listen "127.0.0.1:$LLM_PORT" --ms 300,100 --faults 500=5,json=3,cut=1 \
+        >> "$OUT/logs/llm.log" 2>&1 &
+    PID[llm]=$!
+    for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$LLM_PORT/v1/models" >/dev/null && return; sleep 0.1; done
+}
+start_stage() {
+    local name=$1
+    # Static membership: a restarted stage takes its partitions back at once.
+    LACUNA__METRICS__LISTEN="127.0.0.1:${METRICS_PORT[$name]}" LACUNA__KAFKA__INSTANCE_ID="soak-$name" \
+        "$lacuna" stage "$name" >> "$OUT/logs/$name.log" 2>&1 &
+    PID[$name]=$!
+}
+ready() { curl -sf -o /dev/null "http://127.0.0.1:$1/readyz"; }
+in_flight() {
+    curl -sf "http://127.0.0.1:${METRICS_PORT[$1]}/metrics" 2>/dev/null |
+        awk -v s="lacuna_stage_in_flight{stage=\"$1\"}" '$1 == s { print int($2) }'
+}
+rss_kb() { awk '/VmRSS/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
+
+start_llm
+i=1
+for name in "${STAGES[@]}"; do METRICS_PORT[$name]=$((19900 + i)); i=$((i + 1)); start_stage "$name"; done
+for n in 0 1; do
+    LACUNA__SERVE__LISTEN="127.0.0.1:${SERVE_PORTS[$n]}" LACUNA__SERVE__REPLICA_ID="soak-$n" \
+        "$lacuna" serve --transport kafka --pipeline migres >> "$OUT/logs/serve-$n.log" 2>&1 &
+    PID[serve$n]=$!
+done
+LACUNA_LOG=lacuna=info "$lacuna" answers --out "$OUT/answers.jsonl" --idle-timeout-s 100000 \
+    > "$OUT/logs/sink.log" 2>&1 &
+PID[sink]=$!
+for name in "${STAGES[@]}"; do until ready "${METRICS_PORT[$name]}"; do sleep 0.5; done; done
+for port in "${SERVE_PORTS[@]}"; do until ready "$port"; do sleep 0.5; done; done
+log "all ready"
+for name in "${!PID[@]}"; do echo "$name $(rss_kb "${PID[$name]}") $(fds "${PID[$name]}")" >> "$OUT/start.txt"; done
+
+# 100 slow clients on replica 0: each sends half a request header and waits; a closed one comes back.
+python3 - "${SERVE_PORTS[0]}" > "$OUT/logs/slow.log" 2>&1 <<'EOF' &
+import socket, sys, time
+port = int(sys.argv[1])
+def slow():
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /v1/questions HTTP/1.1\r\nhost: soak\r\n")
+    return s
+clients = [slow() for _ in range(100)]
+while True:
+    time.sleep(1)
+    for i, s in enumerate(clients):
+        s.setblocking(False)
+        try:
+            if s.recv(1) == b"":
+                clients[i] = slow()
+        except BlockingIOError:
+            pass
+        except OSError:
+            clients[i] = slow()
+EOF
+PID[slow]=$!
+
+# 2 questions a second, one over each path, ids soak-h-N and soak-k-N.
+mapfile -t QUESTIONS < <(python3 -c 'import json,sys
+for l in open("../shared/data/hotpotqa/questions.jsonl"): print(json.loads(l)["question"].replace("\"", "'\''"))')
+submit_loop() {
+    local n=0 q
+    while [ ! -f "$OUT/stop-submitting" ]; do
+        q=${QUESTIONS[$((n % ${#QUESTIONS[@]}))]}
+        if curl -sf -o /dev/null -H 'content-type: application/json' \
+            -d "{\"id\": \"soak-h-$n\", \"question\": \"$q\"}" "http://127.0.0.1:${SERVE_PORTS[$((n % 2))]}/v1/questions"; then
+            echo "soak-h-$n" >> "$OUT/submitted.txt"
+        else
+            echo "soak-h-$n" >> "$OUT/refused.txt"
+        fi
+        printf '{"id": "soak-k-%s", "question": "%s"}\n' "$n" "$q" > "$OUT/one.jsonl"
+        if "$lacuna" submit --questions "$OUT/one.jsonl" >> "$OUT/logs/submit.log" 2>&1; then
+            echo "soak-k-$n" >> "$OUT/submitted.txt"
+        else
+            echo "soak-k-$n" >> "$OUT/refused.txt"
+        fi
+        n=$((n + 1))
+        sleep 0.8
+    done
+}
+submit_loop &
+PID[submitter]=$!
+
+# A GET a second on the replica the slow clients hold, timed.
+latency_loop() {
+    while [ ! -f "$OUT/stop-submitting" ]; do
+        curl -s -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:${SERVE_PORTS[0]}/v1/questions/soak-h-0" \
+            >> "$OUT/get-latency.txt" || true
+        sleep 1
+    done
+}
+latency_loop &
+PID[latency]=$!
+
+answered() { [ -f "$OUT/answers.jsonl" ] && wc -l < "$OUT/answers.jsonl" || echo 0; }
+start=$(now)
+until [ "$(answered)" -ge 500 ] || [ $(($(now) - start)) -ge 300 ]; do sleep 5; done
+log "warm-up over after $(($(now) - start)) s, $(answered) answered"
+for n in 0 1; do echo "serve$n $(rss_kb "${PID[serve$n]}")" >> "$OUT/warm.txt"; done
+
+end=$((start + MINUTES * 60))
+outage_at=$((start + MINUTES * 30 - 90)) broker_at=$((start + MINUTES * 20)) next_kill=$(($(now) + 180))
+outage_done=0 broker_done=0
+while [ "$(now)" -lt "$end" ]; do
+    t=$(now)
+    if [ $outage_done = 0 ] && [ "$t" -ge "$outage_at" ]; then
+        log "LLM outage: 3 minutes"
+        kill -KILL "${PID[llm]}"; sleep 180; start_llm; log "LLM back"; outage_done=1
+    fi
+    if [ $broker_done = 0 ] && [ "$(now)" -ge "$broker_at" ]; then
+        log "broker restart"; scripts/broker.sh restart --port "$BROKER_PORT"; broker_done=1
+    fi
+    if [ "$(now)" -ge "$next_kill" ]; then
+        name=${STAGES[$((RANDOM % ${#STAGES[@]}))]}
+        waited=0
+        until [ "$(in_flight "$name")" -gt 0 ] 2>/dev/null || [ $waited -ge 3000 ]; do sleep 0.02; waited=$((waited + 1)); done
+        busy=$(in_flight "$name" || echo 0)
+        kill -KILL "${PID[$name]}"; killed=$(date +%s.%N)
+        start_stage "$name"
+        until ready "${METRICS_PORT[$name]}"; do sleep 0.1; done
+        back=$(awk -v a="$(date +%s.%N)" -v b="$killed" 'BEGIN { printf "%.1f", a - b }')
+        echo "$name $busy $back" >> "$OUT/kills.txt"
+        log "SIGKILL $name with $busy in flight: ready again after ${back} s"
+        next_kill=$(($(now) + 180))
+    fi
+    sleep 1
+done
+
+touch "$OUT/stop-submitting"
+wait "${PID[submitter]}" 2>/dev/null || true
+submitted=$(sort -u "$OUT/submitted.txt" | wc -l)
+log "submission stopped at $submitted questions; waiting up to 5 minutes for the rest"
+drain_start=$(now)
+ended() { python3 - "$OUT" <<'EOF'
+import json, sys
+out = sys.argv[1]
+sub = set(open(f"{out}/submitted.txt").read().split())
+ids = [json.loads(l)["question_id"] for l in open(f"{out}/answers.jsonl")]
+print(len(sub & set(ids)))
+EOF
+}
+until [ "$(ended)" -ge "$submitted" ] || [ $(($(now) - drain_start)) -ge 300 ]; do sleep 5; done
+for name in "${!PID[@]}"; do echo "$name $(rss_kb "${PID[$name]}") $(fds "${PID[$name]}")" >> "$OUT/end.txt"; done
+
+python3 - "$OUT" "$MINUTES" <<'EOF'
+import collections, json, sys
+out, minutes = sys.argv[1], sys.argv[2]
+submitted = set(open(f"{out}/submitted.txt").read().split())
+refused = open(f"{out}/refused.txt").read().split() if __import__("os").path.exists(f"{out}/refused.txt") else []
+lines = [json.loads(l) for l in open(f"{out}/answers.jsonl")]
+ids = [r["question_id"] for r in lines]
+ended = submitted & set(ids)
+errors = collections.Counter(r["error_type"] for r in lines if r.get("status") == "error")
+copies = sum("already written: skipped" in l for l in open(f"{out}/logs/sink.log"))
+def table(name):
+    rows = {}
+    for line in open(f"{out}/{name}"):
+        parts = line.split()
+        rows[parts[0]] = [int(p) for p in parts[1:]]
+    return rows
+start, end, warm = table("start.txt"), table("end.txt"), table("warm.txt")
+lat = sorted(float(x) for x in open(f"{out}/get-latency.txt").read().split())
+p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000 if lat else float("nan")
+print(f"| soak, {minutes} min | value |\n|---|---|")
+print(f"| questions submitted (HTTP + Kafka) | {len(submitted)} |")
+print(f"| submissions refused (429/503, retried by nobody) | {len(refused)} |")
+print(f"| ended in a record | {len(ended)} |")
+print(f"| lost | {len(submitted - ended)} |")
+print(f"| duplicate lines in the sink | {len(ids) - len(set(ids))} |")
+print(f"| duplicate records on the answers topic (skipped by the sink) | {copies} |")
+print(f"| error records by type | {', '.join(f'{k} {v}' for k, v in errors.most_common()) or 'none'} |")
+print(f"| serve GET p99 under 100 slow clients | {p99:.0f} ms over {len(lat)} GETs |")
+for name in sorted(start):
+    if name in end:
+        w = f", after warm-up {warm[name][0] // 1024} MiB" if name in warm else ""
+        print(f"| {name}: RSS start → end{' (warm-up)' if w else ''}, open files | {start[name][0] // 1024} → {end[name][0] // 1024} MiB{w}; {start[name][1]} → {end[name][1]} files |")
+for line in open(f"{out}/kills.txt") if __import__("os").path.exists(f"{out}/kills.txt") else []:
+    name, busy, back = line.split()
+    print(f"| SIGKILL {name} ({busy} in flight) | ready again after {float(back):.1f} s |")
+EOF
