@@ -401,6 +401,51 @@ mod tests {
         );
     }
 
+    /// Question shapes of our own, not from any evaluation set: what must not be taken for a pair
+    /// of options to compare.
+    #[test]
+    fn only_two_named_options_are_a_pair() {
+        assert_eq!(options("Which came first, Ravenna, Pavia, or Lucca?"), None, "three alternatives");
+        assert_eq!(
+            options("The diploma abbreviated BEng, BE, or BAI is awarded in what discipline?"),
+            None,
+            "abbreviations of one thing"
+        );
+        assert_eq!(options("Is the title shortened to PhD or DPhil at older universities?"), None);
+        assert_eq!(
+            options("Which bridge opened first, Harwick Bridge or Dunmore Viaduct?"),
+            opts("Harwick Bridge", "Dunmore Viaduct")
+        );
+        assert_eq!(
+            options("Which band has more albums, Glass Lantern, or The Copper Hours?"),
+            opts("Glass Lantern", "The Copper Hours")
+        );
+        assert_eq!(options("Was Ida Morrow or Tom Vale born later?"), opts("Ida Morrow", "Tom Vale"));
+    }
+
+    /// Two alternatives without a comparative are not a comparison: the answer is left as the model
+    /// gave it, even where a verified fact names one of them beside it.
+    #[tokio::test]
+    async fn two_alternatives_without_a_comparative_are_left_to_the_model() {
+        let mut settings = crate::config::Settings::defaults().llm;
+        // Never called: nothing here is a comparison.
+        settings.base_url = "http://127.0.0.1:9/v1".into();
+        let llm = LlmClient::new(settings);
+        for question in
+            ["Which is a coastal town, Harwick or Dunmore?", "The port is listed as HWK or DNM in which register?"]
+        {
+            let mut memory = Memory::new("q", question);
+            memory.facts.push(KnownFact {
+                text: "Old Pier is the harbour of Harwick, listed as HWK.".into(),
+                citations: vec!["p".into()],
+                source: FactSource::Verified,
+                iteration: 1,
+            });
+            let (answer, _) = settle(&llm, &mut memory, "main", "", "Old Pier".into(), "read it".into()).await.unwrap();
+            assert_eq!(answer, "Old Pier", "{question}");
+        }
+    }
+
     #[test]
     fn the_question_says_which_end_it_wants() {
         let date = |wanted| Some(Comparison { wanted, measure: Measure::Date });
