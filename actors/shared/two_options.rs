@@ -70,17 +70,34 @@ const MONTHS: &[&str] = &[
     "december",
 ];
 
+/// Words no name of a thing contains but the rest of a question does ("... SM is awarded in what
+/// field"): an option with one of them is part of the question's sentence, not a name.
+const SENTENCE_WORDS: &[&str] = &[
+    "is", "are", "was", "were", "what", "which", "who", "whom", "whose", "where", "when", "how", "why", "did", "does",
+    "do", "has", "have", "had",
+];
+
 /// Words that may join the capitalised words of a name ("Museum of Lithuanian Culture").
 const NAME_JOINERS: &[&str] = &["of", "the", "de", "del", "la", "le", "van", "von", "der", "and", "&", "in", "on"];
 
 /// Options of "Which film came out first, A or B?" (the stem before the first comma names neither)
 /// and of "Was A or B born first?" (the second option is the run of capitalised words after "or").
+/// Exactly two, each a name: None for a list of three or more ("..., A, B, or C") and for words of
+/// the question's own sentence ("abbreviated A or B in what field").
 pub fn options(question: &str) -> Option<Options> {
     let q = question.trim().trim_end_matches('?').trim_end();
     if let Some((stem, rest)) = q.split_once(", ")
         && !stem.contains(" or ")
     {
         let (first, second) = rest.split_once(" or ")?;
+        // "A, B, or C", or a stem ending in a name ("abbreviated A, B, or C"): a list, not a pair.
+        // ("..., DC Talk, or Manchester Orchestra" is a pair: one name before the serial comma.)
+        let serial = first.trim_end().strip_suffix(',');
+        if let Some(before) = serial
+            && (before.contains(", ") || stem.split_whitespace().last().is_some_and(is_name_word))
+        {
+            return None;
+        }
         return Options::new(first, second);
     }
     let (head, tail) = q.split_once(" or ")?;
@@ -96,9 +113,34 @@ impl Options {
     fn new(first: &str, second: &str) -> Option<Options> {
         let clean = |s: &str| s.trim().trim_end_matches(',').trim().to_string();
         let (first, second) = (clean(first), clean(second));
-        let plausible = |s: &str| !normalize_answer(s).is_empty() && s.split_whitespace().count() <= 12;
+        let plausible = |s: &str| !normalize_answer(s).is_empty() && s.split_whitespace().count() <= 12 && is_name(s);
         (plausible(&first) && plausible(&second)).then_some(Options { first, second })
     }
+}
+
+/// A word that starts a name: capitalised, or a number.
+fn is_name_word(word: &str) -> bool {
+    word.trim_start_matches(|c: char| !c.is_alphanumeric())
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_uppercase() || c.is_ascii_digit())
+}
+
+/// Text that reads as a name: it starts with a capital or a number, and none of its words is one of
+/// the question's sentence written in lower case ("... SM is awarded in what field"; a title's own
+/// "What Will You Do" is capitalised).
+fn is_name(text: &str) -> bool {
+    let mut words = text.split_whitespace().map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()));
+    let starts = text.split_whitespace().next().is_some_and(is_name_word);
+    starts && !words.any(|w| SENTENCE_WORDS.contains(&w))
+}
+
+/// The two options of a question that compares them ("Which came out first, A or B?"): two names
+/// and a comparative outside them. None for anything else, which is left to the model.
+fn compared_options(question: &str) -> Option<(Options, Comparison)> {
+    let options = options(question)?;
+    let comparison = comparison(question, &options)?;
+    Some((options, comparison))
 }
 
 /// The leading words of `text` that make a name: capitalised or numbered words, with joiners between
@@ -292,9 +334,10 @@ fn schema() -> Schema {
     Schema::of::<Values>("compare_options")
 }
 
-/// Settles a two-option question's answer: for a comparison, one call copies each option's date or
-/// number from `information` and the comparison decides; otherwise, or when a value is missing, an
-/// answer naming neither option takes the option a verified fact links it to. Returns the answer and
+/// Settles the answer of a question that compares two named options: one call copies each option's
+/// date or number from `information` and the comparison decides; when a value is missing, an answer
+/// naming neither option takes the option a verified fact links it to. Any other question, two
+/// alternatives without a comparative included, is left as the model answered it. Returns the answer and
 /// explanation to give, unchanged when nothing settles them. An unusable reply is a degraded step,
 /// not a failed question.
 pub async fn settle(
@@ -305,11 +348,12 @@ pub async fn settle(
     answer: String,
     explanation: String,
 ) -> Result<(String, String), LlmError> {
-    let Some(options) = options(&memory.question).filter(|_| !memory.yes_no) else {
+    // Only a real comparison: elsewhere "A or B" is as likely a list of names for one thing.
+    let Some((options, comparison)) = compared_options(&memory.question).filter(|_| !memory.yes_no) else {
         return Ok((answer, explanation));
     };
     let mut values = Vec::new();
-    if let Some(comparison) = comparison(&memory.question, &options) {
+    {
         let prompt = prompts::fill(
             prompts::COMPARE_OPTIONS,
             &[
