@@ -9,8 +9,9 @@
 #     the time until it is ready again;
 #   - one broker restart on the same data directory;
 #   - 100 slow clients holding connections to serve, and a GET every second timed under them.
-# serve.keep_finished is 500, so the registry reaches its bound in the warm-up, which ends when 500
-# questions are answered or after 5 minutes. Then it waits for every question submitted (up to 5
+# serve.keep_finished is 500 (LACUNA_SOAK_KEEP), so the registry reaches its bound in the warm-up,
+# which ends when that many questions are answered or after 5 minutes; the outage falls in the middle
+# of the rest, the broker restart at its first quarter, and the kills every 3 minutes of it. Then it waits for every question submitted (up to 5
 # minutes) and prints one table: submitted, ended, lost, duplicate lines in the sink, duplicates on
 # the answers topic, errors by type, RSS and open files of every process, serve's p99 GET latency,
 # and each kill's time to ready.
@@ -62,7 +63,8 @@ export LACUNA__KAFKA__PARTITIONS=4
 export LACUNA__LLM__BASE_URL="http://127.0.0.1:$LLM_PORT/v1"
 export LACUNA__LLM__BREAKER__MAX_WAIT_MS=120000
 export LACUNA__BUS__PROGRESS=true
-export LACUNA__SERVE__KEEP_FINISHED=500
+KEEP="${LACUNA_SOAK_KEEP:-500}"
+export LACUNA__SERVE__KEEP_FINISHED="$KEEP"
 export LACUNA__MIGRES__RETRIEVE_TOP_N=4
 # Answers from a fake model: the main module's checks would only send every question to the limit.
 export LACUNA__MIGRES__ACCEPTANCE=flag LACUNA__MIGRES__GROUNDING_GATE=false LACUNA__MIGRES__COMPARE_OPTIONS=false
@@ -166,12 +168,12 @@ PID[latency]=$!
 
 answered() { [ -f "$OUT/answers.jsonl" ] && wc -l < "$OUT/answers.jsonl" || echo 0; }
 start=$(now)
-until [ "$(answered)" -ge 500 ] || [ $(($(now) - start)) -ge 300 ]; do sleep 5; done
+until [ "$(answered)" -ge "$KEEP" ] || [ $(($(now) - start)) -ge 300 ]; do sleep 5; done
 log "warm-up over after $(($(now) - start)) s, $(answered) answered"
 for n in 0 1; do echo "serve$n $(rss_kb "${PID[serve$n]}")" >> "$OUT/warm.txt"; done
 
-end=$((start + MINUTES * 60))
-outage_at=$((start + MINUTES * 30 - 90)) broker_at=$((start + MINUTES * 20)) next_kill=$(($(now) + 180))
+end=$((start + MINUTES * 60)) warm_end=$(now)
+outage_at=$(((warm_end + end) / 2 - 90)) broker_at=$((warm_end + (end - warm_end) / 4)) next_kill=$((warm_end + 60))
 outage_done=0 broker_done=0
 while [ "$(now)" -lt "$end" ]; do
     t=$(now)
