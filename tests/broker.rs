@@ -353,6 +353,59 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
     assert_eq!(kills.load(SeqCst), 2, "started twice (retry.max_attempts = 2), then ended without a third crash");
 }
 
+/// A broker that restarts (same data) forgets the idempotent producer's sequence state, which
+/// librdkafka reports as a fatal error: that producer can never send again. Publishing must go on
+/// on a new one, not fail every record until the process restarts. (A broker of its own: the
+/// shared one serves other tests meanwhile.)
+#[test]
+fn publishing_goes_on_after_the_broker_restarts() {
+    let _serial = serial();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let broker = {
+        let port = port.clone();
+        move |command: &str| {
+            let status = Command::new("scripts/broker.sh").args([command, "--port", &port]).status().unwrap();
+            assert!(status.success(), "scripts/broker.sh {command}");
+        }
+    };
+    broker("start");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut settings = settings("producer-restart", "http://127.0.0.1:9/v1");
+    settings.kafka.brokers = format!("127.0.0.1:{port}");
+    settings.kafka.message_timeout_ms = 5000;
+    let outcome = runtime.block_on(async {
+        let bus = bus(&settings).await;
+        // Records in flight while the broker goes down, as in service.
+        let sending = {
+            let bus = bus.clone();
+            tokio::spawn(async move {
+                for n in 0.. {
+                    let batch = (0..20).map(|k| bus.publish(missing(&format!("during-{n}-{k}"))));
+                    futures::future::join_all(batch).await;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::task::spawn_blocking(move || broker("restart")).await.unwrap();
+        sending.abort();
+        let started = Instant::now();
+        let mut last = None;
+        while started.elapsed() < Duration::from_secs(90) {
+            match bus.publish(missing("after")).await {
+                Ok(()) => return Ok(started.elapsed()),
+                Err(error) => last = Some(error.to_string()),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Err(last)
+    });
+    let status = Command::new("scripts/broker.sh").args(["stop", "--port", &port]).status().unwrap();
+    assert!(status.success());
+    let took = outcome.unwrap_or_else(|last| panic!("no publish went through in 90 s after the restart: {last:?}"));
+    eprintln!("first publish after the broker restart: {took:?}");
+}
+
 #[actix::test]
 async fn the_migres_loop_runs_over_kafka_unchanged() {
     let _serial = serial();
