@@ -21,6 +21,7 @@ pub struct Metrics {
     pub serve_requests: IntCounterVec,
     pub serve_open_questions: IntGaugeVec,
     pub serve_registry_bytes: IntGaugeVec,
+    pub producer_renewals: IntCounterVec,
     pub serve_rejected: IntCounterVec,
     pub llm_calls: IntCounterVec,
     pub llm_errors: IntCounterVec,
@@ -290,6 +291,11 @@ impl Metrics {
                 &[],
             )
             .expect("a valid gauge"),
+            producer_renewals: counter(
+                "lacuna_kafka_producer_renewals_total",
+                "Kafka producers replaced after a fatal error (a broker that lost the idempotent producer's state).",
+                &[],
+            ),
             serve_rejected: counter(
                 "lacuna_serve_rejected_total",
                 "Questions `lacuna serve` refused, by reason (too_many_open, bad_request, unauthorized, ...).",
@@ -354,6 +360,7 @@ impl Metrics {
             Box::new(self.serve_requests.clone()),
             Box::new(self.serve_open_questions.clone()),
             Box::new(self.serve_registry_bytes.clone()),
+            Box::new(self.producer_renewals.clone()),
             Box::new(self.serve_rejected.clone()),
         ]
     }

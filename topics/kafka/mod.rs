@@ -16,7 +16,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::mpsc;
 
 mod claims;
@@ -43,11 +43,26 @@ pub const QUESTION_HEADER: &str = "lacuna-question-id";
 
 pub struct KafkaBus {
     settings: KafkaSettings,
+    max_event_bytes: usize,
     /// Brokers and the user's properties and secrets: every client starts from it.
     base: ClientConfig,
-    producer: FutureProducer,
+    /// The producer, and how many were made before it: one hit by a fatal error is replaced.
+    producer: std::sync::RwLock<(u64, FutureProducer)>,
     /// `bus.write_schema_version`; 0 for this build's.
     write_schema_version: u32,
+}
+
+/// The producer every publish goes through: idempotent (retries cannot duplicate or reorder records
+/// within a partition), acknowledged by every in-sync replica.
+fn producer(base: &ClientConfig, settings: &KafkaSettings, max_event_bytes: usize) -> Result<FutureProducer, BusError> {
+    base.clone()
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", settings.message_timeout_ms.to_string())
+        // Stages trim events to bus.max_event_bytes; the room above it is for key and headers.
+        .set("message.max.bytes", (max_event_bytes + 64 * 1024).to_string())
+        .create()
+        .map_err(transport)
 }
 
 fn transport(error: impl std::fmt::Display) -> BusError {
@@ -78,19 +93,39 @@ fn publish_error(error: KafkaError) -> BusError {
 
 impl KafkaBus {
     pub fn new(settings: KafkaSettings, bus: &BusSettings) -> Result<Self, BusError> {
-        let max_event_bytes = bus.max_event_bytes;
         let base = client_config(&settings)?;
-        let producer: FutureProducer = base
-            .clone()
-            // Retries cannot duplicate or reorder records within a partition.
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", settings.message_timeout_ms.to_string())
-            // Stages trim events to bus.max_event_bytes; the room above it is for key and headers.
-            .set("message.max.bytes", (max_event_bytes + 64 * 1024).to_string())
-            .create()
-            .map_err(transport)?;
-        Ok(KafkaBus { settings, base, producer, write_schema_version: bus.write_schema_version })
+        let producer = producer(&base, &settings, bus.max_event_bytes)?;
+        Ok(KafkaBus {
+            settings,
+            base,
+            producer: std::sync::RwLock::new((0, producer)),
+            max_event_bytes: bus.max_event_bytes,
+            write_schema_version: bus.write_schema_version,
+        })
+    }
+
+    /// Replaces producer number `broken` after a fatal error (librdkafka: the instance can never
+    /// send again; a broker that restarted and forgot the idempotent producer's sequence numbers
+    /// causes one). The records it held are failed to their callers, whose retries go out on the new
+    /// one; idempotence holds within each producer, so a retried record may be written twice, which
+    /// at-least-once delivery allows and the stages skip.
+    fn renew_producer(&self, broken: u64) {
+        let mut current = self.producer.write().unwrap();
+        if current.0 != broken {
+            return; // another publish renewed it already
+        }
+        let reason = current.1.client().fatal_error().map(|(code, reason)| format!("{code:?}: {reason}"));
+        match producer(&self.base, &self.settings, self.max_event_bytes) {
+            Ok(fresh) => {
+                tracing::error!(
+                    reason = reason.as_deref().unwrap_or("unknown"),
+                    "Kafka producer hit a fatal error: replaced"
+                );
+                crate::metrics::METRICS.producer_renewals.with_label_values::<&str>(&[]).inc();
+                *current = (broken + 1, fresh);
+            }
+            Err(error) => tracing::error!(%error, "Kafka producer hit a fatal error and cannot be replaced"),
+        }
     }
 
     pub fn topic_name(&self, topic: Topic) -> String {
@@ -215,11 +250,16 @@ impl KafkaBus {
         if !(record.topic.is_table() && payload.is_empty()) {
             future = future.payload(&payload);
         }
-        self.producer
-            .send(future, Duration::from_millis(self.settings.message_timeout_ms))
-            .await
-            .map(|_| ())
-            .map_err(|(error, _)| publish_error(error))
+        let (number, producer) = self.producer.read().unwrap().clone();
+        match producer.send(future, Duration::from_millis(self.settings.message_timeout_ms)).await {
+            Ok(_) => Ok(()),
+            Err((error, _)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) => {
+                self.renew_producer(number);
+                // Worth a retry: it goes out on the new producer.
+                Err(transport(error))
+            }
+            Err((error, _)) => Err(publish_error(error)),
+        }
     }
 }
 
