@@ -4,6 +4,7 @@
 # LLM at 300 ± 100 ms that fails 5% of calls with HTTP 500, 3% with broken JSON and 1% cut at
 # max_tokens. Meanwhile:
 #   - 2 questions a second, one over HTTP (to either replica) and one over Kafka (`lacuna submit`);
+#   - a process that exits is started again, as Kubernetes would, and counted;
 #   - a 3-minute LLM outage in the middle, longer than the soak's llm.breaker.max_wait_ms (2 min);
 #   - every 3 minutes a SIGKILL of a random stage at a moment its /metrics show work in flight, and
 #     the time until it is ready again;
@@ -93,14 +94,32 @@ fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
 start_llm
 i=1
 for name in "${STAGES[@]}"; do METRICS_PORT[$name]=$((19900 + i)); i=$((i + 1)); start_stage "$name"; done
-for n in 0 1; do
-    LACUNA__SERVE__LISTEN="127.0.0.1:${SERVE_PORTS[$n]}" LACUNA__SERVE__REPLICA_ID="soak-$n" \
-        "$lacuna" serve --transport kafka --pipeline migres >> "$OUT/logs/serve-$n.log" 2>&1 &
-    PID[serve$n]=$!
-done
-LACUNA_LOG=lacuna=info "$lacuna" answers --out "$OUT/answers.jsonl" --idle-timeout-s 100000 \
-    > "$OUT/logs/sink.log" 2>&1 &
-PID[sink]=$!
+start_serve() {
+    LACUNA__SERVE__LISTEN="127.0.0.1:${SERVE_PORTS[$1]}" LACUNA__SERVE__REPLICA_ID="soak-$1" \
+        "$lacuna" serve --transport kafka --pipeline migres >> "$OUT/logs/serve-$1.log" 2>&1 &
+    PID[serve$1]=$!
+}
+start_sink() {
+    LACUNA_LOG=lacuna=info "$lacuna" answers --out "$OUT/answers.jsonl" --idle-timeout-s 100000 \
+        >> "$OUT/logs/sink.log" 2>&1 &
+    PID[sink]=$!
+}
+# What Kubernetes does for a Deployment: a process that exits is started again, and it is counted.
+supervise() {
+    local name
+    for name in "${STAGES[@]}" serve0 serve1 sink; do
+        kill -0 "${PID[$name]}" 2>/dev/null && continue
+        wait "${PID[$name]}" 2>/dev/null && rc=0 || rc=$?
+        log "$name exited (status $rc): started again"
+        echo "$name $rc" >> "$OUT/restarts.txt"
+        case "$name" in
+            serve*) start_serve "${name#serve}" ;;
+            sink) start_sink ;;
+            *) start_stage "$name" ;;
+        esac
+    done
+}
+start_serve 0; start_serve 1; start_sink
 for name in "${STAGES[@]}"; do until ready "${METRICS_PORT[$name]}"; do sleep 0.5; done; done
 for port in "${SERVE_PORTS[@]}"; do until ready "$port"; do sleep 0.5; done; done
 log "all ready"
@@ -136,21 +155,30 @@ submit_loop() {
     local n=0 q
     while [ ! -f "$OUT/stop-submitting" ]; do
         q=${QUESTIONS[$((n % ${#QUESTIONS[@]}))]}
+        submit_one "$n" "$q" &
+        n=$((n + 1))
+        sleep 1
+    done
+    wait
+}
+submit_one() {
+    local n=$1 q=$2
+    {
         if curl -sf -o /dev/null -H 'content-type: application/json' \
             -d "{\"id\": \"soak-h-$n\", \"question\": \"$q\"}" "http://127.0.0.1:${SERVE_PORTS[$((n % 2))]}/v1/questions"; then
             echo "soak-h-$n" >> "$OUT/submitted.txt"
         else
             echo "soak-h-$n" >> "$OUT/refused.txt"
         fi
-        printf '{"id": "soak-k-%s", "question": "%s"}\n' "$n" "$q" > "$OUT/one.jsonl"
-        if "$lacuna" submit --questions "$OUT/one.jsonl" >> "$OUT/logs/submit.log" 2>&1; then
-            echo "soak-k-$n" >> "$OUT/submitted.txt"
-        else
-            echo "soak-k-$n" >> "$OUT/refused.txt"
-        fi
-        n=$((n + 1))
-        sleep 0.8
-    done
+    } &
+    printf '{"id": "soak-k-%s", "question": "%s"}\n' "$n" "$q" > "$OUT/one-$n.jsonl"
+    if "$lacuna" submit --questions "$OUT/one-$n.jsonl" >> "$OUT/logs/submit.log" 2>&1; then
+        echo "soak-k-$n" >> "$OUT/submitted.txt"
+    else
+        echo "soak-k-$n" >> "$OUT/refused.txt"
+    fi
+    rm -f "$OUT/one-$n.jsonl"
+    wait
 }
 submit_loop &
 PID[submitter]=$!
@@ -168,7 +196,7 @@ PID[latency]=$!
 
 answered() { [ -f "$OUT/answers.jsonl" ] && wc -l < "$OUT/answers.jsonl" || echo 0; }
 start=$(now)
-until [ "$(answered)" -ge "$KEEP" ] || [ $(($(now) - start)) -ge 300 ]; do sleep 5; done
+until [ "$(answered)" -ge "$KEEP" ] || [ $(($(now) - start)) -ge 300 ]; do supervise; sleep 5; done
 log "warm-up over after $(($(now) - start)) s, $(answered) answered"
 for n in 0 1; do echo "serve$n $(rss_kb "${PID[serve$n]}")" >> "$OUT/warm.txt"; done
 
@@ -179,17 +207,23 @@ while [ "$(now)" -lt "$end" ]; do
     t=$(now)
     if [ $outage_done = 0 ] && [ "$t" -ge "$outage_at" ]; then
         log "LLM outage: 3 minutes"
-        kill -KILL "${PID[llm]}"; sleep 180; start_llm; log "LLM back"; outage_done=1
+        kill -KILL "${PID[llm]}" 2>/dev/null || true
+        for _ in $(seq 1 180); do sleep 1; supervise; done
+        start_llm; log "LLM back"; outage_done=1
     fi
     if [ $broker_done = 0 ] && [ "$(now)" -ge "$broker_at" ]; then
         log "broker restart"; scripts/broker.sh restart --port "$BROKER_PORT"; broker_done=1
     fi
     if [ "$(now)" -ge "$next_kill" ]; then
         name=${STAGES[$((RANDOM % ${#STAGES[@]}))]}
-        waited=0
-        until [ "$(in_flight "$name")" -gt 0 ] 2>/dev/null || [ $waited -ge 3000 ]; do sleep 0.02; waited=$((waited + 1)); done
-        busy=$(in_flight "$name" || echo 0)
-        kill -KILL "${PID[$name]}"; killed=$(date +%s.%N)
+        # Polled without a pause, and killed on the first sight of work in flight (the fast stages
+        # hold an event for milliseconds).
+        busy=0 deadline=$(($(now) + 120))
+        while [ "$(now)" -lt "$deadline" ]; do
+            busy=$(in_flight "$name"); busy=${busy:-0}
+            [ "$busy" -gt 0 ] && break
+        done
+        kill -KILL "${PID[$name]}" 2>/dev/null || true; killed=$(date +%s.%N)
         start_stage "$name"
         until ready "${METRICS_PORT[$name]}"; do sleep 0.1; done
         back=$(awk -v a="$(date +%s.%N)" -v b="$killed" 'BEGIN { printf "%.1f", a - b }')
@@ -197,6 +231,7 @@ while [ "$(now)" -lt "$end" ]; do
         log "SIGKILL $name with $busy in flight: ready again after ${back} s"
         next_kill=$(($(now) + 180))
     fi
+    supervise
     sleep 1
 done
 
@@ -213,7 +248,7 @@ ids = [json.loads(l)["question_id"] for l in open(f"{out}/answers.jsonl")]
 print(len(sub & set(ids)))
 EOF
 }
-until [ "$(ended)" -ge "$submitted" ] || [ $(($(now) - drain_start)) -ge 300 ]; do sleep 5; done
+until [ "$(ended)" -ge "$submitted" ] || [ $(($(now) - drain_start)) -ge 300 ]; do supervise; sleep 5; done
 for name in "${!PID[@]}"; do echo "$name $(rss_kb "${PID[$name]}") $(fds "${PID[$name]}")" >> "$OUT/end.txt"; done
 
 python3 - "$OUT" "$MINUTES" <<'EOF'
@@ -248,7 +283,10 @@ for name in sorted(start):
     if name in end:
         w = f", after warm-up {warm[name][0] // 1024} MiB" if name in warm else ""
         print(f"| {name}: RSS start → end{' (warm-up)' if w else ''}, open files | {start[name][0] // 1024} → {end[name][0] // 1024} MiB{w}; {start[name][1]} → {end[name][1]} files |")
-for line in open(f"{out}/kills.txt") if __import__("os").path.exists(f"{out}/kills.txt") else []:
+import os
+restarts = collections.Counter(l.split()[0] for l in open(f"{out}/restarts.txt")) if os.path.exists(f"{out}/restarts.txt") else {}
+print(f"| processes that exited on their own and were started again | {', '.join(f'{k} {v}' for k, v in restarts.items()) or 'none'} |")
+for line in open(f"{out}/kills.txt") if os.path.exists(f"{out}/kills.txt") else []:
     name, busy, back = line.split()
     print(f"| SIGKILL {name} ({busy} in flight) | ready again after {float(back):.1f} s |")
 EOF
