@@ -54,6 +54,8 @@ pub struct MigresSettings {
     pub compare_options: bool,
     /// The `compare_options` call also reads the best-scored passages that no fact cites.
     pub compare_reads_found: bool,
+    /// The answer becomes the whole name holding its words in the cited passages and facts.
+    pub answer_span: bool,
 }
 
 /// When the main module's decision ends the loop.

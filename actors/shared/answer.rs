@@ -48,8 +48,10 @@ pub fn answer_record(memory: Memory, answer: String, confidence: f32, explanatio
     answer_record_with(Answered::from_memory(memory, answer, confidence, explanation, outcome))
 }
 
-/// Publishes a finished answer, counted in the answer metrics.
-pub fn answer_record_with(answered: Answered) -> Record {
+/// Publishes a finished answer, counted in the answer metrics. The answer loses the punctuation
+/// around it that belongs to no name (quote marks, a closing period).
+pub fn answer_record_with(mut answered: Answered) -> Record {
+    answered.answer = super::span::strip_stray_punctuation(&answered.answer);
     let m = &METRICS;
     m.answers.with_label_values(&[answered.outcome.name()]).inc();
     m.answer_iterations.with_label_values::<&str>(&[]).observe(answered.iterations as f64);

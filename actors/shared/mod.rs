@@ -6,4 +6,5 @@ pub mod answer;
 pub mod evidence;
 pub mod fanout;
 pub mod selection;
+pub mod span;
 pub mod two_options;

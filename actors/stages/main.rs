@@ -19,7 +19,7 @@ use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::actors::shared::answer::{FinalAnswer, answer_record, final_schema, given_answer, normalize_answer};
 use crate::actors::shared::evidence::{documents, read};
-use crate::actors::shared::two_options;
+use crate::actors::shared::{span, two_options};
 use crate::config::{Acceptance, DecisionPrompt, MigresSettings};
 use crate::metrics::METRICS;
 use crate::topics::{Event, Memory, MissingEvent, Outcome, Passage, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
@@ -276,7 +276,7 @@ impl Main {
         for passage in passages {
             memory.cited_passages.insert(passage.id.clone(), passage);
         }
-        let read = FinalAnswer { answer, confidence: reading.confidence, explanation };
+        let read = self.as_written(&memory, FinalAnswer { answer, confidence: reading.confidence, explanation });
         Ok(given_answer(memory, Self::NAME, read, Outcome::AnsweredAtLimit))
     }
 
@@ -284,7 +284,7 @@ impl Main {
     /// numbers decide it, compared in code (`two_options`); any other answer as given.
     async fn settled(&self, memory: &mut Memory, given: FinalAnswer) -> Result<FinalAnswer, StageError> {
         if !self.settings.compare_options {
-            return Ok(given);
+            return Ok(self.as_written(memory, given));
         }
         let mut information = self.information(memory, true);
         if self.settings.compare_reads_found {
@@ -292,7 +292,27 @@ impl Main {
         }
         let (answer, explanation) =
             two_options::settle(&self.llm, memory, Self::NAME, &information, given.answer, given.explanation).await?;
-        Ok(FinalAnswer { answer, confidence: given.confidence, explanation })
+        Ok(self.as_written(memory, FinalAnswer { answer, confidence: given.confidence, explanation }))
+    }
+
+    /// With `answer_span`, the answer as the cited passages and verified facts write the name that
+    /// holds it (`span::evidence_span`); the explanation says so, for the audit.
+    fn as_written(&self, memory: &Memory, given: FinalAnswer) -> FinalAnswer {
+        if !self.settings.answer_span || memory.yes_no {
+            return given;
+        }
+        let texts: Vec<&str> = memory
+            .verified_facts()
+            .map(|f| f.text.as_str())
+            .chain(memory.cited_passages.values().map(|p| p.text.as_str()))
+            .collect();
+        match span::evidence_span(&given.answer, &texts) {
+            Some(written) => {
+                let explanation = format!("{} Written as the evidence writes it: {written}.", given.explanation);
+                FinalAnswer { answer: written, explanation, ..given }
+            }
+            None => given,
+        }
     }
 }
 
