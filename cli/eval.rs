@@ -12,6 +12,7 @@ use crate::eval::compare::{comparison_markdown, svg_plot};
 use crate::eval::dataset::Dataset;
 use crate::eval::paired::{Comparison, Run};
 use crate::eval::report::{EvalRecord, Report};
+use crate::eval::split::Half;
 use crate::eval::{EvalOptions, evaluate};
 use crate::pipelines::{PipelineKind, Transport};
 
@@ -26,9 +27,18 @@ pub struct EvalArgs {
     /// run with other settings.
     #[arg(long)]
     label: Option<String>,
-    /// Only the first N questions.
+    /// Only the first N questions (of the half, with --half).
     #[arg(long)]
     limit: Option<usize>,
+    /// Only the tuning or the check half of the dataset, by sha256 of the question id (docs/evaluation.md):
+    /// levers are tuned on the first, a candidate default is run once on the second. With --compare,
+    /// the stored runs are cut to the half before they are scored and paired.
+    #[arg(long, value_enum)]
+    half: Option<Half>,
+    /// With --compare: also each run with the answer_span lever applied to its stored answers, as
+    /// `<name>+spans`, over the cited passages of the dataset folders under this directory.
+    #[arg(long, requires = "compare")]
+    answer_spans: Option<PathBuf>,
     /// Questions inside the pipeline at once (default: run.max_open_questions).
     #[arg(long)]
     concurrency: Option<usize>,
@@ -60,10 +70,10 @@ pub struct EvalArgs {
 
 pub async fn eval(settings: &Settings, config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
     if !args.compare.is_empty() {
-        return compare(&args.compare, &args.out);
+        return compare(&args.compare, &args.out, args.half, args.answer_spans.as_deref());
     }
     let dir = args.dataset.expect("clap requires --dataset without --compare");
-    let dataset = Dataset::load(&dir, args.limit)?;
+    let dataset = Dataset::load(&dir, None)?.cut(args.half, args.limit);
     let mut settings = match &args.profile {
         // The profile sits between the defaults and --config, as a layer of configuration.
         Some(profile) => {
@@ -104,7 +114,9 @@ struct ComparisonFile<'a> {
     paired: &'a Comparison,
 }
 
-fn compare(inputs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
+fn compare(inputs: &[PathBuf], out: &Path, half: Option<Half>, spans: Option<&Path>) -> anyhow::Result<()> {
+    let mut corpora = spans.map(crate::eval::spans::Corpora::new);
+    let mut twins = Vec::new();
     let mut reports = Vec::new();
     let mut runs = Vec::new();
     let mut notes = Vec::new();
@@ -115,13 +127,40 @@ fn compare(inputs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
         };
         let text =
             std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-        let report: Report = serde_json::from_str(&text)
+        let mut report: Report = serde_json::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{} is not an eval report: {e}", path.display()))?;
         // The paired comparison needs the per-question records beside the report; without them the
         // run is still in the means table.
         let records_path = path.with_file_name("records.jsonl");
         match read_records(&records_path) {
-            Ok(records) => runs.push(Run::new(&report, &records)),
+            Ok(records) => {
+                if let Some(half) = half {
+                    report = cut_to(half, &report, &records);
+                }
+                let records: Vec<EvalRecord> =
+                    records.into_iter().filter(|r| half.is_none_or(|half| half.holds(&r.id))).collect();
+                runs.push(Run::new(&report, &records));
+                if let Some(corpora) = corpora.as_mut() {
+                    let (twin, mapped, changed) = crate::eval::spans::with_spans(&report, &records, corpora)?;
+                    eprintln!(
+                        "{} on {}: answer_span changed {changed} of {} answers",
+                        report.pipeline,
+                        report.dataset,
+                        records.len()
+                    );
+                    notes.push(format!(
+                        "{} on {}: answer_span changed {changed} of {} answers",
+                        report.pipeline,
+                        report.dataset,
+                        records.len()
+                    ));
+                    runs.push(Run::new(&twin, &mapped));
+                    twins.push(twin);
+                }
+            }
+            Err(_) if half.is_some() => {
+                anyhow::bail!("{}: a run without its records.jsonl cannot be cut to a half", path.display())
+            }
             Err(e) => {
                 eprintln!("{e}: {} on {} left out of the paired comparison", report.pipeline, report.dataset);
                 notes.push(format!("{} on {}: {e}, left out of the paired sections", report.pipeline, report.dataset));
@@ -129,6 +168,7 @@ fn compare(inputs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
         }
         reports.push(report);
     }
+    reports.extend(twins);
     let paired = Comparison::new(runs, notes);
     std::fs::create_dir_all(out)?;
     let markdown = comparison_markdown(&reports, Some(&paired));
@@ -139,6 +179,20 @@ fn compare(inputs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
     print!("{markdown}");
     eprintln!("tables, numbers and plot in {}", out.display());
     Ok(())
+}
+
+/// `report` recomputed over the records of `half`; its wall time in proportion.
+fn cut_to(half: Half, report: &Report, records: &[EvalRecord]) -> Report {
+    let kept: Vec<EvalRecord> = records.iter().filter(|r| half.holds(&r.id)).cloned().collect();
+    let share = kept.len() as f64 / records.len().max(1) as f64;
+    Report {
+        dataset: report.dataset.clone(),
+        half: Some(half),
+        pipeline: report.pipeline.clone(),
+        model: report.model.clone(),
+        date: report.date.clone(),
+        ..Report::from_records(&kept, report.wall_seconds * share)
+    }
 }
 
 /// Where an input's report is: the file itself, or report.json in a run's folder. A shell glob such as

@@ -69,7 +69,13 @@ pub fn markdown_table(reports: &[Report]) -> String {
 
 /// comparison.md: the means table, then the paired sections when there is a paired comparison.
 pub fn comparison_markdown(reports: &[Report], paired: Option<&Comparison>) -> String {
-    let mut out = markdown_table(reports);
+    let mut out = String::new();
+    if let Some(half) = reports.first().and_then(|r| r.half)
+        && reports.iter().all(|r| r.half == Some(half))
+    {
+        let _ = writeln!(out, "On the {} half of each dataset only (docs/evaluation.md).\n", half.name());
+    }
+    out.push_str(&markdown_table(reports));
     if let Some(paired) = paired {
         out.push_str(&paired.markdown());
     }

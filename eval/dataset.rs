@@ -1,6 +1,7 @@
 //! A dataset folder in the ../shared/data format: `questions.jsonl` (id, question, answers with
 //! aliases, type, gold_doc_ids, ...) and `corpus.jsonl` (id, title, text), the passage pool.
 
+use super::split::Half;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -55,6 +56,8 @@ pub struct Dataset {
     pub name: String,
     pub dir: PathBuf,
     pub questions: Vec<EvalQuestion>,
+    /// Only this half's questions (`--half`).
+    pub half: Option<Half>,
 }
 
 impl Dataset {
@@ -77,7 +80,17 @@ impl Dataset {
             questions.push(question);
         }
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "dataset".into());
-        Ok(Dataset { name, dir: dir.to_path_buf(), questions })
+        Ok(Dataset { name, dir: dir.to_path_buf(), questions, half: None })
+    }
+
+    /// Only the questions of `half` (all without one), the first `limit` of them.
+    pub fn cut(mut self, half: Option<Half>, limit: Option<usize>) -> Dataset {
+        if let Some(half) = half {
+            self.questions.retain(|q| half.holds(&q.id));
+            self.half = Some(half);
+        }
+        self.questions.truncate(limit.unwrap_or(usize::MAX));
+        self
     }
 
     pub fn corpus(&self) -> PathBuf {

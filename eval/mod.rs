@@ -19,6 +19,8 @@ pub mod recall;
 pub mod report;
 pub mod resume;
 pub mod score;
+pub mod spans;
+pub mod split;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -157,6 +159,7 @@ pub async fn evaluate(
         report.questions_per_minute = if wall_seconds > 0.0 { asked as f64 * 60.0 / wall_seconds } else { 0.0 };
     }
     report.dataset = dataset.name.clone();
+    report.half = dataset.half;
     report.pipeline = label;
     report.model = model;
     report.date = today();

@@ -129,6 +129,9 @@ impl EvalRecord {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Report {
     pub dataset: String,
+    /// The half of the dataset the run covers (`--half`), when not all of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half: Option<super::split::Half>,
     pub pipeline: String,
     /// The model the endpoint reports serving (or llm.model).
     pub model: String,
