@@ -179,10 +179,21 @@ async fn publish_all(stage: &'static str, context: &Handling<'_>, records: Vec<R
 }
 
 async fn publish_with_retries(stage: &'static str, context: &Handling<'_>, record: Record) -> Result<(), BusError> {
-    let retry = &context.runner.retry;
+    publish_retrying(context.bus, &context.runner.retry, stage, record).await
+}
+
+/// Publishes `record`, retrying a transient bus error (`retry.publish_attempts`, with backoff): a
+/// broker that restarts or elects a leader delays a record, it does not fail it. `stage` labels the
+/// retries' metric and log lines.
+pub async fn publish_retrying(
+    bus: &dyn Bus,
+    retry: &crate::config::RetrySettings,
+    stage: &str,
+    record: Record,
+) -> Result<(), BusError> {
     let mut attempt = 1;
     loop {
-        match context.bus.publish(record.clone()).await {
+        match bus.publish(record.clone()).await {
             Err(BusError::Transport(message)) if attempt < retry.publish_attempts => {
                 METRICS.publish_retries.with_label_values(&[stage]).inc();
                 tracing::warn!(stage, topic = record.topic.name(), attempt, %message, "publish failed, retrying");
