@@ -151,11 +151,18 @@ PID[slow]=$!
 # 2 questions a second, one over each path, ids soak-h-N and soak-k-N.
 mapfile -t QUESTIONS < <(python3 -c 'import json,sys
 for l in open("../shared/data/hotpotqa/questions.jsonl"): print(json.loads(l)["question"].replace("\"", "'\''"))')
+# One `lacuna submit` for the whole run, fed line by line through a FIFO (a process a second would
+# spend the CPU the stages need on connecting to the broker).
+mkfifo "$OUT/kafka-questions.fifo"
+"$lacuna" submit --questions "$OUT/kafka-questions.fifo" >> "$OUT/logs/submit.log" 2>&1 &
+PID[submit]=$!
+exec 3> "$OUT/kafka-questions.fifo"
 submit_loop() {
     local n=0 q
     while [ ! -f "$OUT/stop-submitting" ]; do
         q=${QUESTIONS[$((n % ${#QUESTIONS[@]}))]}
         submit_one "$n" "$q" &
+        printf '{"id": "soak-k-%s", "question": "%s"}\n' "$n" "$q" >&3 && echo "soak-k-$n" >> "$OUT/submitted.txt"
         n=$((n + 1))
         sleep 1
     done
@@ -163,22 +170,12 @@ submit_loop() {
 }
 submit_one() {
     local n=$1 q=$2
-    {
-        if curl -sf -o /dev/null -H 'content-type: application/json' \
+    if curl -sf -o /dev/null -H 'content-type: application/json' \
             -d "{\"id\": \"soak-h-$n\", \"question\": \"$q\"}" "http://127.0.0.1:${SERVE_PORTS[$((n % 2))]}/v1/questions"; then
             echo "soak-h-$n" >> "$OUT/submitted.txt"
         else
             echo "soak-h-$n" >> "$OUT/refused.txt"
         fi
-    } &
-    printf '{"id": "soak-k-%s", "question": "%s"}\n' "$n" "$q" > "$OUT/one-$n.jsonl"
-    if "$lacuna" submit --questions "$OUT/one-$n.jsonl" >> "$OUT/logs/submit.log" 2>&1; then
-        echo "soak-k-$n" >> "$OUT/submitted.txt"
-    else
-        echo "soak-k-$n" >> "$OUT/refused.txt"
-    fi
-    rm -f "$OUT/one-$n.jsonl"
-    wait
 }
 submit_loop &
 PID[submitter]=$!
@@ -237,9 +234,11 @@ done
 
 touch "$OUT/stop-submitting"
 wait "${PID[submitter]}" 2>/dev/null || true
+exec 3>&-
+wait "${PID[submit]}" 2>/dev/null || true
 submitted=$(sort -u "$OUT/submitted.txt" | wc -l)
-log "submission stopped at $submitted questions; waiting up to 5 minutes for the rest"
-drain_start=$(now)
+log "submission stopped at $submitted questions; waiting for the rest while they keep coming"
+drain_start=$(now) last_progress=$(now) last_count=0
 ended() { python3 - "$OUT" <<'EOF'
 import json, sys
 out = sys.argv[1]
@@ -248,7 +247,16 @@ ids = [json.loads(l)["question_id"] for l in open(f"{out}/answers.jsonl")]
 print(len(sub & set(ids)))
 EOF
 }
-until [ "$(ended)" -ge "$submitted" ] || [ $(($(now) - drain_start)) -ge 300 ]; do supervise; sleep 5; done
+# Until every question has its record, or none came for 3 minutes (the backlog a 2-core machine
+# builds up at 2 questions a second drains at its own pace), or 30 minutes.
+while :; do
+    count=$(ended)
+    [ "$count" -ge "$submitted" ] && break
+    [ "$count" -gt "$last_count" ] && last_count=$count last_progress=$(now)
+    [ $(($(now) - last_progress)) -ge 180 ] || [ $(($(now) - drain_start)) -ge 1800 ] && break
+    supervise; sleep 5
+done
+log "drained after $(($(now) - drain_start)) s: $(ended) of $submitted ended"
 for name in "${!PID[@]}"; do echo "$name $(rss_kb "${PID[$name]}") $(fds "${PID[$name]}")" >> "$OUT/end.txt"; done
 
 python3 - "$OUT" "$MINUTES" <<'EOF'
