@@ -221,8 +221,10 @@ while [ "$(now)" -lt "$end" ]; do
             [ "$busy" -gt 0 ] && break
         done
         kill -KILL "${PID[$name]}" 2>/dev/null || true; killed=$(date +%s.%N)
+        # Reaped before its successor starts, so that its port is free.
+        wait "${PID[$name]}" 2>/dev/null || true
         start_stage "$name"
-        until ready "${METRICS_PORT[$name]}"; do sleep 0.1; done
+        until ready "${METRICS_PORT[$name]}"; do sleep 0.1; supervise; done
         back=$(awk -v a="$(date +%s.%N)" -v b="$killed" 'BEGIN { printf "%.1f", a - b }')
         echo "$name $busy $back" >> "$OUT/kills.txt"
         log "SIGKILL $name with $busy in flight: ready again after ${back} s"
