@@ -72,7 +72,7 @@ export LACUNA__MIGRES__ACCEPTANCE=flag LACUNA__MIGRES__GROUNDING_GATE=false LACU
 
 start_llm() {
     "$lacuna" bench fake-llm --listen "127.0.0.1:$LLM_PORT" --ms 300,100 --faults 500=5,json=3,cut=1 \
-        >> "$OUT/logs/llm.log" 2>&1 &
+        >> "$OUT/logs/llm.log" 2>&1 3>&- &
     PID[llm]=$!
     for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$LLM_PORT/v1/models" >/dev/null && return; sleep 0.1; done
 }
@@ -80,7 +80,7 @@ start_stage() {
     local name=$1
     # Static membership: a restarted stage takes its partitions back at once.
     LACUNA__METRICS__LISTEN="127.0.0.1:${METRICS_PORT[$name]}" LACUNA__KAFKA__INSTANCE_ID="soak-$name" \
-        "$lacuna" stage "$name" >> "$OUT/logs/$name.log" 2>&1 &
+        "$lacuna" stage "$name" >> "$OUT/logs/$name.log" 2>&1 3>&- &
     PID[$name]=$!
 }
 ready() { curl -sf -o /dev/null "http://127.0.0.1:$1/readyz"; }
@@ -96,12 +96,12 @@ i=1
 for name in "${STAGES[@]}"; do METRICS_PORT[$name]=$((19900 + i)); i=$((i + 1)); start_stage "$name"; done
 start_serve() {
     LACUNA__SERVE__LISTEN="127.0.0.1:${SERVE_PORTS[$1]}" LACUNA__SERVE__REPLICA_ID="soak-$1" \
-        "$lacuna" serve --transport kafka --pipeline migres >> "$OUT/logs/serve-$1.log" 2>&1 &
+        "$lacuna" serve --transport kafka --pipeline migres >> "$OUT/logs/serve-$1.log" 2>&1 3>&- &
     PID[serve$1]=$!
 }
 start_sink() {
     LACUNA_LOG=lacuna=info "$lacuna" answers --out "$OUT/answers.jsonl" --idle-timeout-s 100000 \
-        >> "$OUT/logs/sink.log" 2>&1 &
+        >> "$OUT/logs/sink.log" 2>&1 3>&- &
     PID[sink]=$!
 }
 # What Kubernetes does for a Deployment: a process that exits is started again, and it is counted.
@@ -188,7 +188,7 @@ latency_loop() {
         sleep 1
     done
 }
-latency_loop &
+latency_loop 3>&- &
 PID[latency]=$!
 
 answered() { [ -f "$OUT/answers.jsonl" ] && wc -l < "$OUT/answers.jsonl" || echo 0; }
