@@ -24,14 +24,9 @@ const MAX_LISTED: usize = 100;
 
 pub(super) struct Claims {
     consumer: BaseConsumer,
-    partitions: Mutex<HashMap<(String, i32), Started>>,
+    /// Starts per offset of each partition: those read back from earlier processes, and this one's.
+    partitions: Mutex<HashMap<(String, i32), BTreeMap<i64, u32>>>,
     warned: AtomicBool,
-}
-
-/// Starts per offset of one partition: those read back from earlier processes, and this one's.
-#[derive(Default)]
-struct Started {
-    counts: BTreeMap<i64, u32>,
 }
 
 impl Claims {
@@ -49,12 +44,12 @@ impl Claims {
     /// broker on first use).
     pub(super) fn earlier(&self, topic: &str, partition: i32, offset: i64) -> u32 {
         let key = (topic.to_string(), partition);
-        if let Some(started) = self.partitions.lock().unwrap().get(&key) {
-            return started.counts.get(&offset).copied().unwrap_or(0);
+        if let Some(counts) = self.partitions.lock().unwrap().get(&key) {
+            return counts.get(&offset).copied().unwrap_or(0);
         }
         let counts = self.read(topic, partition);
         let count = counts.get(&offset).copied().unwrap_or(0);
-        self.partitions.lock().unwrap().entry(key).or_insert(Started { counts });
+        self.partitions.lock().unwrap().entry(key).or_insert(counts);
         count
     }
 
@@ -62,12 +57,12 @@ impl Claims {
     pub(super) fn start(&self, topic: &str, partition: i32, offset: i64, count: u32) {
         let metadata = {
             let mut partitions = self.partitions.lock().unwrap();
-            let started = partitions.entry((topic.to_string(), partition)).or_default();
-            started.counts.insert(offset, count);
-            while started.counts.len() > MAX_LISTED {
-                started.counts.pop_first();
+            let counts = partitions.entry((topic.to_string(), partition)).or_default();
+            counts.insert(offset, count);
+            while counts.len() > MAX_LISTED {
+                counts.pop_first();
             }
-            encode(&started.counts)
+            encode(counts)
         };
         let mut list = TopicPartitionList::new();
         list.add_partition(topic, partition).set_metadata(metadata);
@@ -81,8 +76,8 @@ impl Claims {
 
     /// `offset` is done: it is no longer listed in the next commit.
     pub(super) fn done(&self, topic: &str, partition: i32, offset: i64) {
-        if let Some(started) = self.partitions.lock().unwrap().get_mut(&(topic.to_string(), partition)) {
-            started.counts.remove(&offset);
+        if let Some(counts) = self.partitions.lock().unwrap().get_mut(&(topic.to_string(), partition)) {
+            counts.remove(&offset);
         }
     }
 

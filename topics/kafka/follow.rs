@@ -55,19 +55,19 @@ impl KafkaBus {
         let (consumer, tracker) = self.consumer(group, false)?;
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
         let since_ms = since.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        let consumer = Arc::new(consumer);
-        let (start, ends) = {
-            let (consumer, names) = (consumer.clone(), names.clone());
-            tokio::task::spawn_blocking(move || starting_points(&*consumer, &names, since_ms))
-                .await
-                .map_err(transport)??
+        let (consumer, start, ends) = {
+            let names = names.clone();
+            tokio::task::spawn_blocking(move || {
+                starting_points(&consumer, &names, since_ms).map(|(start, ends)| (consumer, start, ends))
+            })
+            .await
+            .map_err(transport)??
         };
         consumer.assign(&start).map_err(transport)?;
         let behind = ends.len();
         let catch_up = CatchUp::new(ends);
         let caught_up = catch_up.done.subscribe();
         tracing::info!(group, since_ms, partitions_behind = behind, "following from the replay window");
-        let consumer = Arc::try_unwrap(consumer).map_err(|_| transport("the consumer is still shared"))?;
         let feed = self.feed(consumer, tracker, &names, group, Some(catch_up), None)?;
         Ok((feed, caught_up))
     }
