@@ -242,15 +242,20 @@ impl Inner {
         }))
     }
 
-    /// Drops `id`'s entry and remembers that it did, for `remember` ids at most.
-    fn forget(&mut self, id: &str, remember: usize) {
-        if let Some(entry) = self.entries.remove(id) {
-            self.bytes -= entry.bytes;
-            if let Some(key) = entry.key {
-                self.keys.remove(&key);
-            }
+    /// Takes `id`'s entry out, with its key, its place in the list and its bytes.
+    fn remove(&mut self, id: &str) -> Option<Entry> {
+        let mut entry = self.entries.remove(id)?;
+        self.bytes -= entry.bytes;
+        if let Some(key) = entry.key.take() {
+            self.keys.remove(&key);
         }
         self.order.retain(|o| o != id);
+        Some(entry)
+    }
+
+    /// Drops `id`'s entry and remembers that it did, for `remember` ids at most.
+    fn forget(&mut self, id: &str, remember: usize) {
+        self.remove(id);
         if self.forgotten.insert(id.to_string()) {
             self.forgotten_order.push_back(id.to_string());
         }
@@ -273,6 +278,13 @@ impl Inner {
             let Some(old) = remote else { break };
             self.forget(&old, keep_finished);
         }
+    }
+
+    /// An entry grew by `bytes`: counted, and the oldest forgotten past the bounds.
+    fn grew(&mut self, bytes: usize, keep_finished: usize, max_bytes: usize) {
+        self.bytes += bytes;
+        self.evict(keep_finished, max_bytes);
+        METRICS.serve_registry_bytes.with_label_values::<&str>(&[]).set(self.bytes as i64);
     }
 }
 
@@ -375,15 +387,11 @@ impl Registry {
     /// Forgets a question the bus did not take: it was never accepted.
     pub fn withdraw(&self, id: &str) {
         let mut inner = self.inner.lock().unwrap();
-        if let Some(entry) = inner.entries.remove(id) {
-            inner.bytes -= entry.bytes;
-            if let Some(key) = entry.key {
-                inner.keys.remove(&key);
-            }
-            if entry.local && entry.record.is_none() {
-                inner.open -= 1;
-            }
-            inner.order.retain(|o| o != id);
+        if let Some(entry) = inner.remove(id)
+            && entry.local
+            && entry.record.is_none()
+        {
+            inner.open -= 1;
         }
         METRICS.serve_open_questions.with_label_values::<&str>(&[]).set(inner.open as i64);
     }
@@ -398,9 +406,7 @@ impl Registry {
         let before = entry.bytes;
         entry.add_steps(&event.node, event.from, &event.steps);
         let grown = entry.bytes - before;
-        inner.bytes += grown;
-        inner.evict(self.keep_finished, self.max_bytes);
-        METRICS.serve_registry_bytes.with_label_values::<&str>(&[]).set(inner.bytes as i64);
+        inner.grew(grown, self.keep_finished, self.max_bytes);
     }
 
     /// A question's record: its stream's last event. A second record for it is ignored.
@@ -428,13 +434,11 @@ impl Registry {
         let local = entry.local;
         entry.push("record", record);
         let grown = entry.bytes - before;
-        inner.bytes += grown;
         if local {
             inner.open -= 1;
         }
         inner.finished.push_back(id);
-        inner.evict(self.keep_finished, self.max_bytes);
-        METRICS.serve_registry_bytes.with_label_values::<&str>(&[]).set(inner.bytes as i64);
+        inner.grew(grown, self.keep_finished, self.max_bytes);
         METRICS.serve_open_questions.with_label_values::<&str>(&[]).set(inner.open as i64);
     }
 
