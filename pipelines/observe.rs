@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -116,13 +116,12 @@ pub fn serve_http(listener: TcpListener, router: Router, limits: ConnectionLimit
     });
 }
 
-/// The reply to a connection past the cap, in the API's error shape.
+/// The reply to a connection past the cap: the API's own error, counted under its own reason.
 fn overloaded_reply(retry_after_s: u64) -> Response {
-    METRICS.serve_rejected.with_label_values(&["too_many_connections"]).inc();
-    let body =
-        serde_json::json!({"error": {"code": "unavailable", "message": "too many open connections; retry later"}});
-    let headers = [(CONTENT_TYPE, "application/json".to_string()), (RETRY_AFTER, retry_after_s.to_string())];
-    (StatusCode::SERVICE_UNAVAILABLE, headers, body.to_string()).into_response()
+    use crate::serve::http::{ApiError, ErrorCode};
+    let message = "too many open connections; retry later";
+    let refused = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, message);
+    ApiError { reason: "too_many_connections", retry_after: Some(retry_after_s), ..refused }.into_response()
 }
 
 /// Serves the endpoints on `listen` until the process ends; returns the bound address.
