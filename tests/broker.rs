@@ -353,7 +353,7 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
     assert_eq!(kills.load(SeqCst), 2, "started twice (retry.max_attempts = 2), then ended without a third crash");
 }
 
-/// A broker that restarts (same data) forgets the idempotent producer's sequence state, which
+/// A broker that crashes and restarts (same data) forgets the idempotent producer's sequence state, which
 /// librdkafka reports as a fatal error: that producer can never send again. Publishing must go on
 /// on a new one, not fail every record until the process restarts. (A broker of its own: the
 /// shared one serves other tests meanwhile.)
@@ -363,12 +363,12 @@ fn publishing_goes_on_after_the_broker_restarts() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
     let broker = {
         let port = port.clone();
-        move |command: &str| {
-            let status = Command::new("scripts/broker.sh").args([command, "--port", &port]).status().unwrap();
-            assert!(status.success(), "scripts/broker.sh {command}");
+        move |command: &[&str]| {
+            let status = Command::new("scripts/broker.sh").args(command).args(["--port", &port]).status().unwrap();
+            assert!(status.success(), "scripts/broker.sh {command:?}");
         }
     };
-    broker("start");
+    broker(&["start"]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mut settings = settings("producer-restart", "http://127.0.0.1:9/v1");
     settings.kafka.brokers = format!("127.0.0.1:{port}");
@@ -387,7 +387,7 @@ fn publishing_goes_on_after_the_broker_restarts() {
             })
         };
         tokio::time::sleep(Duration::from_secs(1)).await;
-        tokio::task::spawn_blocking(move || broker("restart")).await.unwrap();
+        tokio::task::spawn_blocking(move || broker(&["restart", "--crash"])).await.unwrap();
         sending.abort();
         let started = Instant::now();
         let mut last = None;
