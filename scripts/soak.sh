@@ -209,7 +209,7 @@ while [ "$(now)" -lt "$end" ]; do
         start_llm; log "LLM back"; outage_done=1
     fi
     if [ $broker_done = 0 ] && [ "$(now)" -ge "$broker_at" ]; then
-        log "broker restart"; scripts/broker.sh restart --port "$BROKER_PORT"; broker_done=1
+        log "broker restart"; scripts/broker.sh restart --port "$BROKER_PORT" 3>&-; broker_done=1
     fi
     if [ "$(now)" -ge "$next_kill" ]; then
         name=${STAGES[$((RANDOM % ${#STAGES[@]}))]}
