@@ -56,6 +56,8 @@ pub struct MigresSettings {
     pub compare_reads_found: bool,
     /// The answer becomes the whole name holding its words in the cited passages and facts.
     pub answer_span: bool,
+    /// An iteration after the first that verifies no new fact answers now, as at the limit.
+    pub stop_when_not_learning: bool,
 }
 
 /// When the main module's decision ends the loop.

@@ -38,7 +38,21 @@ pub struct NliSettings {
     /// A fact none of its citations entails is checked against up to this many passages the leaf
     /// was shown but did not cite, and kept citing the one that entails it (0: the paper's check).
     pub recite_uncited: usize,
+    /// How the LLM judge is asked: one call per (fact, passage), or one call per leaf call that
+    /// judges all its facts and quotes the words that state each (checked in code).
+    pub calls: NliCalls,
     pub model: ModelSettings,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NliCalls {
+    /// The paper's check: one verdict call per fact and passage tried.
+    PerFact,
+    /// One call per leaf call. A fact its passage holds word for word needs no call; any other is
+    /// entailed only when the judge quotes words of a passage it may rest on, the quote is in that
+    /// passage and so are the fact's numbers.
+    PerLeaf,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]

@@ -27,7 +27,10 @@ pub const STAGES: &[StageDecl] = &[
         needs: &[Part::Llm, Part::Nli],
         replicas: Replicas::Scaled,
         runs: StageSettings::LLM,
-        build: |s| Ok(Startable::new(Verify::new(s.nli()).with_recite_uncited(s.settings.nli.recite_uncited))),
+        build: |s| {
+            let nli = &s.settings.nli;
+            Ok(Startable::new(Verify::new(s.nli()).with_recite_uncited(nli.recite_uncited).with_calls(nli.calls)))
+        },
     },
     StageDecl::llm(Main::NAME, &[Topic::Verified], &[Topic::Answers, Topic::Missing], |s| {
         Ok(Startable::new(Main::new(s.llm(), s.settings.migres.clone())))

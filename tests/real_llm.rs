@@ -39,7 +39,7 @@ async fn migres_with_the_local_llm_ends_in_a_cited_verified_answer() {
                     assert!(index.passage(id).unwrap().is_some(), "cited passage {id} exists in the index");
                     assert!(answer.passages.iter().any(|p| &p.id == id), "the record carries passage {id}");
                     let verified = answer.trace.iter().any(|s| {
-                        matches!(&s.kind, TraceKind::Verdict { fact: f, passage_id, entailed: true } if f == &fact.text && passage_id == id)
+                        matches!(&s.kind, TraceKind::Verdict { fact: f, passage_id, entailed: true, .. } if f == &fact.text && passage_id == id)
                     });
                     assert!(verified, "fact {:?} passed verification against {id}", fact.text);
                 }

@@ -232,6 +232,11 @@ impl Memory {
         self.facts.iter().filter(|f| f.iteration == self.iteration).count()
     }
 
+    /// Facts kept in the current iteration that a passage entails (not model knowledge).
+    pub fn new_verified_facts(&self) -> usize {
+        self.facts.iter().filter(|f| f.iteration == self.iteration && f.source == FactSource::Verified).count()
+    }
+
     /// Known facts as the prompts show them: joined with "; ", or "None" (as in the MIGRES code).
     pub fn facts_text(&self) -> String {
         if self.facts.is_empty() {

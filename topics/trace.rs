@@ -66,6 +66,10 @@ pub enum TraceKind {
         fact: String,
         passage_id: String,
         entailed: bool,
+        /// The passage's words the judge quoted for the fact (`nli.calls = "per_leaf"`), or the fact
+        /// itself when the passage holds it word for word and no judge was asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quote: Option<String>,
     },
     FactKept {
         fact: String,
@@ -86,6 +90,11 @@ pub enum TraceKind {
         /// optional field, so readers of schema version 2 without it read it as absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         held_back: Option<String>,
+    },
+    /// `migres.stop_when_not_learning`: the iteration verified no new fact, so the loop answers now
+    /// (`new_facts` counts what it learned from the model's own knowledge, which does not count).
+    StoppedLearning {
+        new_facts: u32,
     },
     QueriesWritten {
         queries: Vec<String>,

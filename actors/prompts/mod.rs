@@ -15,6 +15,9 @@ pub const ENTAILMENT: &str = include_str!("entailment.txt");
 /// The entailment judge for facts written as the leaf prompt asks ("combining the question"): words
 /// that only name the subject as the question did need not be in the passage.
 pub const ENTAILMENT_LENIENT: &str = include_str!("entailment_lenient.txt");
+/// The per-leaf judge (`nli.calls = "per_leaf"`): every fact of a leaf call at once, each with the
+/// passage words that state it, which the code then looks for in that passage.
+pub const ENTAILMENT_QUOTES: &str = include_str!("entailment_quotes.txt");
 /// The baselines' single answer call over the top-k passages (paper Table 3, VANILLA and VANILLA-s).
 pub const READER: &str = include_str!("reader.txt");
 /// QPaug (paper 002): the question's step-by-step augmentation and the self-generated passage.

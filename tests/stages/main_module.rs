@@ -109,6 +109,29 @@ async fn an_iteration_without_new_facts_reuses_the_missing_information() {
 }
 
 #[tokio::test]
+async fn with_stop_when_not_learning_an_iteration_that_verified_nothing_new_answers_now() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::FinalAnswer => Reply::Json(json!({"answer": "Murcia", "confidence": 2, "explanation": "facts"})),
+        _ => Reply::Status(500),
+    })
+    .await;
+    let settings = MigresSettings { stop_when_not_learning: true, ..Settings::defaults().migres };
+    // Iteration 2 learned only a closed-book guess: that is not learning from the corpus.
+    let mut m = with_fact(memory("Where?"), 1);
+    m.facts.push(KnownFact { iteration: 2, ..fact("Hugo lives in Spain.", FactSource::ModelKnowledge) });
+    m.iteration = 2;
+    m.last_missing = "The autonomous community of FC Cartagena.".into();
+    let a = answered(run_with(&llm, m.clone(), settings.clone()).await);
+    assert_eq!((a.outcome, a.answer.as_str(), a.usage.llm_calls), (Outcome::AnsweredAtLimit, "Murcia", 1));
+    assert!(a.trace.iter().any(|s| matches!(s.kind, lacuna::topics::TraceKind::StoppedLearning { new_facts: 1 })));
+
+    // A new verified fact in iteration 2 keeps the loop going; so does the first iteration, whatever it found.
+    let llm = FakeLlm::start(|_| decision(false, "unanswerable", "The autonomous community.")).await;
+    let _goes_on: MissingEvent = single(vec![run_with(&llm, with_fact(m, 2), settings.clone()).await]);
+    let _goes_on: MissingEvent = single(vec![run_with(&llm, memory("Where?"), settings).await]);
+}
+
+#[tokio::test]
 async fn an_exhausted_question_is_answered_at_once() {
     let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
         Prompt::FinalAnswer => Reply::Json(json!({"answer": "Murcia", "confidence": 2, "explanation": "guess"})),

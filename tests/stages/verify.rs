@@ -199,3 +199,67 @@ async fn a_verdict_that_stays_broken_counts_as_not_entailed_and_is_marked_degrad
     let degraded = out.memory.trace.iter().filter(|s| matches!(s.kind, TraceKind::Degraded { .. })).count();
     assert_eq!(degraded, 1);
 }
+
+/// A per-leaf judge that says "supported" to every fact, quoting words of passage 0: whatever it
+/// says, the code's checks decide.
+async fn credulous_quoting_judge(quote: &'static str) -> FakeLlm {
+    FakeLlm::start(move |prompt| {
+        let asked = prompt.rsplit("Now check these facts.").next().unwrap_or_default();
+        let facts = asked.lines().filter(|line| line.starts_with("Fact ")).count();
+        let verdicts: Vec<_> =
+            (0..facts).map(|i| json!({"fact": i, "passage": 0, "quote": quote, "supported": true})).collect();
+        Reply::Json(json!({"verdicts": verdicts}))
+    })
+    .await
+}
+
+async fn verify_per_leaf(llm: &FakeLlm, evidence: Vec<EvidenceItem>, facts: Vec<CandidateFact>) -> VerifiedEvent {
+    let stage = Verify::new(Nli::LlmJudge(support::llm(&llm.base_url), lacuna::config::EntailmentPrompt::Lenient))
+        .with_calls(lacuna::config::NliCalls::PerLeaf);
+    let event = FactsEvent { schema_version: SCHEMA_VERSION, memory: memory("q"), evidence, facts };
+    single(stage.process(&event.to_record()).await.unwrap())
+}
+
+#[tokio::test]
+async fn per_leaf_one_call_judges_every_fact_and_a_year_the_passage_lacks_is_refused() {
+    let llm = credulous_quoting_judge("a Welsh folk band formed in Cardiff").await;
+    let band = "The Orlen Brothers were a Welsh folk band formed in Cardiff. They released four albums.";
+    let evidence = vec![item("orlen", band, EvidenceOrigin::Passage)];
+    let facts = vec![
+        // Written in the question's shape, with a year filled in that no passage gives.
+        fact("The Orlen Brothers, the band of the question, were a folk band that disbanded in 1998.", &["orlen"]),
+        fact("The Orlen Brothers, a band from Wales, were formed in Cardiff.", &["orlen"]),
+        // The passage holds it word for word: no judge is asked about it.
+        fact("They released four albums.", &["orlen"]),
+    ];
+    let out = verify_per_leaf(&llm, evidence, facts).await;
+    assert_eq!(llm.calls(), 1, "one call for the facts that needed a judge");
+    let kept: Vec<&str> = out.memory.facts.iter().map(|f| f.text.as_str()).collect();
+    assert_eq!(
+        kept,
+        vec!["The Orlen Brothers, a band from Wales, were formed in Cardiff.", "They released four albums."]
+    );
+    assert!(out.memory.trace.iter().any(|s| matches!(&s.kind,
+        TraceKind::FactDropped { fact, reason } if fact.contains("1998") && reason.contains("number"))));
+    assert!(
+        out.memory.trace.iter().any(|s| matches!(&s.kind,
+        TraceKind::Verdict { fact, quote: Some(quote), entailed: true, .. } if fact == quote)),
+        "the verbatim fact's quote is itself"
+    );
+}
+
+#[tokio::test]
+async fn per_leaf_a_quote_the_passage_does_not_hold_is_not_entailed() {
+    let llm = credulous_quoting_judge("the band split up after its fourth album").await;
+    let band = "The Orlen Brothers were a Welsh folk band formed in Cardiff. They released four albums.";
+    let evidence = vec![item("orlen", band, EvidenceOrigin::Passage)];
+    let out =
+        verify_per_leaf(&llm, evidence, vec![fact("The Orlen Brothers split up after four albums.", &["orlen"])]).await;
+    assert!(out.memory.facts.is_empty());
+    assert!(out.memory.trace.iter().any(|s| matches!(&s.kind,
+        TraceKind::FactDropped { reason, .. } if reason == "the quote is not in the passage")));
+    let llm = credulous_quoting_judge("ignored").await;
+    let evidence = vec![item("a", "Hugo plays for FC Cartagena.", EvidenceOrigin::Passage)];
+    let out = verify_per_leaf(&llm, evidence, vec![fact("Hugo plays for FC Cartagena.", &["a"])]).await;
+    assert_eq!((out.memory.facts.len(), llm.calls()), (1, 0), "every fact verbatim: no call at all");
+}

@@ -7,13 +7,19 @@
 //! the wrong one of two passages ("EABL owns Tusker" citing the EABL passage, while the Tusker
 //! passage says who owns it). The fact is kept citing the passage that entails it, and the trace
 //! shows the failed verdicts on the leaf's own citations before it.
+//!
+//! With `nli.calls = "per_leaf"` one call judges all of a leaf call's facts and must quote the words
+//! that state each; the code checks the quote (see `quotes`).
+
+mod quotes;
 
 use async_trait::async_trait;
 use futures::future::join_all;
 
-use crate::actors::clients::{LlmError, Nli, NliError, Verdict};
+use crate::actors::clients::{CallStats, LlmClient, LlmError, Nli, NliError, Verdict};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
+use crate::config::NliCalls;
 use crate::topics::{
     CandidateFact, Event, EvidenceItem, EvidenceOrigin, FactSource, FactsEvent, KnownFact, Passage, Record,
     SCHEMA_VERSION, TraceKind, VerifiedEvent,
@@ -23,19 +29,32 @@ pub struct Verify {
     nli: Nli,
     /// How many passages the leaf was shown but did not cite are tried, when no citation entails a fact.
     recite_uncited: usize,
+    calls: NliCalls,
 }
 
 /// What the check found for one fact: the verdicts in order, and the evidence item that entails it.
+#[derive(Default)]
 struct Checked<'a> {
-    verdicts: Vec<(&'a EvidenceItem, bool, Option<crate::actors::clients::CallStats>)>,
+    verdicts: Vec<Judged<'a>>,
     entailed_by: Option<&'a EvidenceItem>,
     /// Verdicts whose replies stayed unusable (counted as not entailed).
     broken: Vec<String>,
+    /// Why the fact is dropped, when the per-leaf checks refused the judge's verdict.
+    refused: Option<&'static str>,
+}
+
+/// One verdict on a fact: the passage, whether it entails the fact, the call that said so (per
+/// fact), and the words quoted for it (per leaf; the fact itself when the passage holds it verbatim).
+struct Judged<'a> {
+    item: &'a EvidenceItem,
+    entailed: bool,
+    call: Option<CallStats>,
+    quote: Option<String>,
 }
 
 impl Verify {
     pub fn new(nli: Nli) -> Self {
-        Verify { nli, recite_uncited: 0 }
+        Verify { nli, recite_uncited: 0, calls: NliCalls::PerFact }
     }
 
     pub fn with_recite_uncited(mut self, passages: usize) -> Self {
@@ -43,10 +62,31 @@ impl Verify {
         self
     }
 
+    /// How the LLM judge is asked; an ONNX model judges per fact whatever this says.
+    pub fn with_calls(mut self, calls: NliCalls) -> Self {
+        self.calls = calls;
+        self
+    }
+
+    /// The evidence items a fact may rest on, by position: its valid citations, then (when it has
+    /// one) up to `recite_uncited` passages shown but not cited, best first. A fact citing nothing
+    /// valid is the leaf's invention, not a citation slip: no recite.
+    fn allowed(&self, fact: &CandidateFact, evidence: &[EvidenceItem]) -> Vec<usize> {
+        let position = |id: &String| evidence.iter().position(|e| &e.id == id);
+        let mut allowed: Vec<usize> = fact.citations.iter().filter_map(position).collect();
+        allowed.dedup();
+        let recite = if allowed.is_empty() { 0 } else { self.recite_uncited };
+        let uncited = (0..evidence.len())
+            .filter(|&i| evidence[i].origin == EvidenceOrigin::Passage && !fact.citations.contains(&evidence[i].id))
+            .take(recite);
+        allowed.extend(uncited.collect::<Vec<_>>());
+        allowed
+    }
+
     /// Tries the fact's citations in order, then up to `recite_uncited` uncited passages (in the
     /// order shown, best first), and stops at the first that entails it.
     async fn check<'a>(&self, fact: &CandidateFact, evidence: &'a [EvidenceItem]) -> Result<Checked<'a>, NliError> {
-        let mut checked = Checked { verdicts: Vec::new(), entailed_by: None, broken: Vec::new() };
+        let mut checked = Checked::default();
         let cited: Vec<&EvidenceItem> =
             fact.citations.iter().filter_map(|id| evidence.iter().find(|e| &e.id == id)).collect();
         // A fact citing nothing valid is the leaf's invention, not a citation slip: no recite.
@@ -66,7 +106,7 @@ impl Verify {
                 }
                 Err(error) => return Err(error),
             };
-            checked.verdicts.push((item, verdict.entailed, verdict.llm_call));
+            checked.verdicts.push(Judged { item, entailed: verdict.entailed, call: verdict.llm_call, quote: None });
             if verdict.entailed {
                 checked.entailed_by = Some(item);
                 break;
@@ -75,12 +115,74 @@ impl Verify {
         Ok(checked)
     }
 
+    /// All facts in one call (`per_leaf`). A fact a passage it may rest on holds word for word is
+    /// kept without asking; a reply still unusable after its re-asks leaves the asked facts out.
+    async fn check_per_leaf<'a>(
+        &self,
+        llm: &LlmClient,
+        facts: &[CandidateFact],
+        evidence: &'a [EvidenceItem],
+    ) -> Result<(Vec<Checked<'a>>, Option<CallStats>), StageError> {
+        let mut checked: Vec<Checked<'a>> = facts.iter().map(|_| Checked::default()).collect();
+        let mut asked = Vec::new();
+        for (n, fact) in facts.iter().enumerate() {
+            let allowed = self.allowed(fact, evidence);
+            if allowed.is_empty() {
+                continue;
+            }
+            match quotes::verbatim(&fact.text, evidence, &allowed) {
+                Some(i) => {
+                    let quote = Some(fact.text.clone());
+                    checked[n].verdicts.push(Judged { item: &evidence[i], entailed: true, call: None, quote });
+                    checked[n].entailed_by = Some(&evidence[i]);
+                }
+                None => asked.push((n, quotes::Claim { text: &fact.text, allowed })),
+            }
+        }
+        if asked.is_empty() {
+            return Ok((checked, None));
+        }
+        let claims: Vec<quotes::Claim<'_>> =
+            asked.iter().map(|(_, c)| quotes::Claim { text: c.text, allowed: c.allowed.clone() }).collect();
+        let (findings, stats) = match quotes::judge(llm, evidence, &claims).await {
+            Ok(judged) => judged,
+            Err(error @ LlmError::BadResponse(_)) => {
+                for (n, claim) in &asked {
+                    checked[*n].broken.push(error.to_string());
+                    let item = &evidence[claim.allowed[0]];
+                    checked[*n].verdicts.push(Judged { item, entailed: false, call: None, quote: None });
+                }
+                return Ok((checked, None));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        for ((n, claim), finding) in asked.iter().zip(findings) {
+            let item = &evidence[finding.passage.unwrap_or(claim.allowed[0])];
+            let entailed = finding.refused.is_none();
+            checked[*n].verdicts.push(Judged { item, entailed, call: None, quote: Some(finding.quote) });
+            checked[*n].entailed_by = entailed.then_some(item);
+            checked[*n].refused = finding.refused;
+        }
+        Ok((checked, Some(stats)))
+    }
+
     async fn verify(&self, event: FactsEvent) -> Result<VerifiedEvent, StageError> {
         let FactsEvent { mut memory, evidence, facts, .. } = event;
-        // Facts are checked concurrently; the NLI client's limit bounds the calls in flight.
-        let results = join_all(facts.iter().map(|fact| self.check(fact, &evidence))).await;
-        for (fact, result) in facts.iter().zip(results) {
-            let checked = result?;
+        let all_checked = match (&self.nli, self.calls) {
+            (Nli::LlmJudge(llm, _), NliCalls::PerLeaf) => {
+                let (checked, call) = self.check_per_leaf(llm, &facts, &evidence).await?;
+                if let Some(stats) = call {
+                    note_call(&mut memory, Self::NAME, "entailment", &stats);
+                }
+                checked
+            }
+            // Facts are checked concurrently; the NLI client's limit bounds the calls in flight.
+            _ => join_all(facts.iter().map(|fact| self.check(fact, &evidence)))
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>, NliError>>()?,
+        };
+        for (fact, checked) in facts.iter().zip(all_checked) {
             for message in &checked.broken {
                 degrade(
                     &mut memory,
@@ -89,18 +191,24 @@ impl Verify {
                     format!("verdict on {:?} counted as not entailed: {message}", fact.text),
                 );
             }
-            for (item, entailed, call) in &checked.verdicts {
-                if let Some(stats) = call {
+            for judged in &checked.verdicts {
+                if let Some(stats) = &judged.call {
                     note_call(&mut memory, Self::NAME, "entailment", stats);
                 }
-                memory.record(
-                    Self::NAME,
-                    TraceKind::Verdict { fact: fact.text.clone(), passage_id: item.id.clone(), entailed: *entailed },
-                );
+                let verdict = TraceKind::Verdict {
+                    fact: fact.text.clone(),
+                    passage_id: judged.item.id.clone(),
+                    entailed: judged.entailed,
+                    quote: judged.quote.clone(),
+                };
+                memory.record(Self::NAME, verdict);
             }
             let Some(source_item) = checked.entailed_by else {
-                let reason =
-                    if checked.verdicts.is_empty() { "no valid citation" } else { "not entailed by any cited passage" };
+                let reason = match checked.refused {
+                    _ if checked.verdicts.is_empty() => "no valid citation",
+                    Some(refused) => refused,
+                    None => "not entailed by any cited passage",
+                };
                 memory.record(Self::NAME, TraceKind::FactDropped { fact: fact.text.clone(), reason: reason.into() });
                 continue;
             };
