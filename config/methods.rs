@@ -58,6 +58,9 @@ pub struct MigresSettings {
     pub answer_span: bool,
     /// An iteration after the first that verifies no new fact answers now, as at the limit.
     pub stop_when_not_learning: bool,
+    /// With `decision_prompt = "flag"`, the main module writes the next queries in its decision's
+    /// reply, and query_gen asks the LLM only when none of them is new.
+    pub queries_from_main: bool,
 }
 
 /// When the main module's decision ends the loop.

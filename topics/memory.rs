@@ -111,6 +111,10 @@ pub struct Memory {
     /// Set when no new query could be written: the main stage must answer with what it knows.
     #[serde(default)]
     pub exhausted: bool,
+    /// Queries the main module wrote with its decision (`migres.queries_from_main`), for query_gen
+    /// to filter and take instead of asking the LLM again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proposed_queries: Vec<String>,
     /// The question wants "yes" or "no" (carried from the question event).
     #[serde(default)]
     pub yes_no: bool,
@@ -158,6 +162,7 @@ impl Memory {
             usage: Usage::default(),
             last_missing: String::new(),
             exhausted: false,
+            proposed_queries: Vec::new(),
             yes_no: false,
             node: None,
             trajectory: Vec::new(),

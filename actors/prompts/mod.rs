@@ -5,6 +5,8 @@
 pub const SYSTEM: &str = "";
 pub const MAIN: &str = include_str!("main.txt");
 pub const MAIN_ATTEMPT: &str = include_str!("main_attempt.txt");
+/// The `flag` prompt that also writes the next queries (`migres.queries_from_main`).
+pub const MAIN_QUERIES: &str = include_str!("main_queries.txt");
 pub const FINAL_ANSWER: &str = include_str!("final_answer.txt");
 /// Two-option comparisons: copy each option's date or number; the code compares (`two_options`).
 pub const COMPARE_OPTIONS: &str = include_str!("compare_options.txt");

@@ -37,6 +37,8 @@ struct Decision {
     confidence: f32,
     explanation: String,
     missing_information: String,
+    /// The next queries, when the prompt asked for them (`queries_from_main`).
+    queries: Vec<String>,
 }
 
 // Reasoning first: the model explains before it commits. The `flag` prompt (the paper's) also names
@@ -48,6 +50,19 @@ struct Decision {
 struct FlagReply {
     explanation: String,
     missing_information: String,
+    answerable: bool,
+    answer: String,
+    #[schemars(with = "Confidence")]
+    confidence: f32,
+}
+
+/// The `flag` prompt's reply with the next queries (`queries_from_main`): named after what is
+/// missing and before the flag, so they ask for what the explanation found missing.
+#[derive(Deserialize, JsonSchema)]
+struct FlagQueriesReply {
+    explanation: String,
+    missing_information: String,
+    queries: Vec<String>,
     answerable: bool,
     answer: String,
     #[schemars(with = "Confidence")]
@@ -67,31 +82,61 @@ struct AttemptReply {
 impl From<FlagReply> for Decision {
     fn from(r: FlagReply) -> Self {
         let FlagReply { explanation, missing_information, answerable, answer, confidence } = r;
-        Decision { answerable: Some(answerable), answer, confidence, explanation, missing_information }
+        Decision {
+            answerable: Some(answerable),
+            answer,
+            confidence,
+            explanation,
+            missing_information,
+            queries: Vec::new(),
+        }
+    }
+}
+
+impl From<FlagQueriesReply> for Decision {
+    fn from(r: FlagQueriesReply) -> Self {
+        let FlagQueriesReply { explanation, missing_information, queries, answerable, answer, confidence } = r;
+        Decision { answerable: Some(answerable), answer, confidence, explanation, missing_information, queries }
     }
 }
 
 impl From<AttemptReply> for Decision {
     fn from(r: AttemptReply) -> Self {
         let AttemptReply { explanation, answer, confidence, missing_information } = r;
-        Decision { answerable: None, answer, confidence, explanation, missing_information }
+        Decision { answerable: None, answer, confidence, explanation, missing_information, queries: Vec::new() }
     }
 }
 
-/// One decision call with the configured prompt's schema.
-async fn decide_once(llm: &LlmClient, prompt: DecisionPrompt, text: &str) -> Result<Completion<Decision>, LlmError> {
-    match prompt {
-        DecisionPrompt::Flag => ask::<FlagReply>(llm, text, "main_decision").await,
-        DecisionPrompt::Attempt => ask::<AttemptReply>(llm, text, "main_attempt").await,
+/// Which decision reply is asked for: the prompt's own, or the flag prompt's with at most this many
+/// next queries.
+#[derive(Clone, Copy)]
+enum Reply {
+    Prompt(DecisionPrompt),
+    FlagWithQueries(usize),
+}
+
+/// One decision call with the reply's schema.
+async fn decide_once(llm: &LlmClient, reply: Reply, text: &str) -> Result<Completion<Decision>, LlmError> {
+    match reply {
+        Reply::Prompt(DecisionPrompt::Flag) => {
+            ask::<FlagReply>(llm, text, Schema::of::<FlagReply>("main_decision")).await
+        }
+        Reply::Prompt(DecisionPrompt::Attempt) => {
+            ask::<AttemptReply>(llm, text, Schema::of::<AttemptReply>("main_attempt")).await
+        }
+        Reply::FlagWithQueries(max) => {
+            let schema = Schema::of::<FlagQueriesReply>("main_decision_queries").with_max_items("queries", max);
+            ask::<FlagQueriesReply>(llm, text, schema).await
+        }
     }
 }
 
-/// A decision call whose reply is parsed as `R`, under the schema `R` derives.
-async fn ask<R>(llm: &LlmClient, text: &str, name: &'static str) -> Result<Completion<Decision>, LlmError>
+/// A decision call whose reply is parsed as `R`, under `schema` (the one `R` derives).
+async fn ask<R>(llm: &LlmClient, text: &str, schema: Schema) -> Result<Completion<Decision>, LlmError>
 where
     R: JsonSchema + serde::de::DeserializeOwned + Into<Decision>,
 {
-    let reply = llm.structured::<R>(prompts::SYSTEM, text, &Schema::of::<R>(name)).await?;
+    let reply = llm.structured::<R>(prompts::SYSTEM, text, &schema).await?;
     Ok(Completion { value: reply.value.into(), stats: reply.stats })
 }
 
@@ -121,12 +166,21 @@ impl Main {
         }
 
         let information = self.information(&memory, false);
-        let template = match self.settings.decision_prompt {
-            DecisionPrompt::Flag => prompts::MAIN,
-            DecisionPrompt::Attempt => prompts::MAIN_ATTEMPT,
+        let template = match self.reply() {
+            Reply::Prompt(DecisionPrompt::Flag) => prompts::MAIN,
+            Reply::Prompt(DecisionPrompt::Attempt) => prompts::MAIN_ATTEMPT,
+            Reply::FlagWithQueries(_) => prompts::MAIN_QUERIES,
         };
-        let prompt = prompts::fill(template, &[("facts", &information), ("question", &memory.question_to_answer())]);
-        let (d, calls) = self.decision(&prompt).await?;
+        let previous_queries = memory.queries.join(" ");
+        let prompt = prompts::fill(
+            template,
+            &[
+                ("facts", &information),
+                ("question", &memory.question_to_answer()),
+                ("previous_queries", &previous_queries),
+            ],
+        );
+        let (mut d, calls) = self.decision(&prompt).await?;
         for stats in &calls {
             note_call(&mut memory, Self::NAME, "main", stats);
         }
@@ -168,13 +222,23 @@ impl Main {
         let missing_information =
             if is_trivial(&d.missing_information) { d.explanation } else { d.missing_information };
         memory.last_missing = missing_information.clone();
+        memory.proposed_queries = std::mem::take(&mut d.queries);
         Ok(MissingEvent { schema_version: SCHEMA_VERSION, memory, missing_information }.to_record())
+    }
+
+    fn reply(&self) -> Reply {
+        match self.settings.decision_prompt {
+            DecisionPrompt::Flag if self.settings.queries_from_main => {
+                Reply::FlagWithQueries(self.settings.max_new_queries)
+            }
+            prompt => Reply::Prompt(prompt),
+        }
     }
 
     /// The decision: one call, or with `decision_samples` > 1 the vote of that many samples, each
     /// with its own seed.
     async fn decision(&self, prompt: &str) -> Result<(Decision, Vec<CallStats>), StageError> {
-        let (samples, kind) = (self.settings.decision_samples.max(1), self.settings.decision_prompt);
+        let (samples, kind) = (self.settings.decision_samples.max(1), self.reply());
         if samples == 1 {
             let reply = decide_once(&self.llm, kind, prompt).await?;
             return Ok((reply.value, vec![reply.stats]));
@@ -507,6 +571,7 @@ mod tests {
             confidence: 4.0,
             explanation: String::new(),
             missing_information: if answerable { String::new() } else { format!("not {answer}") },
+            queries: Vec::new(),
         }
     }
 

@@ -58,6 +58,14 @@ impl QueryGen {
 
     async fn generate(&self, event: MissingEvent) -> Result<Record, StageError> {
         let MissingEvent { mut memory, missing_information, .. } = event;
+        // The main module wrote them with its decision: no call, unless none of them is new.
+        let proposed = std::mem::take(&mut memory.proposed_queries);
+        if !proposed.is_empty() {
+            let (queries, dropped) = self.filter(&memory, proposed);
+            if !queries.is_empty() {
+                return Ok(self.next_iteration(memory, queries, dropped));
+            }
+        }
         let prompt = prompts::fill(
             prompts::QUERY_GEN,
             &[
@@ -76,14 +84,19 @@ impl QueryGen {
         if queries.is_empty() && self.settings.missing_as_query {
             queries = self.filter(&memory, vec![missing_information.clone()]).0;
         }
-        memory.record(Self::NAME, TraceKind::QueriesWritten { queries: queries.clone(), dropped });
         if queries.is_empty() {
+            memory.record(Self::NAME, TraceKind::QueriesWritten { queries, dropped });
             memory.exhausted = true;
             return Ok(VerifiedEvent { schema_version: SCHEMA_VERSION, memory }.to_record());
         }
+        Ok(self.next_iteration(memory, queries, dropped))
+    }
+
+    fn next_iteration(&self, mut memory: Memory, queries: Vec<String>, dropped: Vec<String>) -> Record {
+        memory.record(Self::NAME, TraceKind::QueriesWritten { queries: queries.clone(), dropped });
         memory.queries.extend(queries.iter().cloned());
         memory.iteration += 1;
-        Ok(QueriesEvent { schema_version: SCHEMA_VERSION, memory, queries }.to_record())
+        QueriesEvent { schema_version: SCHEMA_VERSION, memory, queries }.to_record()
     }
 }
 

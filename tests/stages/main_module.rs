@@ -132,6 +132,24 @@ async fn with_stop_when_not_learning_an_iteration_that_verified_nothing_new_answ
 }
 
 #[tokio::test]
+async fn with_queries_from_main_the_decision_writes_the_next_queries() {
+    let llm = FakeLlm::start(|_| {
+        Reply::Json(json!({"explanation": "The team is known, not its community.",
+            "missing_information": "The autonomous community of FC Cartagena.",
+            "queries": ["In which autonomous community is FC Cartagena?"],
+            "answerable": false, "answer": "unanswerable", "confidence": 1}))
+    })
+    .await;
+    let settings = MigresSettings { queries_from_main: true, ..Settings::defaults().migres };
+    let mut m = with_fact(memory("Where?"), 1);
+    m.queries.push("Which team does Hugo play for?".into());
+    let missing: MissingEvent = single(vec![run_with(&llm, m, settings).await]);
+    assert_eq!(missing.memory.proposed_queries, vec!["In which autonomous community is FC Cartagena?".to_string()]);
+    let prompt = llm.prompts.lock().unwrap()[0].clone();
+    assert!(prompt.contains("Historical Questions: Where? Which team does Hugo play for?\nInformation:"), "{prompt}");
+}
+
+#[tokio::test]
 async fn an_exhausted_question_is_answered_at_once() {
     let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
         Prompt::FinalAnswer => Reply::Json(json!({"answer": "Murcia", "confidence": 2, "explanation": "guess"})),

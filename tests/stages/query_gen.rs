@@ -75,3 +75,26 @@ async fn the_prompt_lists_earlier_queries_and_known_facts() {
     );
     assert!(prompt.contains("Known Information: None\nMissing Information: The community.\nNew queries:"));
 }
+
+#[tokio::test]
+async fn queries_the_main_module_wrote_are_taken_without_a_call_unless_none_is_new() {
+    let llm = FakeLlm::start(|_| Reply::Json(json!({"queries": ["Where is FC Cartagena based?"]}))).await;
+    let stage = QueryGen::new(support::llm(&llm.base_url), Settings::defaults().migres);
+    let asked = "Which team does Hugo Rodríguez Romero play for?";
+    let missing = |proposed: &[&str]| {
+        let mut m = memory(QUESTION);
+        m.queries.push(asked.into());
+        m.proposed_queries = proposed.iter().map(|q| q.to_string()).collect();
+        MissingEvent { schema_version: SCHEMA_VERSION, memory: m, missing_information: "The community.".into() }
+    };
+    let proposed = missing(&[asked, "In which autonomous community is FC Cartagena?"]);
+    let out: QueriesEvent = single(stage.process(&proposed.to_record()).await.unwrap());
+    assert_eq!(out.queries, vec!["In which autonomous community is FC Cartagena?".to_string()]);
+    assert!(out.memory.proposed_queries.is_empty(), "taken, not carried into the next iteration");
+    assert_eq!(llm.calls(), 0);
+
+    let nothing_new = missing(&[asked]);
+    let out: QueriesEvent = single(stage.process(&nothing_new.to_record()).await.unwrap());
+    assert_eq!(out.queries, vec!["Where is FC Cartagena based?".to_string()], "the query generator is asked");
+    assert_eq!(llm.calls(), 1);
+}
