@@ -58,26 +58,29 @@ pub struct EvalArgs {
     /// .svg).
     #[arg(long)]
     out: PathBuf,
-    /// Settings for the dataset from a profile: `paper` (the MIGRES paper's per-dataset settings,
-    /// Table 11, with none of Lacuna's answer levers) or a directory of TOML layers
-    /// (config/profiles.rs). Without it, the one default configuration.
-    #[arg(long, conflicts_with = "compare")]
-    profile: Option<String>,
     /// Compare earlier runs instead: their output folders or report.json files.
     #[arg(long, num_args = 1.., conflicts_with = "dataset")]
     compare: Vec<PathBuf>,
 }
 
-pub async fn eval(settings: &Settings, config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
+/// `profile` (the global `--profile`) is applied with the dataset's own layers: the paper's
+/// settings differ by dataset group (Table 11).
+pub async fn eval(
+    settings: &Settings,
+    config: Option<&Path>,
+    profile: Option<String>,
+    args: EvalArgs,
+) -> anyhow::Result<()> {
     if !args.compare.is_empty() {
+        anyhow::ensure!(profile.is_none(), "--profile makes runs; --compare reads them");
         return compare(&args.compare, &args.out, args.half, args.answer_spans.as_deref());
     }
     let dir = args.dataset.expect("clap requires --dataset without --compare");
     let dataset = Dataset::load(&dir, None)?.cut(args.half, args.limit);
-    let mut settings = match &args.profile {
+    let mut settings = match &profile {
         // The profile sits between the defaults and --config, as a layer of configuration.
         Some(profile) => {
-            let layers = crate::config::profiles::layers(profile, &dir)?;
+            let layers = crate::config::profiles::layers(profile, Some(&dir))?;
             eprintln!("profile {profile}: {} layers for {}", layers.len(), dataset.name);
             Settings::load_with(config, &layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?
         }
@@ -90,7 +93,7 @@ pub async fn eval(settings: &Settings, config: Option<&Path>, args: EvalArgs) ->
         concurrency: args.concurrency.unwrap_or(settings.run.max_open_questions),
         judge: args.judge,
         label: args.label.clone(),
-        profile: args.profile.clone(),
+        profile,
         resume: args.resume,
     };
     eprintln!("{}: {} questions through {}", dataset.name, dataset.questions.len(), args.pipeline);

@@ -28,6 +28,11 @@ pub struct Cli {
     /// A TOML file overriding config/default.toml (environment variables LACUNA__SECTION__KEY override both).
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// Settings from a profile, between the defaults and --config: `paper` (the MIGRES paper's
+    /// settings, none of Lacuna's answer levers), `before` (the default before issue 47's cost
+    /// levers) or a directory of TOML layers (config/profiles.rs). `eval` adds the dataset's layers.
+    #[arg(long, global = true)]
+    profile: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -66,7 +71,12 @@ enum Command {
 
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let settings = Settings::load(cli.config.as_deref()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+    let layers = match &cli.profile {
+        Some(profile) => crate::config::profiles::layers(profile, None)?,
+        None => Vec::new(),
+    };
+    let settings =
+        Settings::load_with(cli.config.as_deref(), &layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     settings.check_stage_names(PipelineKind::all_stage_names()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     init_logs(&settings.log);
     match cli.command {
@@ -78,7 +88,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Submit(args) => submit::submit(&settings, args).await,
         Command::Answers(args) => submit::answers(&settings, args).await,
         Command::Dlq(args) => dlq::dlq(&settings, args).await,
-        Command::Eval(args) => eval::eval(&settings, cli.config.as_deref(), args).await,
+        Command::Eval(args) => eval::eval(&settings, cli.config.as_deref(), cli.profile, args).await,
         Command::Topics(args) => topics::topics(&settings, args).await,
         Command::Graph(args) => graph::graph(args),
         Command::Calibrate(args) => calibrate::calibrate_command(&settings, args).await,

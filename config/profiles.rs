@@ -4,8 +4,9 @@
 //!
 //! A profile is up to three TOML layers, applied in order: `common`, then the dataset's group
 //! (`multihop`, `odqa` or `commonsense`, MIGRES Table 11's columns), then the dataset's own (by folder
-//! name). `paper` is compiled in (config/profiles/paper/); `--profile DIR` reads the same file names
-//! from a directory, any of them optional. The group of a dataset the papers used comes from its
+//! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper` and `before` are compiled
+//! in (config/profiles/<name>/); `--profile DIR` reads the same file names from a directory, any of
+//! them optional. The group of a dataset the papers used comes from its
 //! folder name; any other dataset folder names its group in a `profile.toml` (`group = "multihop"`).
 
 use std::path::Path;
@@ -13,6 +14,12 @@ use std::path::Path;
 use anyhow::{Context, bail};
 
 pub const GROUPS: [&str; 3] = ["multihop", "odqa", "commonsense"];
+
+/// The built-in profiles, each a list of layers by name.
+const BUILT_IN: [(&str, &[(&str, &str)]); 2] = [("paper", &PAPER), ("before", &BEFORE)];
+
+/// The `before` profile: the default before issue 47's cost levers, kept so it can be rerun.
+const BEFORE: [(&str, &str); 1] = [("common", include_str!("profiles/before/common.toml"))];
 
 /// The `paper` profile's layers by name.
 const PAPER: [(&str, &str); 6] = [
@@ -24,21 +31,25 @@ const PAPER: [(&str, &str); 6] = [
     ("musique", include_str!("profiles/paper/musique.toml")),
 ];
 
-/// The TOML layers of `profile` for the dataset folder `dataset_dir`, in the order they apply.
-pub fn layers(profile: &str, dataset_dir: &Path) -> anyhow::Result<Vec<String>> {
-    let dataset = dataset_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let group = group_of(dataset_dir, &dataset)?;
-    let wanted = ["common", group, dataset.as_str()];
-    if profile == "paper" {
-        let layer = |name: &&str| PAPER.iter().find(|(n, _)| n == name).map(|(_, text)| text.to_string());
+/// The TOML layers of `profile` for the dataset folder `dataset_dir` (none: `common` alone), in
+/// the order they apply.
+pub fn layers(profile: &str, dataset_dir: Option<&Path>) -> anyhow::Result<Vec<String>> {
+    let mut wanted = vec!["common".to_string()];
+    if let Some(dir) = dataset_dir {
+        let dataset = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        wanted.push(group_of(dir, &dataset)?.to_string());
+        wanted.push(dataset);
+    }
+    if let Some((_, built_in)) = BUILT_IN.iter().find(|(name, _)| *name == profile) {
+        let layer = |name: &String| built_in.iter().find(|(n, _)| n == name).map(|(_, text)| text.to_string());
         return Ok(wanted.iter().filter_map(layer).collect());
     }
     let dir = Path::new(profile);
     if !dir.is_dir() {
-        bail!("profile {profile}: neither a built-in profile (paper) nor a directory of TOML layers");
+        bail!("profile {profile}: neither a built-in profile (paper, before) nor a directory of TOML layers");
     }
     let mut out = Vec::new();
-    for name in wanted {
+    for name in &wanted {
         let file = dir.join(format!("{name}.toml"));
         if file.is_file() {
             out.push(std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?);
@@ -80,7 +91,7 @@ mod tests {
     use crate::config::{Acceptance, DecisionPrompt, Settings};
 
     fn with_profile(dataset: &str) -> Settings {
-        let layers = layers("paper", Path::new("/data").join(dataset).as_path()).unwrap();
+        let layers = layers("paper", Some(Path::new("/data").join(dataset).as_path())).unwrap();
         Settings::load_with(None, &layers).unwrap()
     }
 
@@ -102,13 +113,24 @@ mod tests {
 
     #[test]
     fn an_unknown_dataset_must_name_its_group() {
-        let error = layers("paper", Path::new("/data/mine")).unwrap_err().to_string();
+        let error = layers("paper", Some(Path::new("/data/mine"))).unwrap_err().to_string();
         assert!(error.contains("profile.toml"), "{error}");
         let dir = std::env::temp_dir().join(format!("lacuna-profile-{}", std::process::id())).join("mine");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("profile.toml"), "group = \"odqa\"\n").unwrap();
-        let settings = Settings::load_with(None, &layers("paper", &dir).unwrap()).unwrap();
+        let settings = Settings::load_with(None, &layers("paper", Some(&dir)).unwrap()).unwrap();
         assert_eq!(settings.migres.max_iterations, 3);
         std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn the_before_profile_pins_the_default_of_2026_11_26_without_a_dataset() {
+        let before = Settings::load_with(None, &layers("before", None).unwrap()).unwrap();
+        let defaults = Settings::defaults();
+        assert_eq!(before.nli.calls, crate::config::NliCalls::PerFact);
+        assert!(!before.migres.stop_when_not_learning && before.migres.compare_options);
+        assert_eq!(before.migres.max_iterations, defaults.migres.max_iterations);
+        let error = layers("nonesuch", None).unwrap_err().to_string();
+        assert!(error.contains("paper, before"), "{error}");
     }
 }

@@ -232,3 +232,20 @@ async fn ask_with_the_llm_cache_answers_again_without_calling_the_llm() {
     assert_eq!(again["answer"], first["answer"]);
     assert!(again["usage"]["cache_hits"].as_u64().unwrap() > 0, "{}", again["usage"]);
 }
+
+#[test]
+fn ask_run_and_serve_take_a_profile_as_a_layer_of_settings() {
+    let dir = support::scratch_dir("profile-layer");
+    std::fs::write(dir.join("common.toml"), "[migres]\ntop_k = \"many\"\n").unwrap();
+    for command in [&["ask", "Who?"][..], &["run", "--questions", "q.jsonl", "--out", "a.jsonl"], &["serve"]] {
+        let out = lacuna("http://127.0.0.1:9/v1").arg("--profile").arg(&dir).args(command).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("top_k"),
+            "{command:?}: the profile's layer is read: {stderr}"
+        );
+    }
+    let out = lacuna("http://127.0.0.1:9/v1").args(["--profile", "nonesuch", "ask", "Who?"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("neither a built-in profile (paper, before)"), "{stderr}");
+}
