@@ -20,25 +20,42 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// The latency of each answer: `mean` ± uniform `jitter`.
-#[derive(Clone, Copy, Debug)]
+/// The latency of each answer: `mean` ± uniform `jitter`, plus a cost per prompt and per completion
+/// token, as a real server's grows with what it reads and writes (a cost lever that sends fewer
+/// but longer prompts shows it).
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Latency {
     pub mean: Duration,
     pub jitter: Duration,
+    pub per_prompt_token: Duration,
+    pub per_completion_token: Duration,
+}
+
+impl Latency {
+    fn for_tokens(&self, prompt: u64, completion: u64) -> Duration {
+        self.per_prompt_token * prompt as u32 + self.per_completion_token * completion as u32
+    }
 }
 
 impl std::str::FromStr for Latency {
     type Err = String;
 
-    /// `MEAN[,JITTER]` in milliseconds, e.g. `300` or `300,100`.
+    /// `MEAN[,JITTER[,PER_PROMPT_TOKEN,PER_COMPLETION_TOKEN]]` in milliseconds, e.g. `300`,
+    /// `300,100` or `0,0,0.2,30`.
     fn from_str(text: &str) -> Result<Self, String> {
         let ms = |part: &str| {
             part.trim().parse::<f64>().ok().filter(|v| *v >= 0.0).map(|v| Duration::from_secs_f64(v / 1000.0))
         };
-        let (mean, jitter) = text.split_once(',').unwrap_or((text, "0"));
-        match (ms(mean), ms(jitter)) {
-            (Some(mean), Some(jitter)) => Ok(Latency { mean, jitter }),
-            _ => Err(format!("`{text}`: expected MEAN[,JITTER] in milliseconds, e.g. 300 or 300,100")),
+        let parts: Option<Vec<Duration>> = text.split(',').map(ms).collect();
+        match parts.as_deref() {
+            Some(&[mean]) => Ok(Latency { mean, ..Latency::default() }),
+            Some(&[mean, jitter]) => Ok(Latency { mean, jitter, ..Latency::default() }),
+            Some(&[mean, jitter, per_prompt_token, per_completion_token]) => {
+                Ok(Latency { mean, jitter, per_prompt_token, per_completion_token })
+            }
+            _ => Err(format!(
+                "`{text}`: expected MEAN[,JITTER[,PER_PROMPT_TOKEN,PER_COMPLETION_TOKEN]] in milliseconds, e.g. 300, 300,100 or 0,0,0.2,30"
+            )),
         }
     }
 }
@@ -146,12 +163,18 @@ async fn serve(mut socket: TcpStream, latency: Latency, faults: Faults, calls: A
         } else {
             match serde_json::from_slice::<Value>(&body) {
                 Ok(request) => {
-                    tokio::time::sleep(pause(latency, &body)).await;
                     let n = calls.fetch_add(1, Ordering::Relaxed);
-                    match faults.draw(n, &body) {
-                        Fault::ServerError => (500, json!({"error": {"message": "injected fault"}}).to_string()),
-                        fault => (200, completion(&request, fault)),
-                    }
+                    let (status, reply, (prompt, written)) = match faults.draw(n, &body) {
+                        Fault::ServerError => {
+                            (500, json!({"error": {"message": "injected fault"}}).to_string(), (0, 0))
+                        }
+                        fault => {
+                            let (reply, tokens) = completion(&request, fault);
+                            (200, reply, tokens)
+                        }
+                    };
+                    tokio::time::sleep(pause(latency, &body) + latency.for_tokens(prompt, written)).await;
+                    (status, reply)
                 }
                 Err(e) => (400, json!({"error": {"message": format!("not JSON: {e}")}}).to_string()),
             }
@@ -203,8 +226,8 @@ async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<(S
     }
 }
 
-/// A chat completion answering `request`, broken as `fault` says.
-fn completion(request: &Value, fault: Fault) -> String {
+/// A chat completion answering `request`, broken as `fault` says, and its (prompt, completion) tokens.
+fn completion(request: &Value, fault: Fault) -> (String, (u64, u64)) {
     let user = request["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
@@ -229,14 +252,14 @@ fn completion(request: &Value, fault: Fault) -> String {
     });
     let prompt_tokens = user.split_whitespace().count() as u64;
     let completion_tokens = content.split_whitespace().count() as u64;
-    json!({
+    let reply = json!({
         "id": "fake",
         "object": "chat.completion",
         "model": "fake",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": logprobs, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
-    })
-    .to_string()
+    });
+    (reply.to_string(), (prompt_tokens, completion_tokens))
 }
 
 /// The question a prompt is about: its last `Question:` line (after the examples), else its first
@@ -321,6 +344,13 @@ mod tests {
         let l: Latency = "300,100".parse().unwrap();
         assert_eq!((l.mean, l.jitter), (Duration::from_millis(300), Duration::from_millis(100)));
         assert_eq!("1".parse::<Latency>().unwrap().jitter, Duration::ZERO);
+        let tokens: Latency = "0,0,0.2,30".parse().unwrap();
+        assert_eq!(
+            tokens.for_tokens(1000, 10),
+            Duration::from_millis(500),
+            "0.2 ms a prompt token, 30 a completion token"
+        );
+        assert!("1,2,3".parse::<Latency>().is_err());
         assert!("fast".parse::<Latency>().is_err());
     }
 }

@@ -53,10 +53,15 @@ struct PipelineArgs {
     /// Questions inside the pipeline at once (default: run.max_open_questions).
     #[arg(long)]
     open: Option<usize>,
-    /// Answer LLM calls with the built-in fake server after MEAN[,JITTER] milliseconds instead of
-    /// calling llm.base_url.
-    #[arg(long, value_name = "MEAN[,JITTER]")]
+    /// Answer LLM calls with the built-in fake server instead of calling llm.base_url, after MEAN
+    /// ± JITTER milliseconds plus, if given, so many per prompt and per completion token (e.g.
+    /// `0,0,0.2,30`: a real server's time grows with what it reads and writes).
+    #[arg(long, value_name = "MEAN[,JITTER[,PER_PROMPT_TOKEN,PER_COMPLETION_TOKEN]]")]
     fake_llm_ms: Option<Latency>,
+    /// First run with the `before` profile (the default before issue 47's cost levers), then as
+    /// configured: before and after in one run, on the same machine and fake LLM.
+    #[arg(long, conflicts_with = "against_today")]
+    before: bool,
     /// Set every stage's llm_concurrency (and llm.max_concurrency) to N.
     #[arg(long)]
     llm_concurrency: Option<usize>,
@@ -130,6 +135,20 @@ async fn pipeline(settings: &Settings, args: PipelineArgs) -> anyhow::Result<()>
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut runs = Vec::new();
+    if args.before {
+        let layers = crate::config::profiles::layers("before", None)?;
+        let pinned = Settings::load_with(None, &layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+        // The profile's answer settings; the bench's own (endpoint, concurrency, top_n) as configured.
+        let mut before = settings.clone();
+        before.migres = pinned.migres;
+        before.nli = pinned.nli;
+        before.llm.reasoning_first = pinned.llm.reasoning_first;
+        if let Some(n) = args.retrieve_top_n {
+            before.migres.retrieve_top_n = n;
+        }
+        eprintln!("running with the before profile ...");
+        runs.push(crate::bench::pipeline::run("before (profile)", args.pipeline, &before, &dataset).await?);
+    }
     if args.against_today {
         let mut today = settings.clone();
         today.rerank = crate::bench::rerank::as_in_41ae80c(&today.rerank);
