@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::cli::run::progress_bar;
 use crate::config::Settings;
-use crate::eval::compare::{comparison_markdown, svg_plot};
+use crate::eval::compare::{Cost, comparison_markdown, svg_plot};
 use crate::eval::dataset::Dataset;
 use crate::eval::paired::{Comparison, Run};
 use crate::eval::report::{EvalRecord, Report};
@@ -178,7 +178,9 @@ fn compare(inputs: &[PathBuf], out: &Path, half: Option<Half>, spans: Option<&Pa
     std::fs::write(out.join("comparison.md"), &markdown)?;
     let json = ComparisonFile { reports: &reports, paired: &paired };
     std::fs::write(out.join("comparison.json"), serde_json::to_vec_pretty(&json)?)?;
-    std::fs::write(out.join("comparison.svg"), svg_plot(&reports))?;
+    // The frontier twice: EM against calls (throughput, latency) and against tokens (money).
+    std::fs::write(out.join("comparison.svg"), svg_plot(&reports, Cost::Calls))?;
+    std::fs::write(out.join("comparison-tokens.svg"), svg_plot(&reports, Cost::Tokens))?;
     print!("{markdown}");
     eprintln!("tables, numbers and plot in {}", out.display());
     Ok(())

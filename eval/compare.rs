@@ -86,12 +86,37 @@ const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"
 
 /// Accuracy (y, %) against LLM calls per question (x): one dot per report, a colour per pipeline,
 /// labelled with its dataset.
-pub fn svg_plot(reports: &[Report]) -> String {
+/// What a plot's x axis reads: the cost of a question.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cost {
+    /// LLM calls per question.
+    Calls,
+    /// Prompt and completion tokens per question.
+    Tokens,
+}
+
+impl Cost {
+    fn of(self, r: &Report) -> f64 {
+        match self {
+            Cost::Calls => r.llm_calls,
+            Cost::Tokens => r.prompt_tokens + r.completion_tokens,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Cost::Calls => "LLM calls per question",
+            Cost::Tokens => "prompt + completion tokens per question",
+        }
+    }
+}
+
+pub fn svg_plot(reports: &[Report], cost: Cost) -> String {
     let (metric, accuracy) = accuracy_metric(reports);
     let (width, height, left, right, top, bottom) = (720.0, 440.0, 60.0, 170.0, 30.0, 50.0);
     let plot_w = width - left - right;
     let plot_h = height - top - bottom;
-    let max_calls = reports.iter().map(|r| r.llm_calls).fold(1.0_f64, f64::max);
+    let max_calls = reports.iter().map(|r| cost.of(r)).fold(1.0_f64, f64::max);
     let x_max = (max_calls * 1.15).ceil();
     let max_acc = reports.iter().map(accuracy).fold(0.0_f64, f64::max);
     let y_max = ((max_acc * 100.0 / 10.0).ceil() * 10.0).clamp(10.0, 100.0);
@@ -112,8 +137,9 @@ pub fn svg_plot(reports: &[Report]) -> String {
         let acc = y_max * f64::from(i) / 5.0;
         let _ = writeln!(
             svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{calls:.1}</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
             x(calls),
+            if cost == Cost::Calls { format!("{calls:.1}") } else { format!("{calls:.0}") },
             top + plot_h + 18.0
         );
         let _ = writeln!(
@@ -128,9 +154,10 @@ pub fn svg_plot(reports: &[Report]) -> String {
     }
     let _ = writeln!(
         svg,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">LLM calls per question</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
         left + plot_w / 2.0,
-        height - 12.0
+        height - 12.0,
+        cost.label()
     );
     let _ = writeln!(
         svg,
@@ -141,7 +168,7 @@ pub fn svg_plot(reports: &[Report]) -> String {
     for r in reports {
         let index = pipelines.iter().position(|p| *p == r.pipeline).unwrap_or(0);
         let color = COLORS[index % COLORS.len()];
-        let (px, py) = (x(r.llm_calls), y(accuracy(r)));
+        let (px, py) = (x(cost.of(r)), y(accuracy(r)));
         let _ = writeln!(svg, r#"<circle cx="{px:.1}" cy="{py:.1}" r="5" fill="{color}"/>"#);
         let _ = writeln!(
             svg,
@@ -224,8 +251,10 @@ mod tests {
     #[test]
     fn the_plot_has_a_dot_per_report() {
         let reports = [report("vanilla", "a&b", 0.2, 1.0), report("migres", "a&b", 0.4, 7.5)];
-        let svg = svg_plot(&reports);
+        let svg = svg_plot(&reports, Cost::Calls);
         assert_eq!(svg.matches("<circle").count(), 4, "two dots and two legend marks");
+        let tokens = svg_plot(&reports, Cost::Tokens);
+        assert!(tokens.contains("prompt + completion tokens per question") && !svg.contains("tokens per question"));
         assert!(svg.contains("a&amp;b"));
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     }
