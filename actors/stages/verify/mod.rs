@@ -124,7 +124,8 @@ impl Verify {
         evidence: &'a [EvidenceItem],
     ) -> Result<(Vec<Checked<'a>>, Option<CallStats>), StageError> {
         let mut checked: Vec<Checked<'a>> = facts.iter().map(|_| Checked::default()).collect();
-        let mut asked = Vec::new();
+        // The facts the judge is asked about, by position in `facts`, and what each may rest on.
+        let (mut asked, mut claims) = (Vec::new(), Vec::new());
         for (n, fact) in facts.iter().enumerate() {
             let allowed = self.allowed(fact, evidence);
             if allowed.is_empty() {
@@ -136,32 +137,34 @@ impl Verify {
                     checked[n].verdicts.push(Judged { item: &evidence[i], entailed: true, call: None, quote });
                     checked[n].entailed_by = Some(&evidence[i]);
                 }
-                None => asked.push((n, quotes::Claim { text: &fact.text, allowed })),
+                None => {
+                    asked.push(n);
+                    claims.push(quotes::Claim { text: &fact.text, allowed });
+                }
             }
         }
         if asked.is_empty() {
             return Ok((checked, None));
         }
-        let claims: Vec<quotes::Claim<'_>> =
-            asked.iter().map(|(_, c)| quotes::Claim { text: c.text, allowed: c.allowed.clone() }).collect();
         let (findings, stats) = match quotes::judge(llm, evidence, &claims).await {
             Ok(judged) => judged,
             Err(error @ LlmError::BadResponse(_)) => {
-                for (n, claim) in &asked {
-                    checked[*n].broken.push(error.to_string());
+                for (&n, claim) in asked.iter().zip(&claims) {
+                    checked[n].broken.push(error.to_string());
                     let item = &evidence[claim.allowed[0]];
-                    checked[*n].verdicts.push(Judged { item, entailed: false, call: None, quote: None });
+                    checked[n].verdicts.push(Judged { item, entailed: false, call: None, quote: None });
                 }
                 return Ok((checked, None));
             }
             Err(error) => return Err(error.into()),
         };
-        for ((n, claim), finding) in asked.iter().zip(findings) {
+        for ((&n, claim), finding) in asked.iter().zip(&claims).zip(findings) {
+            // The trace names the passage the judge named, else the fact's first citation.
             let item = &evidence[finding.passage.unwrap_or(claim.allowed[0])];
             let entailed = finding.refused.is_none();
-            checked[*n].verdicts.push(Judged { item, entailed, call: None, quote: Some(finding.quote) });
-            checked[*n].entailed_by = entailed.then_some(item);
-            checked[*n].refused = finding.refused;
+            checked[n].verdicts.push(Judged { item, entailed, call: None, quote: Some(finding.quote) });
+            checked[n].entailed_by = entailed.then_some(item);
+            checked[n].refused = finding.refused;
         }
         Ok((checked, Some(stats)))
     }
