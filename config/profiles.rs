@@ -4,7 +4,7 @@
 //!
 //! A profile is up to three TOML layers, applied in order: `common`, then the dataset's group
 //! (`multihop`, `odqa` or `commonsense`, MIGRES Table 11's columns), then the dataset's own (by folder
-//! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper` and `before` are compiled
+//! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper`, `before` and `fast` are compiled
 //! in (config/profiles/<name>/); `--profile DIR` reads the same file names from a directory, any of
 //! them optional. The group of a dataset the papers used comes from its
 //! folder name; any other dataset folder names its group in a `profile.toml` (`group = "multihop"`).
@@ -16,10 +16,13 @@ use anyhow::{Context, bail};
 pub const GROUPS: [&str; 3] = ["multihop", "odqa", "commonsense"];
 
 /// The built-in profiles, each a list of layers by name.
-const BUILT_IN: [(&str, &[(&str, &str)]); 2] = [("paper", &PAPER), ("before", &BEFORE)];
+const BUILT_IN: [(&str, &[(&str, &str)]); 3] = [("paper", &PAPER), ("before", &BEFORE), ("fast", &FAST)];
 
 /// The `before` profile: the default before issue 47's cost levers, kept so it can be rerun.
 const BEFORE: [(&str, &str); 1] = [("common", include_str!("profiles/before/common.toml"))];
+
+/// The `fast` profile: the cheapest configuration within 1 EM of the default on the tuning half.
+const FAST: [(&str, &str); 1] = [("common", include_str!("profiles/fast/common.toml"))];
 
 /// The `paper` profile's layers by name.
 const PAPER: [(&str, &str); 6] = [
@@ -46,7 +49,7 @@ pub fn layers(profile: &str, dataset_dir: Option<&Path>) -> anyhow::Result<Vec<S
     }
     let dir = Path::new(profile);
     if !dir.is_dir() {
-        bail!("profile {profile}: neither a built-in profile (paper, before) nor a directory of TOML layers");
+        bail!("profile {profile}: neither a built-in profile (paper, before, fast) nor a directory of TOML layers");
     }
     let mut out = Vec::new();
     for name in &wanted {
@@ -131,6 +134,8 @@ mod tests {
         assert!(!before.migres.stop_when_not_learning && before.migres.compare_options);
         assert_eq!(before.migres.max_iterations, defaults.migres.max_iterations);
         let error = layers("nonesuch", None).unwrap_err().to_string();
-        assert!(error.contains("paper, before"), "{error}");
+        assert!(error.contains("paper, before, fast"), "{error}");
+        let fast = Settings::load_with(None, &layers("fast", None).unwrap()).unwrap();
+        assert!(fast.migres.stop_when_not_learning, "fast stops when an iteration learns nothing");
     }
 }
