@@ -255,6 +255,9 @@ mod tests {
         assert_eq!(svg.matches("<circle").count(), 4, "two dots and two legend marks");
         let tokens = svg_plot(&reports, Cost::Tokens);
         assert!(tokens.contains("prompt + completion tokens per question") && !svg.contains("tokens per question"));
+        // The x axis's first tick, under the axis: calls with a decimal, tokens whole.
+        assert!(svg.contains(r#"<text x="60.0" y="408.0" text-anchor="middle">0.0</text>"#), "{svg}");
+        assert!(tokens.contains(r#"<text x="60.0" y="408.0" text-anchor="middle">0</text>"#), "{tokens}");
         assert!(svg.contains("a&amp;b"));
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     }
