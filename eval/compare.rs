@@ -139,8 +139,8 @@ pub fn svg_plot(reports: &[Report], cost: Cost) -> String {
             svg,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
             x(calls),
+            top + plot_h + 18.0,
             if cost == Cost::Calls { format!("{calls:.1}") } else { format!("{calls:.0}") },
-            top + plot_h + 18.0
         );
         let _ = writeln!(
             svg,
