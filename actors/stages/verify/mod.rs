@@ -74,12 +74,11 @@ impl Verify {
     fn allowed(&self, fact: &CandidateFact, evidence: &[EvidenceItem]) -> Vec<usize> {
         let position = |id: &String| evidence.iter().position(|e| &e.id == id);
         let mut allowed: Vec<usize> = fact.citations.iter().filter_map(position).collect();
-        allowed.dedup();
         let recite = if allowed.is_empty() { 0 } else { self.recite_uncited };
         let uncited = (0..evidence.len())
             .filter(|&i| evidence[i].origin == EvidenceOrigin::Passage && !fact.citations.contains(&evidence[i].id))
             .take(recite);
-        allowed.extend(uncited.collect::<Vec<_>>());
+        allowed.extend(uncited);
         allowed
     }
 
@@ -87,15 +86,7 @@ impl Verify {
     /// order shown, best first), and stops at the first that entails it.
     async fn check<'a>(&self, fact: &CandidateFact, evidence: &'a [EvidenceItem]) -> Result<Checked<'a>, NliError> {
         let mut checked = Checked::default();
-        let cited: Vec<&EvidenceItem> =
-            fact.citations.iter().filter_map(|id| evidence.iter().find(|e| &e.id == id)).collect();
-        // A fact citing nothing valid is the leaf's invention, not a citation slip: no recite.
-        let recite = if cited.is_empty() { 0 } else { self.recite_uncited };
-        let uncited = evidence
-            .iter()
-            .filter(|e| e.origin == EvidenceOrigin::Passage && !fact.citations.contains(&e.id))
-            .take(recite);
-        for item in cited.into_iter().chain(uncited) {
+        for item in self.allowed(fact, evidence).into_iter().map(|i| &evidence[i]) {
             let verdict = match self.nli.judge(&premise(item), &fact.text).await {
                 Ok(verdict) => verdict,
                 // A verdict still broken after its re-asks counts as "not entailed": the fact
