@@ -84,8 +84,6 @@ pub fn comparison_markdown(reports: &[Report], paired: Option<&Comparison>) -> S
 
 const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
-/// Accuracy (y, %) against LLM calls per question (x): one dot per report, a colour per pipeline,
-/// labelled with its dataset.
 /// What a plot's x axis reads: the cost of a question.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Cost {
@@ -111,16 +109,18 @@ impl Cost {
     }
 }
 
+/// Accuracy (y, %) against `cost` per question (x): one dot per report, a colour per pipeline,
+/// labelled with its dataset.
 pub fn svg_plot(reports: &[Report], cost: Cost) -> String {
     let (metric, accuracy) = accuracy_metric(reports);
     let (width, height, left, right, top, bottom) = (720.0, 440.0, 60.0, 170.0, 30.0, 50.0);
     let plot_w = width - left - right;
     let plot_h = height - top - bottom;
-    let max_calls = reports.iter().map(|r| cost.of(r)).fold(1.0_f64, f64::max);
-    let x_max = (max_calls * 1.15).ceil();
+    let max_cost = reports.iter().map(|r| cost.of(r)).fold(1.0_f64, f64::max);
+    let x_max = (max_cost * 1.15).ceil();
     let max_acc = reports.iter().map(accuracy).fold(0.0_f64, f64::max);
     let y_max = ((max_acc * 100.0 / 10.0).ceil() * 10.0).clamp(10.0, 100.0);
-    let x = |calls: f64| left + plot_w * calls / x_max;
+    let x = |value: f64| left + plot_w * value / x_max;
     let y = |acc: f64| top + plot_h * (1.0 - acc * 100.0 / y_max);
 
     let mut svg = String::new();
@@ -133,14 +133,14 @@ pub fn svg_plot(reports: &[Report], cost: Cost) -> String {
     let _ =
         writeln!(svg, r#"<path d="M{left} {top} V{} H{}" stroke="black" fill="none"/>"#, top + plot_h, left + plot_w);
     for i in 0..=5 {
-        let calls = x_max * f64::from(i) / 5.0;
+        let tick = x_max * f64::from(i) / 5.0;
         let acc = y_max * f64::from(i) / 5.0;
         let _ = writeln!(
             svg,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            x(calls),
+            x(tick),
             top + plot_h + 18.0,
-            if cost == Cost::Calls { format!("{calls:.1}") } else { format!("{calls:.0}") },
+            if cost == Cost::Calls { format!("{tick:.1}") } else { format!("{tick:.0}") },
         );
         let _ = writeln!(
             svg,
