@@ -108,44 +108,39 @@ pub async fn bench(settings: &Settings, args: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
-async fn pipeline(settings: &Settings, args: PipelineArgs) -> anyhow::Result<()> {
+async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<()> {
     let dataset = Dataset::load(&args.dataset, args.limit)?;
-    let mut settings = settings.clone();
-    settings.llm.cache = false;
     let fake = match args.fake_llm_ms {
         Some(latency) => Some(FakeLlm::start(latency)?),
         None => None,
     };
-    if let Some(fake) = &fake {
-        settings.llm.base_url = fake.base_url.clone();
-    }
-    if let Some(open) = args.open {
-        settings.run.max_open_questions = open.max(1);
-    }
-    if let Some(n) = args.llm_concurrency {
-        settings.llm.max_concurrency = n;
-        for stage in crate::pipelines::PipelineKind::all_stage_names() {
-            settings.stages.entry(stage.to_string()).or_default().llm_concurrency = Some(n);
+    // The bench's own knobs, applied alike to every configuration it runs.
+    let tune = |mut settings: Settings| {
+        settings.llm.cache = false;
+        if let Some(fake) = &fake {
+            settings.llm.base_url = fake.base_url.clone();
         }
-    }
-    if let Some(n) = args.retrieve_top_n {
-        settings.migres.retrieve_top_n = n;
-    }
+        if let Some(open) = args.open {
+            settings.run.max_open_questions = open.max(1);
+        }
+        if let Some(n) = args.llm_concurrency {
+            settings.llm.max_concurrency = n;
+            for stage in crate::pipelines::PipelineKind::all_stage_names() {
+                settings.stages.entry(stage.to_string()).or_default().llm_concurrency = Some(n);
+            }
+        }
+        if let Some(n) = args.retrieve_top_n {
+            settings.migres.retrieve_top_n = n;
+        }
+        settings
+    };
+    let settings = tune(configured.clone());
     // metrics.listen serves /metrics during the runs (scripts/dashboard-snapshot.py --scrape draws them).
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut runs = Vec::new();
     if args.before {
-        let layers = crate::config::profiles::layers("before", None)?;
-        let pinned = Settings::load_with(None, &layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
-        // The profile's answer settings; the bench's own (endpoint, concurrency, top_n) as configured.
-        let mut before = settings.clone();
-        before.migres = pinned.migres;
-        before.nli = pinned.nli;
-        before.llm.reasoning_first = pinned.llm.reasoning_first;
-        if let Some(n) = args.retrieve_top_n {
-            before.migres.retrieve_top_n = n;
-        }
+        let before = tune(with_before_profile(configured)?);
         eprintln!("running with the before profile ...");
         runs.push(crate::bench::pipeline::run("before (profile)", args.pipeline, &before, &dataset).await?);
     }
@@ -162,6 +157,18 @@ async fn pipeline(settings: &Settings, args: PipelineArgs) -> anyhow::Result<()>
         println!("\nThe fake LLM answered {} calls.", fake.calls());
     }
     write_json(args.json.as_ref(), &runs)
+}
+
+/// `configured` with the `before` profile's answer settings (MIGRES's levers, the NLI check, the key
+/// order); endpoints, concurrency and the rest as configured.
+fn with_before_profile(configured: &Settings) -> anyhow::Result<Settings> {
+    let layers = crate::config::profiles::layers("before", None)?;
+    let pinned = Settings::load_with(None, &layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+    let mut before = configured.clone();
+    before.migres = pinned.migres;
+    before.nli = pinned.nli;
+    before.llm.reasoning_first = pinned.llm.reasoning_first;
+    Ok(before)
 }
 
 fn write_json(path: Option<&PathBuf>, value: &impl serde::Serialize) -> anyhow::Result<()> {
