@@ -115,6 +115,17 @@ enum Reply {
     FlagWithQueries(usize),
 }
 
+impl Reply {
+    /// The prompt that asks for this reply.
+    fn template(self) -> &'static str {
+        match self {
+            Reply::Prompt(DecisionPrompt::Flag) => prompts::MAIN,
+            Reply::Prompt(DecisionPrompt::Attempt) => prompts::MAIN_ATTEMPT,
+            Reply::FlagWithQueries(_) => prompts::MAIN_QUERIES,
+        }
+    }
+}
+
 /// One decision call with the reply's schema.
 async fn decide_once(llm: &LlmClient, reply: Reply, text: &str) -> Result<Completion<Decision>, LlmError> {
     match reply {
@@ -166,11 +177,7 @@ impl Main {
         }
 
         let information = self.information(&memory, false);
-        let template = match self.reply() {
-            Reply::Prompt(DecisionPrompt::Flag) => prompts::MAIN,
-            Reply::Prompt(DecisionPrompt::Attempt) => prompts::MAIN_ATTEMPT,
-            Reply::FlagWithQueries(_) => prompts::MAIN_QUERIES,
-        };
+        let template = self.reply().template();
         let previous_queries = memory.queries.join(" ");
         let prompt = prompts::fill(
             template,
