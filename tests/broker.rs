@@ -284,7 +284,8 @@ fn sigterm_drains_commits_and_loses_nothing() {
 /// A record that crashes its stage every time it is worked on (here its LLM call kills the process,
 /// as an out-of-memory kill or a crash in native code would) is not redelivered for ever: once
 /// earlier processes started it `retry.max_attempts` times, the next one ends its question in an
-/// error record and a dead letter without working on it, and the other questions are answered.
+/// error record and a dead letter without working on it, and the other questions are answered,
+/// those in flight beside it when it crashed the process included: they did not crash it.
 #[test]
 fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_loop() {
     use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
@@ -294,14 +295,34 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
     // A question whose passage the sentence filter keeps, so that its leaf calls the LLM.
     let (poison, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
     let (leaf_pid, kills) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicUsize::new(0)));
+    // Other questions' leaf calls waiting on their (slow) reply: the crash catches them in flight.
+    let others_waiting = Arc::new(AtomicUsize::new(0));
     let (pid, killed, answer, text) = (leaf_pid.clone(), kills.clone(), answering_llm(), poison.clone());
     let llm = runtime.block_on(FakeLlm::start(move |prompt| {
-        if prompt_kind(prompt) == Prompt::Leaf && prompt.contains(&text) {
-            killed.fetch_add(1, SeqCst);
-            let _ = Command::new("kill").args(["-KILL", &pid.load(SeqCst).to_string()]).status();
-            return Reply::Delayed(Duration::from_secs(5), Box::new(Reply::Status(500)));
+        const OTHERS_REPLY_AFTER: Duration = Duration::from_secs(2);
+        if prompt_kind(prompt) != Prompt::Leaf {
+            return answer(prompt);
         }
-        answer(prompt)
+        if !prompt.contains(&text) {
+            others_waiting.fetch_add(1, SeqCst);
+            let waiting = others_waiting.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(OTHERS_REPLY_AFTER);
+                waiting.fetch_sub(1, SeqCst);
+            });
+            return Reply::Delayed(OTHERS_REPLY_AFTER, Box::new(answer(prompt)));
+        }
+        killed.fetch_add(1, SeqCst);
+        let (pid, waiting) = (pid.clone(), others_waiting.clone());
+        std::thread::spawn(move || {
+            // Killed once another question's leaf call is in flight, or after a while alone.
+            let alone_since = Instant::now();
+            while waiting.load(SeqCst) == 0 && alone_since.elapsed() < Duration::from_secs(4) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = Command::new("kill").args(["-KILL", &pid.load(SeqCst).to_string()]).status();
+        });
+        Reply::Delayed(Duration::from_secs(10), Box::new(Reply::Status(500)))
     }));
     let settings = settings("crash-loop", &llm.base_url);
     let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, &[("LACUNA__RETRY__MAX_ATTEMPTS", "2")]);
@@ -309,10 +330,10 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
     let dir = support::scratch_dir("crash-loop");
     let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
     let _ = std::fs::remove_file(&answers);
-    // Twenty others (past the crasher's place in the set), and the crasher.
-    let mut asked: Vec<(String, String)> =
-        support::cluster::questions(40).into_iter().skip(20).map(|q| (q.id, q.question)).collect();
-    asked.push(("crasher".into(), poison.clone()));
+    // The crasher first, then twenty others (past its place in the set) that reach the leaf while
+    // it is in flight there.
+    let mut asked: Vec<(String, String)> = vec![("crasher".into(), poison.clone())];
+    asked.extend(support::cluster::questions(40).into_iter().skip(20).map(|q| (q.id, q.question)));
     let lines: Vec<String> = asked.iter().map(|(id, q)| json!({"id": id, "question": q}).to_string()).collect();
     std::fs::write(&questions, lines.join("\n")).unwrap();
     let expected: BTreeSet<String> = asked.into_iter().map(|(id, _)| id).collect();
@@ -351,6 +372,18 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
         }
     }
     assert_eq!(kills.load(SeqCst), 2, "started twice (retry.max_attempts = 2), then ended without a third crash");
+    // Nor is a question blamed for the crashes it was in flight beside: the crasher alone is a dead
+    // letter (others' failed leaves would end as empty results, and their answers lack those facts).
+    let dead: BTreeSet<String> = runtime.block_on(async {
+        let bus = bus(&settings).await;
+        let mut letters = bus.subscribe(&[Topic::DeadLetters], "t-crash-loop-dead").await.unwrap();
+        let mut keys = BTreeSet::new();
+        while let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_secs(5), letters.next()).await {
+            keys.insert(delivery.into_record().key);
+        }
+        keys
+    });
+    assert_eq!(dead, BTreeSet::from(["crasher".to_string()]));
 }
 
 /// A broker that crashes and restarts (same data) forgets the idempotent producer's sequence state, which
