@@ -27,25 +27,32 @@ pub struct Delivery {
     /// crashed): known once claimed, on Kafka; 0 elsewhere.
     pub redeliveries: u32,
     claim: Option<Box<dyn FnOnce() -> Option<u32> + Send>>,
+    start: Option<Box<dyn FnOnce() + Send>>,
     ack: Option<Box<dyn FnOnce() + Send>>,
 }
 
-/// What a durable bus does when a delivery is started, acknowledged or refused.
+/// What a durable bus does when a delivery is taken on, started, acknowledged or refused.
 pub struct DeliveryHooks {
-    /// Marks the record as being worked on, and returns how many times earlier processes started
-    /// it; None when its partition was revoked meanwhile.
+    /// Marks the record as this process's to work on, and returns how many times earlier processes
+    /// started it; None when its partition was revoked meanwhile.
     pub claim: Box<dyn FnOnce() -> Option<u32> + Send>,
+    /// Counts the start where a crash during the work would be seen (before the work begins).
+    pub start: Box<dyn FnOnce() + Send>,
     pub ack: Box<dyn FnOnce() + Send>,
 }
 
 impl Delivery {
     pub fn new(record: Record, attempt: u32, hooks: Option<DeliveryHooks>) -> Self {
-        let (claim, ack) = hooks.map(|h| (h.claim, h.ack)).unzip();
-        Delivery { record, attempt, redeliveries: 0, claim, ack }
+        let (claim, start, ack) = match hooks {
+            Some(hooks) => (Some(hooks.claim), Some(hooks.start), Some(hooks.ack)),
+            None => (None, None, None),
+        };
+        Delivery { record, attempt, redeliveries: 0, claim, start, ack }
     }
 
-    /// Takes the delivery on for processing. `None` when the bus no longer wants it processed here
-    /// (Kafka: its partition was revoked while it waited; its new owner reads it again).
+    /// Takes the delivery on, learning its [`Delivery::redeliveries`]. `None` when the bus no longer
+    /// wants it processed here (Kafka: its partition was revoked while it waited; its new owner
+    /// reads it again).
     pub fn claim(mut self) -> Option<Self> {
         if let Some(claim) = self.claim.take() {
             match claim() {
@@ -58,6 +65,14 @@ impl Delivery {
             }
         }
         Some(self)
+    }
+
+    /// The work on a claimed delivery begins now: a crash from here on counts against it. Called
+    /// when nothing else that could be blamed for that crash is being started beside a suspect.
+    pub fn start(&mut self) {
+        if let Some(start) = self.start.take() {
+            start();
+        }
     }
 
     /// The record, acknowledged: for readers that are done with it once they have it.

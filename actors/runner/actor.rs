@@ -195,7 +195,7 @@ pub async fn spawn_stage<S: Stage>(
     let counters = Arc::new(StageCounters::default());
     let health = Health { name: S::NAME, state: Arc::new(watch::channel(StageState::Running).0) };
     let arbiter = Arbiter::new();
-    let max_in_flight = runner.max_in_flight;
+    let (max_in_flight, max_attempts) = (runner.max_in_flight, runner.retry.max_attempts);
     let (actor_bus, actor_counters, actor_health) = (bus.clone(), counters.clone(), health.clone());
     let addr = StageActor::start_in_arbiter(&arbiter.handle(), move |_| StageActor {
         stage: Rc::new(stage),
@@ -245,7 +245,26 @@ pub async fn spawn_stage<S: Stage>(
                 },
             };
             // A record whose partition moved away while it waited is its new owner's to process.
-            let Some(delivery) = delivery.claim() else { continue };
+            let Some(mut delivery) = delivery.claim() else { continue };
+            // One ended unstarted (it crashed processes max_attempts times already) is not started.
+            let starts = delivery.redeliveries < max_attempts;
+            let mut slot = slot;
+            if starts && delivery.redeliveries > 0 {
+                // A record a crash was blamed on starts alone, once the records in flight are
+                // done: should it crash this process too, no other shares the blame.
+                tokio::select! {
+                    _ = failures.wait_for(|s| matches!(s, StageState::Failed(_))) => {
+                        delivery.nack("its stage failed while the record waited to start alone");
+                        break;
+                    }
+                    rest = slots.clone().acquire_many_owned(max_in_flight as u32 - 1) => {
+                        slot.merge(rest.expect("the semaphore is never closed"));
+                    }
+                }
+            }
+            if starts {
+                delivery.start();
+            }
             // Handed over, not awaited: `send` would resolve only once the event was handled, and
             // the stage would take one event at a time whatever its max_in_flight. The slots bound
             // the mailbox, so it always has room.

@@ -7,6 +7,11 @@
 //! ([`crate::topics::Delivery::redeliveries`]), and the runner ends a record started
 //! `retry.max_attempts` times in an error record instead of starting it again.
 //!
+//! A crash is counted against every record in flight when it happens, the innocent ones beside the
+//! culprit included. So a record started before (a suspect) is started again alone, with nothing
+//! else in flight in its stage's process (the runner's feeder): a crash then is its own, and the
+//! others it was blamed beside reach `retry.max_attempts` only by crashing a process themselves.
+//!
 //! A commit is one broker round trip per record started; the LLM stages spend seconds per record.
 //! Where the broker refuses such commits, a warning says so once and crash loops are not counted.
 
@@ -64,6 +69,26 @@ impl Claims {
             }
             encode(counts)
         };
+        self.commit(topic, partition, offset, metadata);
+    }
+
+    /// `offset` is done: it is no longer listed in the next commit. One that an earlier crash was
+    /// blamed on is unlisted on the broker at once: were this process to crash before the
+    /// partition's next start, that stale count would blame the finished record again when it is
+    /// read once more (its offset not yet committed). Rare: only records started after a crash.
+    pub(super) fn done(&self, topic: &str, partition: i32, offset: i64) {
+        let metadata = {
+            let mut partitions = self.partitions.lock().unwrap();
+            let Some(counts) = partitions.get_mut(&(topic.to_string(), partition)) else { return };
+            match counts.remove(&offset) {
+                Some(count) if count > 1 => encode(counts),
+                _ => return,
+            }
+        };
+        self.commit(topic, partition, offset, metadata);
+    }
+
+    fn commit(&self, topic: &str, partition: i32, offset: i64, metadata: String) {
         let mut list = TopicPartitionList::new();
         list.add_partition(topic, partition).set_metadata(metadata);
         let _ = list.set_partition_offset(topic, partition, Offset::Offset(offset));
@@ -71,13 +96,6 @@ impl Claims {
             && !self.warned.swap(true, Ordering::Relaxed)
         {
             tracing::warn!(%error, "cannot commit record starts: crash loops are not counted");
-        }
-    }
-
-    /// `offset` is done: it is no longer listed in the next commit.
-    pub(super) fn done(&self, topic: &str, partition: i32, offset: i64) {
-        if let Some(counts) = self.partitions.lock().unwrap().get_mut(&(topic.to_string(), partition)) {
-            counts.remove(&offset);
         }
     }
 

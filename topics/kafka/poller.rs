@@ -125,17 +125,20 @@ fn to_delivery(
     let generation = tracker.lock().unwrap().register(&name, partition, offset);
     let (consumer, claim_tracker, tracker, claim_name) =
         (consumer.clone(), tracker.clone(), tracker.clone(), name.clone());
-    let (claims, done_claims) = (claims.clone(), claims.clone());
+    let (claims, start_claims, done_claims) = (claims.clone(), claims.clone(), claims.clone());
+    let start_name = name.clone();
     let claim = Box::new(move || {
         if !claim_tracker.lock().unwrap().claim(&claim_name, partition, offset, generation) {
             return None;
         }
-        // Counted on the broker before the work starts, so that a crash during it counts.
-        let earlier = claims.as_ref().map_or(0, |claims| claims.earlier(&claim_name, partition, offset));
-        if let Some(claims) = &claims {
-            claims.start(&claim_name, partition, offset, earlier + 1);
+        Some(claims.as_ref().map_or(0, |claims| claims.earlier(&claim_name, partition, offset)))
+    });
+    // Counted on the broker before the work starts, so that a crash during it counts.
+    let start = Box::new(move || {
+        if let Some(claims) = &start_claims {
+            let earlier = claims.earlier(&start_name, partition, offset);
+            claims.start(&start_name, partition, offset, earlier + 1);
         }
-        Some(earlier)
     });
     let catch_up = catch_up.clone();
     let ack = Box::new(move || {
@@ -152,5 +155,5 @@ fn to_delivery(
             tracing::debug!(%error, "offset not stored (partition moved away)");
         }
     });
-    Some(Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, ack })))
+    Some(Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, start, ack })))
 }
