@@ -31,6 +31,9 @@ pub struct EvalRecord {
     /// Retrieved text plus model-written knowledge shown to the LLM, in tokens (paper Table 5).
     pub knowledge_tokens: u64,
     pub prompt_tokens: u64,
+    /// Of the prompt tokens, those the LLM server took from its prefix cache, where it says so.
+    #[serde(default)]
+    pub cached_tokens: u64,
     pub completion_tokens: u64,
     pub cache_hits: u32,
     /// Share of the gold passages among those the answer cites.
@@ -68,6 +71,7 @@ impl EvalRecord {
             passages_shown: 0,
             knowledge_tokens: 0,
             prompt_tokens: 0,
+            cached_tokens: 0,
             completion_tokens: 0,
             cache_hits: 0,
             cited_gold_recall: None,
@@ -96,6 +100,7 @@ impl EvalRecord {
                 out.passages_shown = u.passages_shown;
                 out.knowledge_tokens = u.evidence_tokens + u.knowledge_tokens;
                 out.prompt_tokens = u.prompt_tokens;
+                out.cached_tokens = u.cached_tokens;
                 out.completion_tokens = u.completion_tokens;
                 out.cache_hits = u.cache_hits;
                 let cited: Vec<String> = a.passages.iter().map(|p| p.id.clone()).collect();
@@ -156,6 +161,10 @@ pub struct Report {
     pub passages_per_iteration: f64,
     pub knowledge_tokens: f64,
     pub prompt_tokens: f64,
+    /// Of the prompt tokens, the share the LLM server took from its prefix cache (0 where it does not
+    /// report it).
+    #[serde(default)]
+    pub cached_share: f64,
     pub completion_tokens: f64,
     pub cited_gold_recall: Option<f64>,
     pub cache_hits: u64,
@@ -208,6 +217,11 @@ impl Report {
             knowledge_tokens: of_answered(|r| r.knowledge_tokens as f64),
             prompt_tokens: of_answered(|r| r.prompt_tokens as f64),
             completion_tokens: of_answered(|r| r.completion_tokens as f64),
+            cached_share: {
+                let (cached, prompt) =
+                    answered.iter().fold((0, 0), |(c, p), r| (c + r.cached_tokens, p + r.prompt_tokens));
+                if prompt > 0 { cached as f64 / prompt as f64 } else { 0.0 }
+            },
             cited_gold_recall: mean(answered.iter().filter_map(|r| r.cited_gold_recall)),
             cache_hits: records.iter().map(|r| u64::from(r.cache_hits)).sum(),
             wall_seconds,
@@ -247,8 +261,13 @@ impl Report {
             ));
         }
         out.push_str(&format!(
-            "Wall time {:.0} s, {:.2} questions/minute; {:.0} prompt + {:.0} completion tokens per question; {} LLM cache hits.\n",
-            self.wall_seconds, self.questions_per_minute, self.prompt_tokens, self.completion_tokens, self.cache_hits
+            "Wall time {:.0} s, {:.2} questions/minute; {:.0} prompt ({:.0}% from the server's prefix cache) + {:.0} completion tokens per question; {} LLM cache hits.\n",
+            self.wall_seconds,
+            self.questions_per_minute,
+            self.prompt_tokens,
+            100.0 * self.cached_share,
+            self.completion_tokens,
+            self.cache_hits
         ));
         if self.resumed > 0 {
             out.push_str(&format!(
@@ -322,5 +341,22 @@ mod tests {
         assert_eq!(report.em, 0.0, "the chosen answer is wrong");
         assert_eq!(report.upper_bound_em, Some(1.0), "one trajectory was right");
         assert!(report.markdown().contains("Upper bound"));
+    }
+
+    #[test]
+    fn the_prefix_cached_share_is_of_all_prompt_tokens_not_a_mean_of_shares() {
+        let record = |prompt: u64, cached: u64| {
+            let mut memory = Memory::new("q", "Who?");
+            (memory.usage.prompt_tokens, memory.usage.cached_tokens) = (prompt, cached);
+            let answered = Answered::from_memory(memory, "Ed Solomon".into(), 5.0, String::new(), Outcome::Answered);
+            EvalRecord::new(&question("Ed Solomon"), AnswerRecord::Answered(Box::new(answered)))
+        };
+        let report = Report::from_records(&[record(1000, 900), record(3000, 700)], 60.0);
+        assert_eq!(report.cached_share, 0.4);
+        assert!(
+            report.markdown().contains("2000 prompt (40% from the server's prefix cache)"),
+            "{}",
+            report.markdown()
+        );
     }
 }
