@@ -41,6 +41,8 @@ pub struct NliSettings {
     /// How the LLM judge is asked: one call per (fact, passage), or one call per leaf call that
     /// judges all its facts and quotes the words that state each (checked in code).
     pub calls: NliCalls,
+    /// With `per_leaf`: what makes a judge's quote one of the passage's.
+    pub quote_match: QuoteMatch,
     pub model: ModelSettings,
 }
 
@@ -53,6 +55,19 @@ pub enum NliCalls {
     /// entailed only when the judge quotes words of a passage it may rest on, the quote is in that
     /// passage and so are the fact's numbers.
     PerLeaf,
+}
+
+/// When a per-leaf judge's quote counts as the passage's.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum QuoteMatch {
+    /// Its words, normalised, are a run of the passage's.
+    #[default]
+    Words,
+    /// That, or every name and number in it (a word with a capital letter or a digit) is a word of
+    /// the passage: a small judge often rewrites what it quotes ("died on 29 May 1899" for "– May
+    /// 29, 1899)").
+    NamesAndNumbers,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]

@@ -42,7 +42,8 @@ pub fn answer_settings(settings: &Settings) -> Value {
         "llm": {"temperature": llm.temperature, "max_tokens": llm.max_tokens, "reasoning_first": llm.reasoning_first,
             "max_reask": llm.max_reask, "reask_temperature": llm.reask_temperature},
         "nli": {"backend": nli.backend, "entailment_prompt": nli.entailment_prompt,
-            "entailment_label": nli.entailment_label, "recite_uncited": nli.recite_uncited, "calls": nli.calls},
+            "entailment_label": nli.entailment_label, "recite_uncited": nli.recite_uncited, "calls": nli.calls,
+            "quote_match": nli.quote_match},
     });
     tidy_floats(&mut value);
     value

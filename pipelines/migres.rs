@@ -29,7 +29,12 @@ pub const STAGES: &[StageDecl] = &[
         runs: StageSettings::LLM,
         build: |s| {
             let nli = &s.settings.nli;
-            Ok(Startable::new(Verify::new(s.nli()).with_recite_uncited(nli.recite_uncited).with_calls(nli.calls)))
+            Ok(Startable::new(
+                Verify::new(s.nli())
+                    .with_recite_uncited(nli.recite_uncited)
+                    .with_calls(nli.calls)
+                    .with_quote_match(nli.quote_match),
+            ))
         },
     },
     StageDecl::llm(Main::NAME, &[Topic::Verified], &[Topic::Answers, Topic::Missing], |s| {

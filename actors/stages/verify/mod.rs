@@ -19,7 +19,7 @@ use futures::future::join_all;
 use crate::actors::clients::{CallStats, LlmClient, LlmError, Nli, NliError, Verdict};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
-use crate::config::NliCalls;
+use crate::config::{NliCalls, QuoteMatch};
 use crate::topics::{
     CandidateFact, Event, EvidenceItem, EvidenceOrigin, FactSource, FactsEvent, KnownFact, Passage, Record,
     SCHEMA_VERSION, TraceKind, VerifiedEvent,
@@ -30,6 +30,7 @@ pub struct Verify {
     /// How many passages the leaf was shown but did not cite are tried, when no citation entails a fact.
     recite_uncited: usize,
     calls: NliCalls,
+    quote_match: QuoteMatch,
 }
 
 /// What the check found for one fact: the verdicts in order, and the evidence item that entails it.
@@ -54,7 +55,7 @@ struct Judged<'a> {
 
 impl Verify {
     pub fn new(nli: Nli) -> Self {
-        Verify { nli, recite_uncited: 0, calls: NliCalls::PerFact }
+        Verify { nli, recite_uncited: 0, calls: NliCalls::PerFact, quote_match: QuoteMatch::Words }
     }
 
     pub fn with_recite_uncited(mut self, passages: usize) -> Self {
@@ -65,6 +66,12 @@ impl Verify {
     /// How the LLM judge is asked; an ONNX model judges per fact whatever this says.
     pub fn with_calls(mut self, calls: NliCalls) -> Self {
         self.calls = calls;
+        self
+    }
+
+    /// With `per_leaf`: what makes the judge's quote the passage's.
+    pub fn with_quote_match(mut self, quote_match: QuoteMatch) -> Self {
+        self.quote_match = quote_match;
         self
     }
 
@@ -137,7 +144,7 @@ impl Verify {
         if asked.is_empty() {
             return Ok((checked, None));
         }
-        let (findings, stats) = match quotes::judge(llm, evidence, &claims).await {
+        let (findings, stats) = match quotes::judge(llm, evidence, &claims, self.quote_match).await {
             Ok(judged) => judged,
             Err(error @ LlmError::BadResponse(_)) => {
                 for (&n, claim) in asked.iter().zip(&claims) {

@@ -3,8 +3,11 @@
 //! is not taken on trust: a small judge accepted "X, a band that disbanded in <year>" with a year its
 //! passage never gives. A fact is entailed only when the judge names a passage the fact may rest
 //! on, its quote is in that passage (words compared normalised, as exact match compares answers),
-//! and every number of the fact is in that passage too. A fact its passage holds word for word
-//! needs no call at all.
+//! and every number of the fact is in that passage too. A small judge often rewrites what it quotes
+//! ("died on 29 May 1899" from "( February 26, 1822 – May 29, 1899)", "released in 2007" from "is a
+//! 2007 film"): with `nli.quote_match = "names_and_numbers"` such a quote still counts when every
+//! name and number in it is a word of the passage, so the names and numbers a fact asserts stay
+//! grounded while the wording may differ. A fact its passage holds word for word needs no call.
 
 use std::collections::HashSet;
 
@@ -15,6 +18,7 @@ use crate::actors::clients::{CallStats, LlmClient, LlmError, Schema};
 use crate::actors::prompts;
 use crate::actors::shared::answer::{contains_words, normalize_answer};
 use crate::actors::stages::leaf::render_passages;
+use crate::config::QuoteMatch;
 use crate::topics::EvidenceItem;
 
 /// A fact to judge, and the evidence items (by position) it may rest on.
@@ -61,6 +65,7 @@ pub async fn judge(
     llm: &LlmClient,
     evidence: &[EvidenceItem],
     claims: &[Claim<'_>],
+    quote_match: QuoteMatch,
 ) -> Result<(Vec<Finding>, CallStats), LlmError> {
     let facts: Vec<String> = claims.iter().enumerate().map(|(i, claim)| format!("Fact {i}: {}", claim.text)).collect();
     let prompt = prompts::fill(
@@ -74,13 +79,18 @@ pub async fn judge(
         .map(|(i, claim)| {
             // The first verdict on a fact counts: a model that repeats itself does not get two tries.
             let verdict = reply.value.verdicts.iter().find(|v| usize::try_from(v.fact) == Ok(i));
-            check(claim, verdict, evidence)
+            check(claim, verdict, evidence, quote_match)
         })
         .collect();
     Ok((findings, reply.stats))
 }
 
-fn check(claim: &Claim<'_>, verdict: Option<&QuotedVerdict>, evidence: &[EvidenceItem]) -> Finding {
+fn check(
+    claim: &Claim<'_>,
+    verdict: Option<&QuotedVerdict>,
+    evidence: &[EvidenceItem],
+    quote_match: QuoteMatch,
+) -> Finding {
     let Some(verdict) = verdict else {
         return Finding { passage: None, quote: String::new(), refused: Some("no verdict") };
     };
@@ -89,7 +99,7 @@ fn check(claim: &Claim<'_>, verdict: Option<&QuotedVerdict>, evidence: &[Evidenc
         _ if !verdict.supported => Some("not entailed"),
         Some(p) if !claim.allowed.contains(&p) => Some("the passage named is not one it may rest on"),
         None => Some("no passage named"),
-        Some(p) if !quoted_in(&verdict.quote, &evidence[p].text) => Some("the quote is not in the passage"),
+        Some(p) if !quote_holds(&verdict.quote, &evidence[p], quote_match) => Some("the quote is not in the passage"),
         Some(p) if !numbers_in(claim.text, &evidence[p]) => Some("a number of the fact is not in the passage"),
         Some(_) => None,
     };
@@ -100,6 +110,25 @@ fn check(claim: &Claim<'_>, verdict: Option<&QuotedVerdict>, evidence: &[Evidenc
 pub fn quoted_in(quote: &str, text: &str) -> bool {
     let quote = normalize_answer(quote);
     !quote.is_empty() && contains_words(&normalize_answer(text), &quote)
+}
+
+fn quote_holds(quote: &str, item: &EvidenceItem, quote_match: QuoteMatch) -> bool {
+    quoted_in(quote, &item.text) || (quote_match == QuoteMatch::NamesAndNumbers && names_and_numbers_in(quote, item))
+}
+
+/// The quote as a small judge rewrote it: it has names or numbers (words written with a capital
+/// letter or a digit), and each is a word of the item (title or text), compared normalised.
+fn names_and_numbers_in(quote: &str, item: &EvidenceItem) -> bool {
+    let held: HashSet<String> =
+        normalize_answer(&format!("{} {}", item.title, item.text)).split_whitespace().map(String::from).collect();
+    let is_key = |word: &&str| word.starts_with(char::is_uppercase) || word.contains(|c: char| c.is_ascii_digit());
+    // An article written with a capital ("The") normalises to nothing and asserts nothing.
+    let keys: Vec<String> = quote
+        .split_whitespace()
+        .filter(is_key)
+        .flat_map(|w| normalize_answer(w).split_whitespace().map(String::from).collect::<Vec<_>>())
+        .collect();
+    !keys.is_empty() && keys.iter().all(|key| held.contains(key))
 }
 
 /// Every number written in digits in `fact` is one of the item's (title or text).
@@ -139,7 +168,12 @@ mod tests {
         let evidence = [item("The Orlen Brothers", ORLEN)];
         let claim =
             Claim { text: "The Orlen Brothers were a Welsh folk band that disbanded in 1998.", allowed: vec![0] };
-        let finding = check(&claim, Some(&verdict(0, 0, "a Welsh folk band formed in Cardiff", true)), &evidence);
+        let finding = check(
+            &claim,
+            Some(&verdict(0, 0, "a Welsh folk band formed in Cardiff", true)),
+            &evidence,
+            QuoteMatch::Words,
+        );
         assert_eq!(finding.refused, Some("a number of the fact is not in the passage"));
     }
 
@@ -147,8 +181,33 @@ mod tests {
     fn a_quote_the_passage_does_not_hold_is_refused() {
         let evidence = [item("The Orlen Brothers", ORLEN)];
         let claim = Claim { text: "The Orlen Brothers disbanded after their fourth album.", allowed: vec![0] };
-        let finding = check(&claim, Some(&verdict(0, 0, "the band split after the fourth album", true)), &evidence);
+        let finding = check(
+            &claim,
+            Some(&verdict(0, 0, "the band split after the fourth album", true)),
+            &evidence,
+            QuoteMatch::Words,
+        );
         assert_eq!(finding.refused, Some("the quote is not in the passage"));
+    }
+
+    #[test]
+    fn a_rewritten_quote_counts_when_the_passage_holds_its_names_and_numbers() {
+        let evidence = [item("Mira Colvane", "Mira Colvane( March 3, 1871 – June 12, 1930) was a Scottish painter.")];
+        let claim = Claim { text: "Mira Colvane died on 12 June 1930.", allowed: vec![0] };
+        let check_quote =
+            |quote: &str, quote_match| check(&claim, Some(&verdict(0, 0, quote, true)), &evidence, quote_match);
+        // The date as the judge writes it, not as the passage does: only names_and_numbers takes it.
+        assert_eq!(check_quote("died on 12 June 1930", QuoteMatch::NamesAndNumbers).refused, None);
+        assert_eq!(
+            check_quote("died on 12 June 1930", QuoteMatch::Words).refused,
+            Some("the quote is not in the passage")
+        );
+        // A name the passage lacks, or a number it does not give, is still not in it; nor is a quote
+        // with neither.
+        for quote in ["died in Glasgow on 12 June 1930", "died on 12 June 1931", "was a painter who died"] {
+            let finding = check_quote(quote, QuoteMatch::NamesAndNumbers);
+            assert_eq!(finding.refused, Some("the quote is not in the passage"), "{quote}");
+        }
     }
 
     #[test]
@@ -156,16 +215,21 @@ mod tests {
         let evidence = [item("Other", "Nothing here."), item("The Orlen Brothers", ORLEN)];
         let claim = Claim { text: "The Orlen Brothers were formed in Cardiff.", allowed: vec![1] };
         // Case, punctuation and articles are not the judge's to get right.
-        let finding = check(&claim, Some(&verdict(0, 1, "Welsh folk band, formed in cardiff", true)), &evidence);
+        let finding = check(
+            &claim,
+            Some(&verdict(0, 1, "Welsh folk band, formed in cardiff", true)),
+            &evidence,
+            QuoteMatch::Words,
+        );
         assert_eq!(
             finding,
             Finding { passage: Some(1), quote: "Welsh folk band, formed in cardiff".into(), refused: None }
         );
-        let elsewhere = check(&claim, Some(&verdict(0, 0, "Nothing here", true)), &evidence);
+        let elsewhere = check(&claim, Some(&verdict(0, 0, "Nothing here", true)), &evidence, QuoteMatch::Words);
         assert_eq!(elsewhere.refused, Some("the passage named is not one it may rest on"));
-        assert_eq!(check(&claim, None, &evidence).refused, Some("no verdict"));
+        assert_eq!(check(&claim, None, &evidence, QuoteMatch::Words).refused, Some("no verdict"));
         assert_eq!(
-            check(&claim, Some(&verdict(0, 1, "formed in Cardiff", false)), &evidence).refused,
+            check(&claim, Some(&verdict(0, 1, "formed in Cardiff", false)), &evidence, QuoteMatch::Words).refused,
             Some("not entailed")
         );
     }
