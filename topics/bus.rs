@@ -27,7 +27,7 @@ pub struct Delivery {
     /// crashed): known once claimed, on Kafka; 0 elsewhere.
     pub redeliveries: u32,
     claim: Option<Box<dyn FnOnce() -> Option<u32> + Send>>,
-    start: Option<Box<dyn FnOnce() + Send>>,
+    start: Option<Box<dyn FnOnce(u32) + Send>>,
     ack: Option<Box<dyn FnOnce() + Send>>,
 }
 
@@ -36,8 +36,9 @@ pub struct DeliveryHooks {
     /// Marks the record as this process's to work on, and returns how many times earlier processes
     /// started it; None when its partition was revoked meanwhile.
     pub claim: Box<dyn FnOnce() -> Option<u32> + Send>,
-    /// Counts the start where a crash during the work would be seen (before the work begins).
-    pub start: Box<dyn FnOnce() + Send>,
+    /// Counts the start where a crash during the work would be seen (before the work begins): the
+    /// record's starts in all, this one included.
+    pub start: Box<dyn FnOnce(u32) + Send>,
     pub ack: Box<dyn FnOnce() + Send>,
 }
 
@@ -71,7 +72,7 @@ impl Delivery {
     /// when nothing else that could be blamed for that crash is being started beside a suspect.
     pub fn start(&mut self) {
         if let Some(start) = self.start.take() {
-            start();
+            start(self.redeliveries + 1);
         }
     }
 

@@ -134,10 +134,9 @@ fn to_delivery(
         Some(claims.as_ref().map_or(0, |claims| claims.earlier(&claim_name, partition, offset)))
     });
     // Counted on the broker before the work starts, so that a crash during it counts.
-    let start = Box::new(move || {
+    let start = Box::new(move |starts| {
         if let Some(claims) = &start_claims {
-            let earlier = claims.earlier(&start_name, partition, offset);
-            claims.start(&start_name, partition, offset, earlier + 1);
+            claims.start(&start_name, partition, offset, starts);
         }
     });
     let catch_up = catch_up.clone();
