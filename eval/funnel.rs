@@ -164,7 +164,10 @@ mod tests {
     fn the_funnel_follows_gold_passages_through_the_trace() {
         let mut memory = Memory::new("q", "Who?");
         let hits = vec![("p1".to_string(), 3.0), ("p2".to_string(), 2.0), ("x".to_string(), 1.0)];
-        memory.record("retrieve", TraceKind::Retrieved { query: "Who?".into(), hits, skipped_used_up: 0 });
+        memory.record(
+            "retrieve",
+            TraceKind::Retrieved { query: "Who?".into(), hits, skipped_used_up: 0, generation: None },
+        );
         let kept = |id: &str| TraceKind::SentencesKept {
             passage_id: id.into(),
             sentences: vec![],

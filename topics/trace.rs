@@ -18,6 +18,9 @@ pub enum TraceKind {
         query: String,
         hits: Vec<(String, f32)>,
         skipped_used_up: usize,
+        /// The generation of the index the hits came from (`Search::generation`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        generation: Option<String>,
     },
     PassageScored {
         query: String,

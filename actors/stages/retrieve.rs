@@ -29,7 +29,7 @@ impl Retrieve {
         // A passage found by several queries is passed on once, with the first query that found it.
         let mut seen = HashSet::new();
         for query in &queries {
-            let found = self.search.search(query, self.settings.retrieve_top_n).await?;
+            let (found, generation) = self.search.search_with_generation(query, self.settings.retrieve_top_n).await?;
             let mut listed = Vec::new();
             let mut skipped_used_up = 0;
             for (passage, bm25) in found {
@@ -42,7 +42,10 @@ impl Retrieve {
                     hits.push(RetrievedPassage { query: query.clone(), passage, bm25 });
                 }
             }
-            memory.record(Self::NAME, TraceKind::Retrieved { query: query.clone(), hits: listed, skipped_used_up });
+            memory.record(
+                Self::NAME,
+                TraceKind::Retrieved { query: query.clone(), hits: listed, skipped_used_up, generation },
+            );
         }
         Ok(PassagesEvent { schema_version: SCHEMA_VERSION, memory, queries, hits })
     }

@@ -58,15 +58,35 @@ impl Search {
 
     /// The top `limit` passages for a free-text query, best first, with the backend's score.
     pub async fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
+        Ok(self.search_with_generation(query, limit).await?.0)
+    }
+
+    /// The same, with the generation of the index the hits came from, where the backend has one
+    /// (tantivy's; Meilisearch's is not read yet).
+    pub async fn search_with_generation(
+        &self,
+        query: &str,
+        limit: usize,
+    ) -> Result<(Vec<(Passage, f32)>, Option<String>), SearchError> {
         match self {
             Search::Tantivy(index) => {
                 let (index, query) = (index.clone(), query.to_string());
                 // tantivy search is synchronous; keep it off the actor's thread.
-                tokio::task::spawn_blocking(move || index.search(&query, limit))
-                    .await
-                    .map_err(|e| SearchError::Index(e.to_string()))?
+                let (hits, generation) =
+                    tokio::task::spawn_blocking(move || index.search_with_generation(&query, limit))
+                        .await
+                        .map_err(|e| SearchError::Index(e.to_string()))??;
+                Ok((hits, Some(generation)))
             }
-            Search::Meili(meili) => meili.search(query, limit).await,
+            Search::Meili(meili) => Ok((meili.search(query, limit).await?, None)),
+        }
+    }
+
+    /// The index's generation now, where the backend has one.
+    pub fn generation(&self) -> Option<String> {
+        match self {
+            Search::Tantivy(index) => Some(index.generation()),
+            Search::Meili(_) => None,
         }
     }
 }

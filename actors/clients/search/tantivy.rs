@@ -84,11 +84,29 @@ impl TantivySearch {
 
     /// BM25 top `limit` passages for a free-text query, best first.
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
+        Ok(self.search_with_generation(query, limit)?.0)
+    }
+
+    /// The same, with the generation of the index the hits came from (one searcher for both).
+    pub fn search_with_generation(
+        &self,
+        query: &str,
+        limit: usize,
+    ) -> Result<(Vec<(Passage, f32)>, String), SearchError> {
         // Lenient parsing: questions contain quotes, colons and parentheses that are not query syntax.
         let (query, _ignored) = self.parser.parse_query_lenient(&strip_syntax(query));
         let searcher = self.reader.searcher();
         let top = searcher.search(&query, &TopDocs::with_limit(limit.max(1)))?;
-        top.into_iter().map(|(score, address)| Ok((self.to_passage(&searcher.doc(address)?), score))).collect()
+        let hits = top
+            .into_iter()
+            .map(|(score, address)| Ok((self.to_passage(&searcher.doc(address)?), score)))
+            .collect::<Result<_, SearchError>>()?;
+        Ok((hits, generation(&searcher)))
+    }
+
+    /// The generation of the index as a search reads it now.
+    pub fn generation(&self) -> String {
+        generation(&self.reader.searcher())
     }
 
     /// The passage with this id, if the index has it.
@@ -110,6 +128,22 @@ impl TantivySearch {
         let get = |field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string();
         Passage { id: get(self.fields.id), title: get(self.fields.title), text: get(self.fields.text) }
     }
+}
+
+/// A searcher's generation, `tantivy:<live passages>:<hash>`: the hash covers its segments and their
+/// deletes, so any commit that changes what a search can return changes the generation, and two
+/// replicas that built or applied the same commits agree on it.
+fn generation(searcher: &::tantivy::Searcher) -> String {
+    use sha2::{Digest, Sha256};
+    let mut segments: Vec<String> = searcher
+        .segment_readers()
+        .iter()
+        .map(|r| format!("{}-{}", r.segment_id().uuid_string(), r.num_deleted_docs()))
+        .collect();
+    segments.sort();
+    let digest = Sha256::digest(segments.join(",").as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("tantivy:{}:{short}", searcher.num_docs())
 }
 
 /// Keeps words only: query syntax characters (`:`, `"`, `+`, `-`, brackets) would change the query.
