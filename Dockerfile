@@ -4,6 +4,9 @@
 
 # 1. The release binary.
 FROM rust:1.95-bookworm AS build
+# .git is not copied: the commit every answer's provenance names comes in as a build argument
+# (docker build --build-arg LACUNA_COMMIT=$(git rev-parse HEAD) ...), else reads "unknown".
+ARG LACUNA_COMMIT=unknown
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked && cp target/release/lacuna /lacuna

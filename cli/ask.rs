@@ -32,7 +32,7 @@ pub async fn ask(settings: &Settings, args: AskArgs) -> anyhow::Result<()> {
         Input::Rejected(error) => anyhow::bail!("{}", error.message),
     };
     let parts = Parts::load(settings, args.pipeline)?;
-    check_llm(settings).await.map_err(anyhow::Error::msg)?;
+    let parts = parts.with_served_model(check_llm(settings).await.map_err(anyhow::Error::msg)?);
     let mut pipeline = Pipeline::start(args.pipeline, settings, parts).await?;
     let record = pipeline.ask(question).await?;
     pipeline.stop();

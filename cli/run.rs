@@ -55,7 +55,7 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     // Everything that can fail before the first question is checked before anything is written.
     let parts = Parts::load(settings, args.pipeline)?;
-    check_llm(settings).await.map_err(anyhow::Error::msg)?;
+    let parts = parts.with_served_model(check_llm(settings).await.map_err(anyhow::Error::msg)?);
 
     let mut out = std::io::BufWriter::new(std::fs::File::create(&args.out)?);
     let progress = progress_bar(inputs.len() as u64);

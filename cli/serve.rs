@@ -27,15 +27,18 @@ pub struct ServeArgs {
 pub async fn serve(settings: &Settings, args: ServeArgs) -> anyhow::Result<()> {
     let mut settings = settings.clone();
     settings.llm.cache |= args.llm_cache;
-    if args.transport == Transport::InProcess {
-        check_llm(&settings).await.map_err(anyhow::Error::msg)?;
-    }
+    let served = if args.transport == Transport::InProcess {
+        check_llm(&settings).await.map_err(anyhow::Error::msg)?
+    } else {
+        None
+    };
     // /metrics, /healthz and /readyz on metrics.listen too, where every Lacuna pod serves them.
     let probes = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     let listen = args.listen.unwrap_or_else(|| settings.serve.listen.clone());
     let options = ServeOptions { transport: args.transport, pipelines: args.pipelines.clone(), listen };
     let loaded = settings.clone();
-    let mut server = start(&settings, options, |kind| Ok(Parts::load(&loaded, kind)?)).await?;
+    let mut server =
+        start(&settings, options, |kind| Ok(Parts::load(&loaded, kind)?.with_served_model(served.clone()))).await?;
     probes.store(true, std::sync::atomic::Ordering::Relaxed);
     let served: Vec<&str> = args.pipelines.iter().map(|p| p.name()).collect();
     eprintln!(

@@ -108,6 +108,7 @@ mod tests {
             error_type: "bad_input".into(),
             message: "test".into(),
             trace: Vec::new(),
+            provenance: None,
         }))
     }
 

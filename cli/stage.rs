@@ -24,9 +24,9 @@ pub struct StageArgs {
 pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let stage = args.pipeline.stage(&args.name)?;
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
-    let parts = Parts::load_for(settings, [stage])?;
+    let mut parts = Parts::load_for(settings, args.pipeline, [stage])?;
     if stage.needs(Part::Llm) {
-        check_llm(settings).await.map_err(anyhow::Error::msg)?;
+        parts = parts.with_served_model(check_llm(settings).await.map_err(anyhow::Error::msg)?);
     }
     let kafka = args.pipeline.kafka_settings(&settings.kafka);
     let bus = args.pipeline.kafka_bus(settings).await?;

@@ -1,8 +1,8 @@
 //! The bus (`[bus]`), Kafka (`[kafka]`), and how each stage runs on it (`[retry]`, `[stages.NAME]`).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BusSettings {
     pub queue_capacity: usize,
@@ -26,7 +26,7 @@ impl BusSettings {
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSettings {
     pub brokers: String,
@@ -49,7 +49,7 @@ pub struct KafkaSettings {
     pub secret_properties: Vec<String>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetrySettings {
     pub max_attempts: u32,
@@ -84,7 +84,7 @@ impl StageSettings {
 }
 
 /// `[stages.NAME]`: what a deployment changes of a stage's declared [`StageSettings`].
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct StageOverrides {
     pub max_in_flight: Option<usize>,

@@ -143,7 +143,7 @@ pub struct RqragSettings {
     pub selection: Selection,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct JoinSettings {
     /// A parent whose children are not all back this long after it split goes on without them.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSettings {
     pub model_dir: PathBuf,
@@ -27,7 +27,7 @@ pub enum NliBackend {
     Onnx,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NliSettings {
     pub backend: NliBackend,
@@ -77,7 +77,7 @@ pub enum EntailmentPrompt {
     Lenient,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OnnxSettings {
     pub library_path: PathBuf,
@@ -85,7 +85,7 @@ pub struct OnnxSettings {
 }
 
 /// Where ONNX models run.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionProvider {
     Cpu,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSettings {
     pub backend: SearchBackend,
@@ -12,7 +12,7 @@ pub struct SearchSettings {
     pub meilisearch: MeiliSettings,
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum SearchBackend {
     /// A tantivy BM25 index on local disk (`search.index_dir`).
@@ -21,7 +21,7 @@ pub enum SearchBackend {
     Meilisearch,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeiliSettings {
     pub url: String,

@@ -70,7 +70,8 @@ pub async fn evaluate(
     settings.bus.queue_capacity = settings.bus.queue_capacity.max(settings.run.max_open_questions + 1);
     let parts = Parts::load(&settings, options.pipeline)?;
     let served = check_llm(&settings).await.map_err(anyhow::Error::msg)?;
-    let model = served.unwrap_or_else(|| settings.llm.model.clone());
+    let model = served.clone().unwrap_or_else(|| settings.llm.model.clone());
+    let parts = parts.with_served_model(served);
 
     let questions: HashMap<&str, &dataset::EvalQuestion> =
         dataset.questions.iter().map(|q| (q.id.as_str(), q)).collect();
@@ -85,6 +86,7 @@ pub async fn evaluate(
         profile: options.profile.clone(),
         model: model.clone(),
         settings: Some(resume::answer_settings(&settings)),
+        provenance: parts.provenance.as_deref().cloned(),
     };
     resume::claim_folder(out, &identity, options.resume)?;
     let answers_path = out.join("answers.jsonl");

@@ -310,6 +310,7 @@ mod tests {
             error_type: "llm_timeout".into(),
             message: "timed out".into(),
             trace: Vec::new(),
+            provenance: None,
         };
         let wrong = EvalRecord::new(&question("x"), AnswerRecord::Error(error));
         let report = Report::from_records(&[right, wrong], 60.0);

@@ -24,6 +24,11 @@ pub struct RunIdentity {
     /// from builds before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<Value>,
+    /// What the answers' records say made them (`topics/provenance.rs`), as the run started. A resume
+    /// under another build, configuration hash or index generation is reported, not refused: the
+    /// settings above decide whether the parts are one run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<crate::topics::Provenance>,
 }
 
 /// The settings a pipeline's answers depend on: the methods' own sections, the LLM call's sampling
@@ -73,7 +78,11 @@ pub fn claim_folder(out: &Path, identity: &RunIdentity, resume: bool) -> anyhow:
     if resume && let Ok(text) = std::fs::read_to_string(&path) {
         let earlier: RunIdentity =
             serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{} is unreadable: {e}", path.display()))?;
-        let differences = differences(&earlier, identity);
+        let (noted, differences): (Vec<String>, Vec<String>) =
+            differences(&earlier, identity).into_iter().partition(|d| d.starts_with("provenance."));
+        for difference in &noted {
+            eprintln!("resuming {} under another provenance: {difference}", out.display());
+        }
         if !differences.is_empty() {
             anyhow::bail!(
                 "{} holds another run ({}): resume with the same settings, or choose another --out",
@@ -100,7 +109,7 @@ fn differences(earlier: &RunIdentity, now: &RunIdentity) -> Vec<String> {
             // A setting only the earlier build records (removed since) is not compared, nor is any when
             // the earlier build recorded none; a setting added since arrives with a default that keeps
             // the old behaviour.
-            None if key.starts_with("settings.") => return None,
+            None if key.starts_with("settings.") || key.starts_with("provenance.") => return None,
             None => &Value::Null,
         };
         (was != is).then(|| format!("{key}: {was} then, {is} now"))

@@ -111,7 +111,8 @@ impl StageDecl {
         if startable.name != self.name {
             return Err(StartError::Misdeclared { declared: self.name, built: startable.name });
         }
-        Ok((startable.start)(bus, self.wiring(), RunnerSettings::new(&own, settings)).await?)
+        let runner = RunnerSettings::new(&own, settings).with_provenance(parts.provenance.clone());
+        Ok((startable.start)(bus, self.wiring(), runner).await?)
     }
 }
 

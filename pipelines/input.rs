@@ -98,5 +98,6 @@ fn reject(id: &str, question: &str, message: String) -> Input {
         error_type: "bad_input".to_string(),
         message,
         trace: Vec::new(),
+        provenance: None,
     })
 }

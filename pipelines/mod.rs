@@ -9,6 +9,7 @@ pub mod kind;
 pub mod migres;
 pub mod observe;
 pub mod parts;
+pub mod provenance;
 pub mod qpaug;
 pub mod raisf;
 pub mod rqrag;

@@ -8,6 +8,7 @@ use crate::actors::clients::{ModelError, OnnxNli, Reranker, Search, SearchError}
 use crate::config::{NliBackend, Settings};
 use crate::pipelines::declaration::{Part, StageDecl};
 use crate::pipelines::kind::PipelineKind;
+use crate::topics::Provenance;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PartsError {
@@ -28,17 +29,21 @@ pub struct Parts {
     pub reranker: Option<Reranker>,
     /// For the stages that need [`Part::Nli`], when `nli.backend = "onnx"`; otherwise the LLM judges.
     pub onnx_nli: Option<OnnxNli>,
+    /// What made the answers this process's stages publish (`pipelines/provenance.rs`); none in tests
+    /// that assemble their parts by hand.
+    pub provenance: Option<std::sync::Arc<Provenance>>,
 }
 
 impl Parts {
     /// Everything the stages of `pipeline` need.
     pub fn load(settings: &Settings, pipeline: PipelineKind) -> Result<Parts, PartsError> {
-        Self::load_for(settings, pipeline.stages())
+        Self::load_for(settings, pipeline, pipeline.stages())
     }
 
-    /// What `stages` declare they need.
+    /// What `stages` (of `pipeline`) declare they need.
     pub fn load_for<'a>(
         settings: &Settings,
+        pipeline: PipelineKind,
         stages: impl IntoIterator<Item = &'a StageDecl>,
     ) -> Result<Parts, PartsError> {
         let needed: Vec<Part> = stages.into_iter().flat_map(|s| s.needs.iter().copied()).collect();
@@ -52,7 +57,18 @@ impl Parts {
         if needed.contains(&Part::Nli) && settings.nli.backend == NliBackend::Onnx {
             parts.onnx_nli = Some(OnnxNli::load(&settings.nli, &settings.onnx).map_err(PartsError::Nli)?);
         }
+        let provenance = crate::pipelines::provenance::provenance(settings, pipeline, parts.search.as_ref());
+        parts.provenance = Some(std::sync::Arc::new(provenance));
         Ok(parts)
+    }
+
+    /// These parts, their provenance naming the model the endpoint reported (`check_llm`).
+    pub fn with_served_model(mut self, served: Option<String>) -> Parts {
+        if let Some(provenance) = self.provenance.take() {
+            let provenance = crate::pipelines::provenance::with_served_model((*provenance).clone(), served);
+            self.provenance = Some(std::sync::Arc::new(provenance));
+        }
+        self
     }
 }
 

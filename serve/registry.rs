@@ -589,6 +589,7 @@ mod tests {
             error_type: "llm_timeout".into(),
             message: message.into(),
             trace: Vec::new(),
+            provenance: None,
         }))
     }
 

@@ -4,6 +4,7 @@ mod support;
 
 use std::process::Command;
 
+use lacuna::config::Settings;
 use serde_json::{Value, json};
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 
@@ -231,6 +232,54 @@ async fn ask_with_the_llm_cache_answers_again_without_calling_the_llm() {
     assert_eq!(method_calls(), calls, "the second ask was answered from the cache");
     assert_eq!(again["answer"], first["answer"]);
     assert!(again["usage"]["cache_hits"].as_u64().unwrap() > 0, "{}", again["usage"]);
+}
+
+/// Every answer says what made it: the build, the pipeline, the configuration and prompts as
+/// hashes, the model, the re-ranker file and the index generation its retrievals read.
+#[tokio::test]
+async fn an_answer_record_names_the_build_configuration_prompts_and_index_that_made_it() {
+    let llm = FakeLlm::start(answering_llm()).await;
+    let ask = |env: &[(&str, &str)]| {
+        let output = lacuna(&llm.base_url)
+            .envs(env.iter().copied())
+            .args(["ask", "--json", "What was Tottenham Hotspur commonly referred to as?"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<Value>(&output.stdout).unwrap()
+    };
+    let record = ask(&[]);
+    let provenance = &record["provenance"];
+    let is_sha256 = |v: &Value| v.as_str().is_some_and(|h| h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit()));
+    assert_eq!(provenance["version"], env!("CARGO_PKG_VERSION"), "{provenance}");
+    let commit = provenance["commit"].as_str().unwrap();
+    assert!(commit.len() == 40 && commit.chars().all(|c| c.is_ascii_hexdigit()), "built in a git checkout: {commit}");
+    assert_eq!(provenance["pipeline"], "migres");
+    assert_eq!(provenance["model"], "local", "the fake endpoint reports no model: the configured name");
+    assert!(is_sha256(&provenance["config_sha256"]), "{provenance}");
+    for prompt in ["main", "query_gen", "leaf", "final_answer"] {
+        assert!(is_sha256(&provenance["prompts_sha256"][prompt]), "{prompt}: {provenance}");
+    }
+    let installed = Settings::defaults().rerank.model_dir.join("model.onnx.sha256");
+    let installed = std::fs::read_to_string(installed).unwrap();
+    assert_eq!(provenance["reranker_sha256"], installed.split_whitespace().next().unwrap(), "the file scored with");
+    // The generation each retrieval read, once.
+    let read: Vec<&Value> = record["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "retrieved")
+        .map(|s| &s["generation"])
+        .collect();
+    assert!(!read.is_empty() && read.iter().all(|g| **g == provenance["index_generation"][0]), "{read:?}");
+    assert!(provenance["index_generation"][0].as_str().unwrap().starts_with("tantivy:"), "{provenance}");
+    assert_eq!(provenance["index_generation"].as_array().unwrap().len(), 1);
+
+    // Another setting is another configuration; the prompts and the index are the same.
+    let other = ask(&[("LACUNA__MIGRES__MAX_ITERATIONS", "4")]);
+    assert_ne!(other["provenance"]["config_sha256"], provenance["config_sha256"]);
+    assert_eq!(other["provenance"]["prompts_sha256"], provenance["prompts_sha256"]);
+    assert_eq!(other["provenance"]["index_generation"], provenance["index_generation"]);
 }
 
 #[test]

@@ -201,6 +201,9 @@ async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
     let answers = std::fs::read_to_string(out.join("answers.jsonl")).unwrap();
     let lines: Vec<String> = answers.lines().map(String::from).collect();
     assert_eq!(lines.len(), 2);
+    let first: Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(first["provenance"]["pipeline"], "vanilla-s", "every record says what made it");
+    assert!(first["provenance"]["index_generation"][0].as_str().unwrap().starts_with("tantivy:"), "{first}");
     let interrupt = |text: String| {
         std::fs::write(out.join("answers.jsonl"), text).unwrap();
         let _ = std::fs::remove_file(out.join("report.json"));
@@ -229,6 +232,21 @@ async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
     let resumed = eval(&llm.base_url, &two, "vanilla-s", &out, &["--resume"]);
     assert_eq!(llm.calls_of(Prompt::Reader), 4, "the timed-out question only");
     assert_eq!((resumed["resumed"].clone(), resumed["errors"].clone()), (json!(1), json!(1)));
+
+    // Another build or configuration that does not shape answers (here a timeout) changes the run's
+    // provenance: the resume says so and goes on.
+    let identity: Value = serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(identity["provenance"]["pipeline"], "vanilla-s", "run.json records the provenance");
+    let output = lacuna(&llm.base_url)
+        .env("LACUNA__LLM__TIMEOUT_MS", "123456")
+        .args(["eval", "--dataset", two.to_str().unwrap(), "--pipeline", "vanilla-s", "--resume"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("under another provenance: provenance.config_sha256"), "{stderr}");
+    assert_eq!(llm.calls_of(Prompt::Reader), 4, "nothing is asked again");
 
     // Nothing is dropped silently: a broken line before the last, another pipeline's or configuration's
     // folder and answers to questions outside the dataset are all refused, and the answers stay as they were.

@@ -78,7 +78,7 @@ async fn the_vanilla_pipeline_runs_on_meilisearch_unchanged() {
     let parts = Parts {
         search: Some(Search::open(&settings.search).unwrap()),
         reranker: Some(support::reranker()),
-        onnx_nli: None,
+        ..Default::default()
     };
     let (question, _, _) = support::question("hotpotqa", support::scripted::HUGO_QUESTION_ID);
     let mut pipeline = Pipeline::start(PipelineKind::Vanilla, &settings, parts).await.unwrap();
@@ -105,7 +105,7 @@ async fn an_unreachable_meilisearch_ends_the_question_in_an_error_record() {
     let error = search.search("anything", 5).await.unwrap_err();
     assert!(error.is_transient() && error.to_string().contains("unreachable"), "{error}");
 
-    let parts = Parts { search: Some(search), reranker: Some(support::reranker()), onnx_nli: None };
+    let parts = Parts { search: Some(search), reranker: Some(support::reranker()), ..Default::default() };
     let mut pipeline = Pipeline::start(PipelineKind::Vanilla, &settings, parts).await.unwrap();
     let record = pipeline.ask(QuestionEvent::new("meili-down", "Where is it?")).await.unwrap();
     let dead_letters = pipeline.dead_letters.clone();

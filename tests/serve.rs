@@ -726,6 +726,7 @@ async fn over_kafka_a_new_replica_replays_its_window_and_is_ready_once_caught_up
             error_type: "llm_timeout".into(),
             message: "published by the test".into(),
             trace: Vec::new(),
+            provenance: None,
         });
         let bus = bus.clone();
         async move { lacuna::topics::Bus::publish(&*bus, VersionedAnswer::from(record).to_record()).await.unwrap() }

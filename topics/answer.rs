@@ -52,6 +52,10 @@ pub struct Answered {
     /// Every step: stage, iteration and a `kind` with its fields (README, "What you get").
     #[schema(value_type = Vec<Object>)]
     pub trace: Vec<TraceStep>,
+    /// What made this record (`topics/provenance.rs`), stamped by the runner of the stage that
+    /// publishes it; absent in records of builds before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<super::Provenance>,
 }
 
 impl Answered {
@@ -71,6 +75,7 @@ impl Answered {
             candidates: Vec::new(),
             degraded: degraded_stages(&memory.trace),
             trace: memory.trace,
+            provenance: None,
         }
     }
 }
@@ -102,6 +107,10 @@ pub struct ErrorRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<Object>)]
     pub trace: Vec<TraceStep>,
+    /// What made this record (`topics/provenance.rs`), stamped by the runner of the stage that
+    /// publishes it; absent in records of builds before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<super::Provenance>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -124,6 +133,14 @@ impl AnswerRecord {
         match self {
             AnswerRecord::Answered(a) => &a.question_id,
             AnswerRecord::Error(e) => &e.question_id,
+        }
+    }
+
+    /// Where the record's provenance goes, and the trace it is read from.
+    pub fn provenance_and_trace(&mut self) -> (&mut Option<super::Provenance>, &[TraceStep]) {
+        match self {
+            AnswerRecord::Answered(a) => (&mut a.provenance, &a.trace),
+            AnswerRecord::Error(e) => (&mut e.provenance, &e.trace),
         }
     }
 }

@@ -15,7 +15,10 @@ use crate::actors::shared::answer::error_record;
 use crate::actors::shared::fanout::{child_memory, result_record};
 use crate::metrics::METRICS;
 use crate::topics::dead_letter::DeadLetter;
-use crate::topics::{Bus, BusError, Delivery, ErrorRecord, Event, Record, TraceKind, TraceStep, Usage};
+use crate::topics::{
+    Bus, BusError, Delivery, ErrorRecord, Event, Provenance, Record, Topic, TraceKind, TraceStep, Usage,
+    VersionedAnswer,
+};
 
 /// What handling one delivery needs besides the stage.
 pub(super) struct Handling<'a> {
@@ -165,6 +168,10 @@ enum Published {
 async fn publish_all(stage: &'static str, context: &Handling<'_>, records: Vec<Record>) -> Published {
     let mut count = 0;
     for record in records {
+        let record = match &context.runner.provenance {
+            Some(provenance) => stamped(record, provenance),
+            None => record,
+        };
         let record = match crate::topics::size::fit(record, context.runner.max_event_bytes) {
             Ok(record) => record,
             Err(reason) => return Published::Rejected(reason),
@@ -180,6 +187,22 @@ async fn publish_all(stage: &'static str, context: &Handling<'_>, records: Vec<R
 
 async fn publish_with_retries(stage: &'static str, context: &Handling<'_>, record: Record) -> Result<(), BusError> {
     publish_retrying(context.bus, &context.runner.retry, stage, record).await
+}
+
+/// An answer record with the provenance of the answer it holds (the index generations its own
+/// retrievals read); any other record as it is. A record another process already stamped keeps its
+/// stamp.
+fn stamped(record: Record, provenance: &Provenance) -> Record {
+    if record.topic != Topic::Answers {
+        return record;
+    }
+    let Ok(mut answer) = VersionedAnswer::from_payload(&record.payload) else { return record };
+    let (stamp, trace) = answer.record.provenance_and_trace();
+    if stamp.is_some() {
+        return record;
+    }
+    *stamp = Some(provenance.for_trace(trace));
+    answer.to_record()
 }
 
 /// Publishes `record`, retrying a transient bus error (`retry.publish_attempts`, with backoff): a
@@ -249,6 +272,7 @@ pub fn failure_records(stage: &str, input: &Record, error: &StageError, attempts
         error_type: error.error_type().to_string(),
         message: error.to_string(),
         trace,
+        provenance: None,
     };
     vec![error_record(record), dead_letter]
 }

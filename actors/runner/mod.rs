@@ -155,6 +155,8 @@ pub struct RunnerSettings {
     pub dedupe_window: usize,
     /// Publish each event's new trace steps to `progress`, waiting at most this long (`bus.progress`).
     pub progress: Option<Duration>,
+    /// Stamped on every record the stage publishes to `answers` (`pipelines/provenance.rs`).
+    pub provenance: Option<std::sync::Arc<crate::topics::Provenance>>,
 }
 
 impl RunnerSettings {
@@ -168,7 +170,14 @@ impl RunnerSettings {
             budget: settings.budget.clone(),
             dedupe_window: settings.bus.dedupe_window,
             progress: settings.bus.progress_timeout(),
+            provenance: None,
         }
+    }
+
+    /// These settings, stamping `provenance` on the stage's answer records.
+    pub fn with_provenance(mut self, provenance: Option<std::sync::Arc<crate::topics::Provenance>>) -> Self {
+        self.provenance = provenance;
+        self
     }
 }
 

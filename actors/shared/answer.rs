@@ -78,6 +78,7 @@ pub fn deadline_error(memory: Memory, stage: &str, missing: &[String]) -> Record
             missing.join(", ")
         ),
         trace: memory.trace,
+        provenance: None,
     })
 }
 

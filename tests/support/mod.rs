@@ -125,7 +125,7 @@ pub fn parts(settings: &Settings) -> lacuna::pipelines::parts::Parts {
             TantivySearch::open(&settings.search.index_dir).unwrap(),
         )),
         reranker: Some(reranker()),
-        onnx_nli: None,
+        ..Default::default()
     }
 }
 

@@ -1,0 +1,132 @@
+//! An answer's provenance as this process sees it (`topics/provenance.rs`): built once when the
+//! process loads its parts, and stamped by the runner on every record its stages publish to
+//! `answers`. The prompts are those of the whole pipeline, not only this process's stages: every
+//! stage of a deployment runs the same build and configuration.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::actors::clients::Search;
+use crate::actors::prompts;
+use crate::config::Settings;
+use crate::pipelines::kind::PipelineKind;
+use crate::topics::Provenance;
+
+/// The git commit this binary was built from (`build.rs`).
+pub const COMMIT: &str = env!("LACUNA_COMMIT");
+
+/// The provenance of `pipeline`'s answers under `settings`, reading `search`'s generation now (each
+/// record then names the generations its own retrievals read). The model is the configured one
+/// until [`with_served_model`] names the endpoint's.
+pub fn provenance(settings: &Settings, pipeline: PipelineKind, search: Option<&Search>) -> Provenance {
+    let mut prompts_sha256 = BTreeMap::new();
+    for stage in pipeline.stages() {
+        for (name, text) in prompts::used_by(stage.name, settings) {
+            prompts_sha256.insert(name.to_string(), sha256_hex(text.as_bytes()));
+        }
+    }
+    Provenance {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        commit: COMMIT.to_string(),
+        pipeline: pipeline.name().to_string(),
+        config_sha256: config_sha256(settings),
+        prompts_sha256,
+        model: settings.llm.model.clone(),
+        reranker_sha256: file_sha256(&settings.rerank.model_dir.join("model.onnx")),
+        index_generation: search.and_then(Search::generation).into_iter().collect(),
+    }
+}
+
+/// `provenance` naming the model the endpoint reported (`check_llm`), when it reported one.
+pub fn with_served_model(mut provenance: Provenance, served: Option<String>) -> Provenance {
+    if let Some(served) = served {
+        provenance.model = served;
+    }
+    provenance
+}
+
+/// The hash of the effective configuration as JSON, its secret values replaced. Secrets live in
+/// environment variables that the configuration only names, except a librdkafka property that a
+/// deployment wrote inline (`sasl.password=...`): its value is left out.
+pub fn config_sha256(settings: &Settings) -> String {
+    let mut value = serde_json::to_value(settings).expect("settings serialise");
+    if let Some(Value::Array(properties)) = value.pointer_mut("/kafka/properties") {
+        for property in properties.iter_mut() {
+            if let Some(text) = property.as_str()
+                && let Some((key, _)) = text.split_once('=')
+                && is_secret_property(key)
+            {
+                *property = Value::String(format!("{key}=<secret>"));
+            }
+        }
+    }
+    sha256_hex(&serde_json::to_vec(&value).expect("JSON serialises"))
+}
+
+/// librdkafka properties whose values are credentials.
+fn is_secret_property(key: &str) -> bool {
+    let key = key.trim().to_ascii_lowercase();
+    ["password", "secret", "token", "key.pem", "jaas.config"].iter().any(|word| key.contains(word))
+}
+
+/// A file's SHA-256, hashed once per path and process; `None` when it cannot be read (a process
+/// that runs no re-ranking stage may not have the model).
+fn file_sha256(path: &Path) -> Option<String> {
+    static HASHED: OnceLock<Mutex<HashMap<PathBuf, Option<String>>>> = OnceLock::new();
+    let hashed = HASHED.get_or_init(Default::default);
+    if let Some(known) = hashed.lock().expect("hash cache lock").get(path) {
+        return known.clone();
+    }
+    let digest = std::fs::read(path).ok().map(|bytes| sha256_hex(&bytes));
+    hashed.lock().expect("hash cache lock").insert(path.to_path_buf(), digest.clone());
+    digest
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_hash_moves_with_a_setting_but_not_with_an_inline_secret() {
+        let settings = Settings::defaults();
+        let mut stopped = settings.clone();
+        stopped.migres.stop_when_not_learning = !settings.migres.stop_when_not_learning;
+        assert_ne!(config_sha256(&settings), config_sha256(&stopped), "a setting that shapes answers");
+
+        let with_password = |password: &str| {
+            let mut s = settings.clone();
+            s.kafka.properties = vec!["security.protocol=SASL_SSL".into(), format!("sasl.password={password}")];
+            config_sha256(&s)
+        };
+        assert_eq!(with_password("hunter2"), with_password("correct horse"), "the password is not hashed");
+        let mut plain = settings.clone();
+        plain.kafka.properties = vec!["security.protocol=SSL".into(), "sasl.password=x".into()];
+        assert_ne!(with_password("x"), config_sha256(&plain), "other properties are");
+    }
+
+    #[test]
+    fn the_prompts_are_the_ones_the_configuration_asks_with() {
+        let mut settings = Settings::defaults();
+        let names = |settings: &Settings| {
+            provenance(settings, PipelineKind::Migres, None).prompts_sha256.into_keys().collect::<Vec<_>>()
+        };
+        let default = names(&settings);
+        for name in ["main", "query_gen", "leaf", "final_answer", "entailment_lenient"] {
+            assert!(default.contains(&name.to_string()), "{name} in {default:?}");
+        }
+        assert!(!default.contains(&"main_queries".to_string()) && !default.contains(&"augment".to_string()));
+        settings.migres.queries_from_main = true;
+        assert!(names(&settings).contains(&"main_queries".to_string()));
+        assert!(!names(&settings).contains(&"main".to_string()));
+        let vanilla = provenance(&settings, PipelineKind::VanillaS, None).prompts_sha256;
+        assert!(vanilla.contains_key("reader") && !vanilla.contains_key("leaf"), "{vanilla:?}");
+    }
+}
