@@ -7,6 +7,7 @@ mod dlq;
 mod eval;
 mod graph;
 mod index;
+mod ingest;
 mod recall;
 mod run;
 mod serve;
@@ -42,6 +43,8 @@ pub struct Cli {
 enum Command {
     /// Build the search index (tantivy BM25, or Meilisearch) from a corpus JSONL file of {"id", "title", "text"} lines.
     Index(index::IndexArgs),
+    /// Add, replace or delete documents of the live corpus: searchable at once, no restart.
+    Ingest(ingest::IngestArgs),
     /// Answer one question and show the facts and passages it rests on.
     Ask(ask::AskArgs),
     /// Answer every question of a JSONL file, one output line per input line.
@@ -82,6 +85,7 @@ pub async fn main() -> anyhow::Result<()> {
     init_logs(&settings.log);
     match cli.command {
         Command::Index(args) => index::index(&settings, args).await,
+        Command::Ingest(args) => ingest::ingest(&settings, args).await,
         Command::Ask(args) => ask::ask(&settings, args).await,
         Command::Run(args) => run::run(&settings, args).await,
         Command::Serve(args) => serve::serve(&settings, args).await,

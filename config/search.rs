@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 pub struct SearchSettings {
     pub backend: SearchBackend,
     pub index_dir: PathBuf,
+    /// A document added to the live corpus is split into passages of at most this many words
+    /// (`actors/clients/search/documents.rs`); 0: one passage per document.
+    pub passage_words: usize,
+    /// The largest document taken (title, text and metadata, in bytes).
+    pub max_document_bytes: usize,
     pub meilisearch: MeiliSettings,
 }
 

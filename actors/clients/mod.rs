@@ -18,4 +18,4 @@ pub use nli::{Nli, NliError, OnnxNli, Verdict};
 pub use onnx::{ModelError, PairClassifier};
 pub use rerank::Reranker;
 pub use schema::Schema;
-pub use search::{MeiliSearch, Search, SearchError, TantivySearch};
+pub use search::{Document, DocumentError, MeiliSearch, Search, SearchError, TantivySearch, TantivyWriter};

@@ -4,12 +4,16 @@
 //! tell which. Both backends read corpora the same way (`corpus.rs`) and fail with one error type.
 
 mod corpus;
+pub mod documents;
 pub mod meili;
 pub mod tantivy;
+pub mod tantivy_writer;
 
 pub use corpus::{corpus_error, for_each_passage};
+pub use documents::{Document, DocumentError};
 pub use meili::MeiliSearch;
 pub use tantivy::TantivySearch;
+pub use tantivy_writer::TantivyWriter;
 
 use std::path::PathBuf;
 

@@ -1,13 +1,15 @@
-//! The embedded default: a tantivy BM25 index on local disk, with English stemming.
+//! The embedded default: a tantivy BM25 index on local disk, with English stemming. Readers follow
+//! the index's commits (`ReloadPolicy::OnCommitWithDelay`), so passages that `lacuna ingest`, `lacuna
+//! index` or `serve` commit (`tantivy_writer.rs`) are searched within a second, without a restart.
 
 use std::path::Path;
 
 use ::tantivy::collector::TopDocs;
 use ::tantivy::query::{QueryParser, TermQuery};
 use ::tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value};
-use ::tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term, doc};
+use ::tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
 
-use super::{SearchError, corpus_error, for_each_passage};
+use super::SearchError;
 use crate::topics::Passage;
 
 impl From<tantivy::TantivyError> for SearchError {
@@ -17,13 +19,18 @@ impl From<tantivy::TantivyError> for SearchError {
 }
 
 #[derive(Clone, Copy)]
-struct Fields {
-    id: Field,
-    title: Field,
-    text: Field,
+pub(super) struct Fields {
+    pub(super) id: Field,
+    pub(super) title: Field,
+    pub(super) text: Field,
+    /// The document a passage belongs to: what replacing or deleting a document deletes by. Added
+    /// after the others, so indexes built before it still read (they cannot be written).
+    pub(super) doc: Field,
+    /// The document's metadata as JSON, stored only.
+    pub(super) metadata: Field,
 }
 
-fn schema() -> (Schema, Fields) {
+pub(super) fn schema() -> (Schema, Fields) {
     let mut builder = Schema::builder();
     // English stemming, as BM25 baselines (pyserini) do; positions are not needed for bag-of-words BM25.
     let text_options = TextOptions::default()
@@ -34,7 +41,9 @@ fn schema() -> (Schema, Fields) {
     let id = builder.add_text_field("id", STRING | STORED);
     let title = builder.add_text_field("title", text_options.clone());
     let text = builder.add_text_field("text", text_options);
-    (builder.build(), Fields { id, title, text })
+    let doc = builder.add_text_field("doc", STRING | STORED);
+    let metadata = builder.add_text_field("metadata", STORED);
+    (builder.build(), Fields { id, title, text, doc, metadata })
 }
 
 #[derive(Clone)]
@@ -45,30 +54,11 @@ pub struct TantivySearch {
 }
 
 impl TantivySearch {
-    /// Builds a fresh index in `dir` from a corpus JSONL file; returns the number of passages.
+    /// Replaces everything in the index at `dir` (created if need be) with a corpus JSONL file's
+    /// passages, in one commit: a running reader switches from the old generation to the new one at
+    /// once, and never finds the folder gone. Returns the number of passages.
     pub fn build(dir: &Path, corpus: &Path) -> Result<usize, SearchError> {
-        // Open the corpus first: a wrong path must not cost the old index.
-        std::fs::File::open(corpus).map_err(|e| corpus_error(corpus, 0, e.to_string()))?;
-        // Rebuilding replaces the old index so re-running `lacuna index` never duplicates passages.
-        if dir.exists() {
-            std::fs::remove_dir_all(dir).map_err(|e| SearchError::Index(e.to_string()))?;
-        }
-        std::fs::create_dir_all(dir).map_err(|e| SearchError::Index(e.to_string()))?;
-        let (schema, fields) = schema();
-        let index = Index::create_in_dir(dir, schema)?;
-        let mut writer = index.writer::<TantivyDocument>(100_000_000)?;
-        let mut count = 0;
-        for_each_passage(corpus, |_, passage| {
-            writer.add_document(doc!(
-                fields.id => passage.id,
-                fields.title => passage.title,
-                fields.text => passage.text,
-            ))?;
-            count += 1;
-            Ok(())
-        })?;
-        writer.commit()?;
-        Ok(count)
+        super::tantivy_writer::bulk_build(dir, corpus)
     }
 
     pub fn open(dir: &Path) -> Result<Self, SearchError> {
@@ -77,7 +67,7 @@ impl TantivySearch {
         }
         let index = Index::open_in_dir(dir)?;
         let (_, fields) = schema();
-        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::OnCommitWithDelay).try_into()?;
         let parser = QueryParser::for_index(&index, vec![fields.title, fields.text]);
         Ok(TantivySearch { reader, parser: std::sync::Arc::new(parser), fields })
     }
@@ -133,7 +123,7 @@ impl TantivySearch {
 /// A searcher's generation, `tantivy:<live passages>:<hash>`: the hash covers its segments and their
 /// deletes, so any commit that changes what a search can return changes the generation, and two
 /// replicas that built or applied the same commits agree on it.
-fn generation(searcher: &::tantivy::Searcher) -> String {
+pub(super) fn generation(searcher: &::tantivy::Searcher) -> String {
     use sha2::{Digest, Sha256};
     let mut segments: Vec<String> = searcher
         .segment_readers()

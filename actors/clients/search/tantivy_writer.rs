@@ -1,0 +1,172 @@
+//! Writes the local tantivy index: the one code path by which `lacuna index` (a bulk replace),
+//! `lacuna ingest` and `serve`'s document routes change a corpus. Changes become searchable at the
+//! commit, to every reader of the folder, in this process or another (`tantivy.rs` follows commits).
+//! Tantivy lets one writer hold a folder at a time: a second gets a clear error naming the first.
+
+use std::path::{Path, PathBuf};
+
+use ::tantivy::schema::Value as _;
+use ::tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term, doc};
+
+use super::documents::Document;
+use super::tantivy::{Fields, generation, schema};
+use super::{SearchError, corpus_error, for_each_passage};
+
+/// Memory the live writer buffers before it must flush (one indexing thread: documents arrive a few
+/// at a time, and the readers are on the same cores).
+const LIVE_WRITER_BYTES: usize = 50_000_000;
+
+pub struct TantivyWriter {
+    dir: PathBuf,
+    writer: IndexWriter,
+    reader: IndexReader,
+    fields: Fields,
+}
+
+impl TantivyWriter {
+    /// The writer of the index at `dir`, which is created when the folder holds none.
+    pub fn open(dir: &Path) -> Result<TantivyWriter, SearchError> {
+        Self::open_with(dir, false)
+    }
+
+    /// With `bulk`, tantivy's default threads and a larger buffer: a whole corpus to index.
+    fn open_with(dir: &Path, bulk: bool) -> Result<TantivyWriter, SearchError> {
+        let index = if dir.join("meta.json").exists() {
+            Index::open_in_dir(dir)?
+        } else {
+            std::fs::create_dir_all(dir).map_err(|e| SearchError::Index(format!("{}: {e}", dir.display())))?;
+            Index::create_in_dir(dir, schema().0)?
+        };
+        if index.schema().get_field("doc").is_err() {
+            return Err(SearchError::Index(format!(
+                "the index at {} was built before documents could be replaced or deleted: rebuild it with \
+                 `lacuna index --corpus FILE`",
+                dir.display()
+            )));
+        }
+        let writer = if bulk { index.writer(100_000_000) } else { index.writer_with_num_threads(1, LIVE_WRITER_BYTES) };
+        let writer = writer.map_err(|e| locked(dir, e))?;
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        Ok(TantivyWriter { dir: dir.to_path_buf(), writer, reader, fields: schema().1 })
+    }
+
+    /// Adds `document`'s passages (split by `passage_words`), replacing every passage an earlier
+    /// version of it had; returns how many it has now. Searchable from the next commit.
+    pub fn upsert(&mut self, document: &Document, passage_words: usize) -> Result<usize, SearchError> {
+        // Deletes apply to what was added before them, so the new passages below stay.
+        self.delete(&document.id);
+        let metadata = if document.metadata.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(&document.metadata).expect("metadata serialises")
+        };
+        let passages = document.passages(passage_words);
+        for passage in &passages {
+            self.add(&document.id, &passage.id, &passage.title, &passage.text, &metadata)?;
+        }
+        Ok(passages.len())
+    }
+
+    /// Deletes every passage of document `doc_id` (none is an error: a delete may be repeated).
+    pub fn delete(&mut self, doc_id: &str) {
+        self.writer.delete_term(Term::from_field_text(self.fields.doc, doc_id));
+    }
+
+    /// Makes the changes since the last commit searchable, all at once; returns the new generation.
+    pub fn commit(&mut self) -> Result<String, SearchError> {
+        self.writer.commit()?;
+        self.reader.reload()?;
+        Ok(generation(&self.reader.searcher()))
+    }
+
+    /// The passages of document `doc_id` as committed, in passage order, with its metadata.
+    pub fn document(&self, doc_id: &str) -> Result<Option<Document>, SearchError> {
+        use ::tantivy::collector::TopDocs;
+        use ::tantivy::query::TermQuery;
+        use ::tantivy::schema::IndexRecordOption;
+        let searcher = self.reader.searcher();
+        let query = TermQuery::new(Term::from_field_text(self.fields.doc, doc_id), IndexRecordOption::Basic);
+        let found = searcher.search(&query, &TopDocs::with_limit(10_000))?;
+        let mut passages: Vec<(String, String, String, String)> = Vec::new();
+        for (_, address) in found {
+            let stored: TantivyDocument = searcher.doc(address)?;
+            let get = |field| stored.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            passages.push((
+                get(self.fields.id),
+                get(self.fields.title),
+                get(self.fields.text),
+                get(self.fields.metadata),
+            ));
+        }
+        if passages.is_empty() {
+            return Ok(None);
+        }
+        // `ID#2` before `ID#10`: by passage number, not as text.
+        passages.sort_by_key(|(id, ..)| id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0));
+        let (_, title, _, metadata) = passages[0].clone();
+        let text = passages.iter().map(|(_, _, text, _)| text.as_str()).collect::<Vec<_>>().join(" ");
+        let metadata =
+            if metadata.is_empty() { Default::default() } else { serde_json::from_str(&metadata).unwrap_or_default() };
+        Ok(Some(Document { id: doc_id.to_string(), title, text, metadata }))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn add(&mut self, doc_id: &str, id: &str, title: &str, text: &str, metadata: &str) -> Result<(), SearchError> {
+        let f = self.fields;
+        self.writer.add_document(
+            doc!(f.id => id, f.title => title, f.text => text, f.doc => doc_id, f.metadata => metadata),
+        )?;
+        Ok(())
+    }
+}
+
+/// A writer the folder's lock refused: another process writes it.
+fn locked(dir: &Path, error: TantivyError) -> SearchError {
+    match error {
+        TantivyError::LockFailure(..) => SearchError::Index(format!(
+            "the index at {} is being written by another process (a running `lacuna serve` or `lacuna ingest`): \
+             send the documents to it, or wait for it to finish",
+            dir.display()
+        )),
+        other => other.into(),
+    }
+}
+
+/// `lacuna index --corpus`: the index at `dir` holds exactly the corpus's passages (each line one
+/// passage, its own document), switched to in one commit. A folder whose index predates document
+/// ids is rebuilt beside it and swapped in by renames, never deleted before the new one is whole.
+pub fn bulk_build(dir: &Path, corpus: &Path) -> Result<usize, SearchError> {
+    // Open the corpus first: a wrong path must not cost the old index.
+    std::fs::File::open(corpus).map_err(|e| corpus_error(corpus, 0, e.to_string()))?;
+    let outdated = dir.join("meta.json").exists() && Index::open_in_dir(dir)?.schema().get_field("doc").is_err();
+    if outdated {
+        let fresh = dir.with_extension(format!("building-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&fresh);
+        let count = fill(&fresh, corpus)?;
+        let old = dir.with_extension(format!("outdated-{}", std::process::id()));
+        let io = |e: std::io::Error| SearchError::Index(format!("{}: {e}", dir.display()));
+        std::fs::rename(dir, &old).map_err(io)?;
+        std::fs::rename(&fresh, dir).map_err(io)?;
+        // A reader of the old folder keeps its open files until it lets them go.
+        let _ = std::fs::remove_dir_all(&old);
+        return Ok(count);
+    }
+    fill(dir, corpus)
+}
+
+/// Replaces everything in the index at `dir` with the corpus's passages, in one commit.
+fn fill(dir: &Path, corpus: &Path) -> Result<usize, SearchError> {
+    let mut live = TantivyWriter::open_with(dir, true)?;
+    live.writer.delete_all_documents()?;
+    let mut count = 0;
+    for_each_passage(corpus, |_, passage| {
+        live.add(&passage.id, &passage.id, &passage.title, &passage.text, "")?;
+        count += 1;
+        Ok(())
+    })?;
+    live.commit()?;
+    Ok(count)
+}

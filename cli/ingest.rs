@@ -1,0 +1,100 @@
+//! `lacuna ingest FILE.jsonl`: adds documents to the live corpus, replacing any earlier version of
+//! each, and `--delete ID...` removes documents. Everything is applied in one commit of the local
+//! tantivy index (`search.index_dir`), which every running reader of that folder searches within a
+//! second: no restart, no re-index. A line that is not a valid document is reported with its number
+//! and skipped; the others are applied, and the command then fails so that no script takes a partial
+//! ingest for a whole one.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+
+use crate::actors::clients::search::documents::check_id;
+use crate::actors::clients::{Document, TantivyWriter};
+use crate::config::{SearchBackend, Settings};
+
+#[derive(Args)]
+pub struct IngestArgs {
+    /// JSONL: one {"id", "title", "text", "metadata"} document per line (metadata: optional string values).
+    file: Option<PathBuf>,
+    /// Documents to delete, by id (after the file's documents are added).
+    #[arg(long, num_args = 1..)]
+    delete: Vec<String>,
+    /// The tantivy index to change (default: search.index_dir).
+    #[arg(long)]
+    index_dir: Option<PathBuf>,
+}
+
+pub async fn ingest(settings: &Settings, args: IngestArgs) -> anyhow::Result<()> {
+    if settings.search.backend != SearchBackend::Tantivy {
+        anyhow::bail!("lacuna ingest writes the tantivy index; a live Meilisearch corpus is not built yet");
+    }
+    if args.file.is_none() && args.delete.is_empty() {
+        anyhow::bail!("nothing to do: give a JSONL file of documents, --delete DOC_ID..., or both");
+    }
+    for id in &args.delete {
+        check_id(id).map_err(|e| anyhow::anyhow!("--delete: {e}"))?;
+    }
+    let (documents, rejected) = match &args.file {
+        Some(path) => read_documents(path, settings.search.max_document_bytes)?,
+        None => (Vec::new(), Vec::new()),
+    };
+    let dir = args.index_dir.unwrap_or_else(|| settings.search.index_dir.clone());
+    let started = Instant::now();
+    let words = settings.search.passage_words;
+    let deletes = args.delete.len();
+    let (added, passages, generation) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let mut writer = TantivyWriter::open(&dir)?;
+        let mut passages = 0;
+        for document in &documents {
+            passages += writer.upsert(document, words)?;
+        }
+        for id in &args.delete {
+            writer.delete(id);
+        }
+        Ok((documents.len(), passages, writer.commit()?))
+    })
+    .await??;
+    eprintln!(
+        "ingested {added} documents ({passages} passages), deleted {} in {:.1}s; the index is at generation {generation}",
+        deletes,
+        started.elapsed().as_secs_f32()
+    );
+    for (line, error) in &rejected {
+        eprintln!("line {line}: {error}");
+    }
+    if !rejected.is_empty() {
+        anyhow::bail!("{} lines were not documents and were skipped (listed above)", rejected.len());
+    }
+    Ok(())
+}
+
+/// The documents of a JSONL file, and the lines that are not documents (number, why). A document
+/// given twice counts once, as its last line.
+fn read_documents(path: &PathBuf, max_bytes: usize) -> anyhow::Result<(Vec<Document>, Vec<(usize, String)>)> {
+    let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let (mut documents, mut rejected): (Vec<Document>, Vec<(usize, String)>) = (Vec::new(), Vec::new());
+    let mut position: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), n + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let document = serde_json::from_str::<Document>(&line)
+            .map_err(|e| e.to_string())
+            .and_then(|d| d.check(max_bytes).map(|_| d).map_err(|e| e.to_string()));
+        match document {
+            Ok(document) => match position.get(&document.id) {
+                Some(&at) => documents[at] = document,
+                None => {
+                    position.insert(document.id.clone(), documents.len());
+                    documents.push(document);
+                }
+            },
+            Err(error) => rejected.push((n + 1, error)),
+        }
+    }
+    Ok((documents, rejected))
+}
