@@ -98,3 +98,33 @@ async fn queries_the_main_module_wrote_are_taken_without_a_call_unless_none_is_n
     assert_eq!(out.queries, vec!["Where is FC Cartagena based?".to_string()], "the query generator is asked");
     assert_eq!(llm.calls(), 1);
 }
+
+/// A small model copies names from the prompts' worked examples into its queries ("Who was born
+/// first, Ann Hui or Dorrin Maskell?" for a question about two other films). Such a query asks about
+/// nobody the question knows: it is dropped, whether main or the query generator wrote it. A name the
+/// examples share with the question is the question's own, and stays.
+#[tokio::test]
+async fn a_query_naming_someone_only_the_prompt_examples_know_is_dropped() {
+    let llm = FakeLlm::start(|_| {
+        Reply::Json(json!({"queries": ["When was Dorrin Maskell born?", "When was Fred Guiol born?"]}))
+    })
+    .await;
+    let stage = QueryGen::new(support::llm(&llm.base_url), Settings::defaults().migres);
+    let event = |question: &str, proposed: &[&str]| {
+        let mut m = memory(question);
+        m.proposed_queries = proposed.iter().map(|q| q.to_string()).collect();
+        MissingEvent { schema_version: SCHEMA_VERSION, memory: m, missing_information: "The birth dates.".into() }
+    };
+    let films = "Which film has the director who was born first, Love In A Fallen City or Mummy's Boys?";
+    let copied = event(films, &["Who was born first, Ann Hui or Dorrin Maskell?", "Who directed Mummy's Boys?"]);
+    let out: QueriesEvent = single(stage.process(&copied.to_record()).await.unwrap());
+    assert_eq!(out.queries, vec!["Who directed Mummy's Boys?".to_string()], "main's copy is dropped");
+
+    let only_copies = event(films, &["When did Dorrin Maskell die?"]);
+    let out: QueriesEvent = single(stage.process(&only_copies.to_record()).await.unwrap());
+    assert_eq!(out.queries, vec!["When was Fred Guiol born?".to_string()], "and so is the generator's");
+
+    let own = event("Who directed the film Quillfeather?", &["When was the director of Quillfeather born?"]);
+    let out: QueriesEvent = single(stage.process(&own.to_record()).await.unwrap());
+    assert_eq!(out.queries, vec!["When was the director of Quillfeather born?".to_string()]);
+}
