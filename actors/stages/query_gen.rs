@@ -3,6 +3,7 @@
 //! progress: it goes back to main marked exhausted, to be answered with what is known.
 
 use std::collections::HashSet;
+use std::sync::OnceLock;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -37,15 +38,17 @@ impl QueryGen {
         QueryGen { llm, settings }
     }
 
-    /// Keeps queries that are not trivial, not asked before and not repeated in the batch; at most
-    /// `max_new_queries`. Returns (kept, dropped).
+    /// Keeps queries that are not trivial, not asked before, not repeated in the batch and not
+    /// copied from the prompts' examples; at most `max_new_queries`. Returns (kept, dropped).
     pub fn filter(&self, memory: &Memory, proposed: Vec<String>) -> (Vec<String>, Vec<String>) {
         let (mut kept, mut dropped) = (Vec::new(), Vec::new());
         let mut batch = HashSet::new();
+        let known = known_words(memory);
         for query in proposed {
             let query = query.trim().to_string();
             let fresh = query.chars().count() >= self.settings.min_query_chars
                 && !memory.has_asked(&query)
+                && !names_an_example(&query, &known)
                 && batch.insert(normalize_query(&query));
             if fresh && kept.len() < self.settings.max_new_queries {
                 kept.push(query);
@@ -98,6 +101,60 @@ impl QueryGen {
         memory.iteration += 1;
         QueriesEvent { schema_version: SCHEMA_VERSION, memory, queries }.to_record()
     }
+}
+
+/// Whether `query` names someone or something that only the prompts' worked examples hold (the 1.5B
+/// model asked "When did Dorrin Maskell die?", the example's director, about other films): a name of
+/// the examples that none of `known` (the question's words and what it learned) holds.
+fn names_an_example(query: &str, known: &HashSet<String>) -> bool {
+    static EXAMPLES: OnceLock<HashSet<String>> = OnceLock::new();
+    let examples = EXAMPLES.get_or_init(|| {
+        [prompts::MAIN_QUERIES, prompts::QUERY_GEN].iter().flat_map(|t| names(worked_examples(t))).collect()
+    });
+    names(query).iter().any(|name| examples.contains(name) && !known.contains(&name.to_lowercase()))
+}
+
+/// The worked examples of a template: from "Example 1" to the final "Now ...".
+fn worked_examples(template: &str) -> &str {
+    let start = template.find("Example 1").unwrap_or(template.len());
+    let end = template.rfind("\nNow ").filter(|end| *end > start).unwrap_or(template.len());
+    &template[start..end]
+}
+
+/// Capitalised words that do not start a line, a sentence or a quotation: names, not the words of a
+/// sentence ("Who", "The", "Information:" at a line's start).
+fn names(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let mut starts_sentence = true;
+        for token in line.split_whitespace() {
+            let word = token.trim_matches(|c: char| !c.is_alphanumeric());
+            let quoted = token.starts_with(['"', '\'', '[', '{']);
+            let capitalised = word.chars().next().is_some_and(char::is_uppercase)
+                && word.chars().any(char::is_lowercase)
+                && word.chars().count() >= 3;
+            if capitalised && !starts_sentence && !quoted {
+                found.push(word.to_string());
+            }
+            starts_sentence = token.ends_with(['.', '!', '?', ';', ':']);
+        }
+    }
+    found
+}
+
+/// The lower-cased words of what the question knows: the question, the queries asked, the facts, the
+/// passages they cite and the missing information main named.
+fn known_words(memory: &Memory) -> HashSet<String> {
+    let mut texts: Vec<&str> = vec![&memory.question, &memory.last_missing];
+    texts.extend(memory.queries.iter().map(String::as_str));
+    texts.extend(memory.facts.iter().map(|f| f.text.as_str()));
+    texts.extend(memory.cited_passages.values().flat_map(|p| [p.title.as_str(), p.text.as_str()]));
+    texts
+        .iter()
+        .flat_map(|t| t.split(|c: char| !c.is_alphanumeric()))
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
 }
 
 #[async_trait(?Send)]
