@@ -146,6 +146,18 @@ mod tests {
         assert_eq!(strip_stray_punctuation("St. Kilda"), "St. Kilda");
     }
 
+    /// A bracket or quote that the answer itself opens is the name's own: "(film)" of a title whose
+    /// closing bracket went with the stray ones left "Love in a Fallen City (film" in an answer record.
+    #[test]
+    fn a_closing_bracket_whose_opening_is_in_the_answer_stays() {
+        assert_eq!(strip_stray_punctuation("Harbour Lights (film)"), "Harbour Lights (film)");
+        assert_eq!(strip_stray_punctuation("\"Harbour Lights (film)\"."), "Harbour Lights (film)");
+        assert_eq!(strip_stray_punctuation("Harbour Lights [1953]"), "Harbour Lights [1953]");
+        assert_eq!(strip_stray_punctuation("Harbour Lights)"), "Harbour Lights", "a closer with no opener goes");
+        assert_eq!(strip_stray_punctuation("(Harbour Lights"), "Harbour Lights", "and an opener with no closer");
+        assert_eq!(strip_stray_punctuation("(film) and (tv)"), "(film) and (tv)", "two pairs, not one around both");
+    }
+
     /// Shapes of our own: a name cut short, a series named by its parent title, and what must stay.
     #[test]
     fn an_answer_becomes_the_whole_name_the_evidence_holds() {
