@@ -5,8 +5,12 @@
 //! that holds its words in the cited passages and verified facts, as they write it most often, and
 //! stripped of punctuation that belongs to no name.
 
-/// Quote marks and brackets a model wraps an answer in.
-const WRAPPERS: &[char] = &['"', '\'', '`', '“', '”', '‘', '’', '«', '»', '(', ')', '[', ']', '*'];
+/// Marks a model wraps an answer in that are the same on both sides: never part of a name at its ends.
+const SYMMETRIC: &[char] = &['"', '\'', '`', '*'];
+
+/// Brackets and quotes that open and close: stripped in pairs around the answer, or alone when the
+/// answer holds no partner for them; kept when the answer opens what it closes ("City (film)").
+const PAIRS: &[(char, char)] = &[('(', ')'), ('[', ']'), ('“', '”'), ('‘', '’'), ('«', '»')];
 
 /// Capitalised words that start sentences, not names: never taken in on the left.
 const SENTENCE_STARTS: &[&str] = &[
@@ -24,7 +28,7 @@ pub fn strip_stray_punctuation(answer: &str) -> String {
     let mut text = answer.trim();
     loop {
         let before = text;
-        text = text.trim_matches(|c| WRAPPERS.contains(&c)).trim();
+        text = unwrapped(text);
         text = text.trim_end_matches([',', ';', ':']).trim_end();
         if let Some(stem) = text.strip_suffix('.')
             && !stem.contains('.')
@@ -37,6 +41,36 @@ pub fn strip_stray_punctuation(answer: &str) -> String {
         }
     }
     text.to_string()
+}
+
+/// `text` without the wrapping marks at its ends that belong to no name.
+fn unwrapped(text: &str) -> &str {
+    let mut text = text.trim_matches(|c| SYMMETRIC.contains(&c)).trim();
+    for &(open, close) in PAIRS {
+        let count = |c: char| text.matches(c).count();
+        let inner = text.strip_prefix(open).and_then(|t| t.strip_suffix(close));
+        if let Some(inner) = inner.filter(|inner| balanced(inner, open, close)) {
+            text = inner.trim();
+        } else if text.ends_with(close) && count(open) < count(close) {
+            text = text[..text.len() - close.len_utf8()].trim_end();
+        } else if text.starts_with(open) && count(open) > count(close) {
+            text = text[open.len_utf8()..].trim_start();
+        }
+    }
+    text
+}
+
+/// Every `close` in `text` closes an `open` before it, and every `open` is closed: "(film) and (tv)"
+/// is not one pair around "film) and (tv".
+fn balanced(text: &str, open: char, close: char) -> bool {
+    let mut depth = 0i32;
+    for c in text.chars() {
+        depth += i32::from(c == open) - i32::from(c == close);
+        if depth < 0 {
+            return false;
+        }
+    }
+    depth == 0
 }
 
 /// One word of a text: as written, and as compared (lower case, letters and digits only).
