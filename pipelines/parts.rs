@@ -64,9 +64,8 @@ impl Parts {
 
     /// These parts, their provenance naming the model the endpoint reported (`check_llm`).
     pub fn with_served_model(mut self, served: Option<String>) -> Parts {
-        if let Some(provenance) = self.provenance.take() {
-            let provenance = crate::pipelines::provenance::with_served_model((*provenance).clone(), served);
-            self.provenance = Some(std::sync::Arc::new(provenance));
+        if let (Some(provenance), Some(served)) = (self.provenance.as_mut(), served) {
+            std::sync::Arc::make_mut(provenance).model = served;
         }
         self
     }

@@ -21,7 +21,7 @@ pub const COMMIT: &str = env!("LACUNA_COMMIT");
 
 /// The provenance of `pipeline`'s answers under `settings`, reading `search`'s generation now (each
 /// record then names the generations its own retrievals read). The model is the configured one
-/// until [`with_served_model`] names the endpoint's.
+/// until `Parts::with_served_model` names the endpoint's.
 pub fn provenance(settings: &Settings, pipeline: PipelineKind, search: Option<&Search>) -> Provenance {
     let mut prompts_sha256 = BTreeMap::new();
     for stage in pipeline.stages() {
@@ -39,14 +39,6 @@ pub fn provenance(settings: &Settings, pipeline: PipelineKind, search: Option<&S
         reranker_sha256: file_sha256(&settings.rerank.model_dir.join("model.onnx")),
         index_generation: search.and_then(Search::generation).into_iter().collect(),
     }
-}
-
-/// `provenance` naming the model the endpoint reported (`check_llm`), when it reported one.
-pub fn with_served_model(mut provenance: Provenance, served: Option<String>) -> Provenance {
-    if let Some(served) = served {
-        provenance.model = served;
-    }
-    provenance
 }
 
 /// The hash of the effective configuration as JSON, its secret values replaced. Secrets live in

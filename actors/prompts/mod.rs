@@ -42,7 +42,7 @@ pub fn used_by(stage: &str, settings: &crate::config::Settings) -> Vec<(&'static
         EntailmentPrompt::Strict => ("entailment", ENTAILMENT),
         EntailmentPrompt::Lenient => ("entailment_lenient", ENTAILMENT_LENIENT),
     };
-    let mut used = match stage {
+    match stage {
         "main" => {
             let decision = match migres.decision_prompt {
                 DecisionPrompt::Flag if migres.queries_from_main => ("main_queries", MAIN_QUERIES),
@@ -66,19 +66,15 @@ pub fn used_by(stage: &str, settings: &crate::config::Settings) -> Vec<(&'static
         "verify" => vec![per_fact],
         "sentence_filter" if migres.knowledge_prompting => vec![("knowledge", KNOWLEDGE)],
         "reader" if settings.reader.compare_options => vec![("reader", READER), ("compare_options", COMPARE_OPTIONS)],
-        "reader" | "compose" | "self_knowledge" | "relevance" | "decompose" => vec![("reader", READER)],
+        "reader" | "compose" => vec![("reader", READER)],
+        "self_knowledge" => vec![("self_knowledge", SELF_KNOWLEDGE), ("reader", READER)],
+        "relevance" => vec![("relevance", RELEVANCE), ("reader", READER)],
+        "decompose" => vec![("decompose", DECOMPOSE), ("reader", READER)],
         "augment" => vec![("augment", AUGMENT), ("generate_passage", GENERATE_PASSAGE)],
         "refine" => vec![("refine", REFINE)],
         "trajectory_answer" => vec![("trajectory_answer", TRAJECTORY_ANSWER)],
         _ => Vec::new(),
-    };
-    match stage {
-        "self_knowledge" => used.push(("self_knowledge", SELF_KNOWLEDGE)),
-        "relevance" => used.push(("relevance", RELEVANCE)),
-        "decompose" => used.push(("decompose", DECOMPOSE)),
-        _ => {}
     }
-    used
 }
 
 /// Replaces each `{name}` with its value. Plain replacement, not a template engine: the prompts contain

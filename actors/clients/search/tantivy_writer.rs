@@ -3,10 +3,9 @@
 //! commit, to every reader of the folder, in this process or another (`tantivy.rs` follows commits).
 //! Tantivy lets one writer hold a folder at a time: a second gets a clear error naming the first.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use ::tantivy::schema::Value as _;
-use ::tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term, doc};
+use ::tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyError, Term, doc};
 
 use super::documents::Document;
 use super::tantivy::{Fields, generation, schema};
@@ -17,7 +16,6 @@ use super::{SearchError, corpus_error, for_each_passage};
 const LIVE_WRITER_BYTES: usize = 50_000_000;
 
 pub struct TantivyWriter {
-    dir: PathBuf,
     writer: IndexWriter,
     reader: IndexReader,
     fields: Fields,
@@ -47,7 +45,7 @@ impl TantivyWriter {
         let writer = if bulk { index.writer(100_000_000) } else { index.writer_with_num_threads(1, LIVE_WRITER_BYTES) };
         let writer = writer.map_err(|e| locked(dir, e))?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
-        Ok(TantivyWriter { dir: dir.to_path_buf(), writer, reader, fields: schema().1 })
+        Ok(TantivyWriter { writer, reader, fields: schema().1 })
     }
 
     /// Adds `document`'s passages (split by `passage_words`), replacing every passage an earlier
@@ -77,41 +75,6 @@ impl TantivyWriter {
         self.writer.commit()?;
         self.reader.reload()?;
         Ok(generation(&self.reader.searcher()))
-    }
-
-    /// The passages of document `doc_id` as committed, in passage order, with its metadata.
-    pub fn document(&self, doc_id: &str) -> Result<Option<Document>, SearchError> {
-        use ::tantivy::collector::TopDocs;
-        use ::tantivy::query::TermQuery;
-        use ::tantivy::schema::IndexRecordOption;
-        let searcher = self.reader.searcher();
-        let query = TermQuery::new(Term::from_field_text(self.fields.doc, doc_id), IndexRecordOption::Basic);
-        let found = searcher.search(&query, &TopDocs::with_limit(10_000))?;
-        let mut passages: Vec<(String, String, String, String)> = Vec::new();
-        for (_, address) in found {
-            let stored: TantivyDocument = searcher.doc(address)?;
-            let get = |field| stored.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string();
-            passages.push((
-                get(self.fields.id),
-                get(self.fields.title),
-                get(self.fields.text),
-                get(self.fields.metadata),
-            ));
-        }
-        if passages.is_empty() {
-            return Ok(None);
-        }
-        // `ID#2` before `ID#10`: by passage number, not as text.
-        passages.sort_by_key(|(id, ..)| id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0));
-        let (_, title, _, metadata) = passages[0].clone();
-        let text = passages.iter().map(|(_, _, text, _)| text.as_str()).collect::<Vec<_>>().join(" ");
-        let metadata =
-            if metadata.is_empty() { Default::default() } else { serde_json::from_str(&metadata).unwrap_or_default() };
-        Ok(Some(Document { id: doc_id.to_string(), title, text, metadata }))
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     fn add(&mut self, doc_id: &str, id: &str, title: &str, text: &str, metadata: &str) -> Result<(), SearchError> {
