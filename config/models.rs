@@ -43,6 +43,8 @@ pub struct NliSettings {
     pub calls: NliCalls,
     /// With `per_leaf`: what makes a judge's quote one of the passage's.
     pub quote_match: QuoteMatch,
+    /// With `per_leaf`: which facts are kept without asking the judge.
+    pub unjudged: Unjudged,
     pub model: ModelSettings,
 }
 
@@ -67,6 +69,20 @@ pub enum QuoteMatch {
     /// That, or every name and number in it (a word with a capital letter or a digit) is a word of
     /// the passage: a small judge often rewrites what it quotes ("died on 29 May 1899" for "– May
     /// 29, 1899)").
+    NamesAndNumbers,
+}
+
+/// Which facts a per-leaf check keeps without a call to the judge.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Unjudged {
+    /// A fact a passage it may rest on holds word for word.
+    #[default]
+    Verbatim,
+    /// That, or a fact each of whose names and numbers (words with a capital letter or a digit) is a
+    /// word of such a passage. The small judge accepts nearly every fact it can quote words for, so
+    /// its call mostly re-checks what this rule checks; what it still catches, such as a relation
+    /// the passage does not state between names it does, is what this lever gives up.
     NamesAndNumbers,
 }
 

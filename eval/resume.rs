@@ -50,6 +50,10 @@ pub fn answer_settings(settings: &Settings) -> Value {
             "entailment_label": nli.entailment_label, "recite_uncited": nli.recite_uncited, "calls": nli.calls,
             "quote_match": nli.quote_match},
     });
+    // Written only when it is not the default, so that runs stored before the key existed resume.
+    if nli.unjudged != crate::config::Unjudged::default() {
+        value["nli"]["unjudged"] = json!(nli.unjudged);
+    }
     tidy_floats(&mut value);
     value
 }

@@ -33,7 +33,8 @@ pub const STAGES: &[StageDecl] = &[
                 Verify::new(s.nli())
                     .with_recite_uncited(nli.recite_uncited)
                     .with_calls(nli.calls)
-                    .with_quote_match(nli.quote_match),
+                    .with_quote_match(nli.quote_match)
+                    .with_unjudged(nli.unjudged),
             ))
         },
     },

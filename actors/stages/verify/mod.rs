@@ -19,7 +19,7 @@ use futures::future::join_all;
 use crate::actors::clients::{CallStats, LlmClient, LlmError, Nli, NliError, Verdict};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
-use crate::config::{NliCalls, QuoteMatch};
+use crate::config::{NliCalls, QuoteMatch, Unjudged};
 use crate::topics::{
     CandidateFact, Event, EvidenceItem, EvidenceOrigin, FactSource, FactsEvent, KnownFact, Passage, Record,
     SCHEMA_VERSION, TraceKind, VerifiedEvent,
@@ -31,6 +31,7 @@ pub struct Verify {
     recite_uncited: usize,
     calls: NliCalls,
     quote_match: QuoteMatch,
+    unjudged: Unjudged,
 }
 
 /// What the check found for one fact: the verdicts in order, and the evidence item that entails it.
@@ -55,7 +56,13 @@ struct Judged<'a> {
 
 impl Verify {
     pub fn new(nli: Nli) -> Self {
-        Verify { nli, recite_uncited: 0, calls: NliCalls::PerFact, quote_match: QuoteMatch::Words }
+        Verify {
+            nli,
+            recite_uncited: 0,
+            calls: NliCalls::PerFact,
+            quote_match: QuoteMatch::Words,
+            unjudged: Unjudged::Verbatim,
+        }
     }
 
     pub fn with_recite_uncited(mut self, passages: usize) -> Self {
@@ -72,6 +79,12 @@ impl Verify {
     /// With `per_leaf`: what makes the judge's quote the passage's.
     pub fn with_quote_match(mut self, quote_match: QuoteMatch) -> Self {
         self.quote_match = quote_match;
+        self
+    }
+
+    /// With `per_leaf`: which facts are kept without a call.
+    pub fn with_unjudged(mut self, unjudged: Unjudged) -> Self {
+        self.unjudged = unjudged;
         self
     }
 
@@ -129,9 +142,18 @@ impl Verify {
             if allowed.is_empty() {
                 continue;
             }
-            match quotes::verbatim(&fact.text, evidence, &allowed) {
-                Some(i) => {
-                    let quote = Some(fact.text.clone());
+            // The trace's quote is the fact itself when a passage holds it word for word, and
+            // empty when its names and numbers alone kept it.
+            let unjudged = match quotes::verbatim(&fact.text, evidence, &allowed) {
+                Some(i) => Some((i, fact.text.clone())),
+                None if self.unjudged == Unjudged::NamesAndNumbers => {
+                    quotes::names_and_numbers_held(&fact.text, evidence, &allowed).map(|i| (i, String::new()))
+                }
+                None => None,
+            };
+            match unjudged {
+                Some((i, quote)) => {
+                    let quote = Some(quote);
                     checked[n].verdicts.push(Judged { item: &evidence[i], entailed: true, call: None, quote });
                     checked[n].entailed_by = Some(&evidence[i]);
                 }

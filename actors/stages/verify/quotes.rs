@@ -60,6 +60,12 @@ pub fn verbatim(fact: &str, evidence: &[EvidenceItem], allowed: &[usize]) -> Opt
     allowed.iter().copied().find(|&i| quoted_in(fact, &evidence[i].text))
 }
 
+/// The first of `allowed` that holds each name and number of `fact` (`nli.unjudged =
+/// "names_and_numbers"`): a fact with none asserts nothing this rule can check, and goes to the judge.
+pub fn names_and_numbers_held(fact: &str, evidence: &[EvidenceItem], allowed: &[usize]) -> Option<usize> {
+    allowed.iter().copied().find(|&i| names_and_numbers_in(fact, &evidence[i]) && numbers_in(fact, &evidence[i]))
+}
+
 /// One call for all `claims`, numbered as `Fact i`, over all of `evidence`, numbered as the leaf saw it.
 pub async fn judge(
     llm: &LlmClient,
@@ -239,6 +245,25 @@ mod tests {
         let evidence = item("Stille Wasser (2007 film)", "Stille Wasser is a German film released in 19 cinemas.");
         assert!(numbers_in("Stille Wasser (2007 film) was released in 19 cinemas.", &evidence));
         assert!(!numbers_in("Stille Wasser was released in 1907.", &evidence), "19 is not 1907");
+    }
+
+    #[test]
+    fn names_and_numbers_keep_a_fact_only_when_a_passage_it_may_rest_on_holds_each() {
+        let colvane = "Mira Colvane( March 3, 1871 – June 12, 1930) was a Scottish painter.";
+        let evidence = [item("Other", "Nothing here."), item("Mira Colvane", colvane)];
+        let held = |fact: &str, allowed: &[usize]| names_and_numbers_held(fact, &evidence, allowed);
+        assert_eq!(held("Mira Colvane died on 12 June 1930.", &[0, 1]), Some(1));
+        // A year the passage never gives, a name it lacks, or the right passage not among those the
+        // fact may rest on: the judge is asked.
+        assert_eq!(held("Mira Colvane died on 12 June 1931.", &[0, 1]), None);
+        assert_eq!(held("Mira Colvane was a painter from Glasgow.", &[0, 1]), None);
+        assert_eq!(held("Mira Colvane died on 12 June 1930.", &[0]), None);
+        // The question's shape with a year filled in, as the held-out trace showed, is not kept.
+        let orlen = [item("The Orlen Brothers", ORLEN)];
+        let shaped = "The Orlen Brothers were a Welsh folk band that disbanded in 1998.";
+        assert_eq!(names_and_numbers_held(shaped, &orlen, &[0]), None);
+        // Nothing to check is not a pass.
+        assert_eq!(names_and_numbers_held("she was a painter.", &evidence, &[1]), None);
     }
 
     #[test]
