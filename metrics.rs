@@ -58,6 +58,11 @@ pub struct Metrics {
     pub ready: IntGaugeVec,
     pub join_deadlines: IntCounterVec,
     pub join_late_results: IntCounterVec,
+    pub index_applied_offset: IntGaugeVec,
+    pub index_lag: IntGaugeVec,
+    pub index_passages: IntGaugeVec,
+    pub index_changes: IntCounterVec,
+    pub index_commit_seconds: HistogramVec,
 }
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -306,6 +311,38 @@ impl Metrics {
                 "Children's results that arrived after their parent had gone on (dropped).",
                 &[],
             ),
+            index_applied_offset: IntGaugeVec::new(
+                Opts::new(
+                    "lacuna_index_applied_offset",
+                    "The next offset of each documents-topic partition this replica's index holds everything before (committed).",
+                ),
+                &["partition"],
+            )
+            .expect("a valid gauge"),
+            index_lag: IntGaugeVec::new(
+                Opts::new(
+                    "lacuna_index_lag",
+                    "Documents-topic records this replica's index has not committed yet, per partition.",
+                ),
+                &["partition"],
+            )
+            .expect("a valid gauge"),
+            index_passages: IntGaugeVec::new(
+                Opts::new("lacuna_index_passages", "Live passages in this replica's index, as of its last commit."),
+                &[],
+            )
+            .expect("a valid gauge"),
+            index_changes: counter(
+                "lacuna_index_changes_total",
+                "Documents-topic records applied to this replica's index: upsert, delete, or rejected (not a document).",
+                &["change"],
+            ),
+            index_commit_seconds: histogram(
+                "lacuna_index_commit_seconds",
+                "Time to commit what a replica applied from the documents topic.",
+                &[],
+                seconds(),
+            ),
         };
         for collector in metrics.collectors() {
             metrics.registry.register(collector).expect("metric names are unique");
@@ -362,6 +399,11 @@ impl Metrics {
             Box::new(self.serve_registry_bytes.clone()),
             Box::new(self.producer_renewals.clone()),
             Box::new(self.serve_rejected.clone()),
+            Box::new(self.index_applied_offset.clone()),
+            Box::new(self.index_lag.clone()),
+            Box::new(self.index_passages.clone()),
+            Box::new(self.index_changes.clone()),
+            Box::new(self.index_commit_seconds.clone()),
         ]
     }
 

@@ -4,16 +4,26 @@
 //! second: no restart, no re-index. A line that is not a valid document is reported with its number
 //! and skipped; the others are applied, and the command then fails so that no script takes a partial
 //! ingest for a whole one.
+//!
+//! With `--transport kafka` the documents are published to the `documents` topic instead (a
+//! tombstone for each `--delete`), and every retrieve replica that follows it
+//! (`search.follow_documents`) applies them to its own index.
 
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
+use futures::{StreamExt, TryStreamExt};
 
 use crate::actors::clients::search::documents::check_id;
 use crate::actors::clients::{Document, TantivyWriter};
 use crate::config::{SearchBackend, Settings};
+use crate::pipelines::Transport;
+use crate::topics::kafka::KafkaBus;
+
+/// Documents published to Kafka at once.
+const IN_FLIGHT: usize = 256;
 
 #[derive(Args)]
 pub struct IngestArgs {
@@ -25,10 +35,14 @@ pub struct IngestArgs {
     /// The tantivy index to change (default: search.index_dir).
     #[arg(long)]
     index_dir: Option<PathBuf>,
+    /// `in-process` (write the local index) or `kafka` (publish to the documents topic on
+    /// kafka.brokers, which the retrieve replicas follow).
+    #[arg(long, default_value = "in-process")]
+    transport: Transport,
 }
 
 pub async fn ingest(settings: &Settings, args: IngestArgs) -> anyhow::Result<()> {
-    if settings.search.backend != SearchBackend::Tantivy {
+    if args.transport == Transport::InProcess && settings.search.backend != SearchBackend::Tantivy {
         anyhow::bail!("lacuna ingest writes the tantivy index; a live Meilisearch corpus is not built yet");
     }
     if args.file.is_none() && args.delete.is_empty() {
@@ -41,6 +55,10 @@ pub async fn ingest(settings: &Settings, args: IngestArgs) -> anyhow::Result<()>
         Some(path) => read_documents(path, settings.search.max_document_bytes)?,
         None => (Vec::new(), Vec::new()),
     };
+    if args.transport == Transport::Kafka {
+        publish_all(settings, &documents, &args.delete).await?;
+        return report(&rejected);
+    }
     let dir = args.index_dir.unwrap_or_else(|| settings.search.index_dir.clone());
     let started = Instant::now();
     let words = settings.search.passage_words;
@@ -62,7 +80,62 @@ pub async fn ingest(settings: &Settings, args: IngestArgs) -> anyhow::Result<()>
         deletes,
         started.elapsed().as_secs_f32()
     );
-    for (line, error) in &rejected {
+    report(&rejected)
+}
+
+/// Each document, then each deletion, to the documents topic; acknowledged by the broker before the
+/// command returns. Transient errors are retried; nothing is reported published that was not.
+async fn publish_all(settings: &Settings, documents: &[Document], deletes: &[String]) -> anyhow::Result<()> {
+    let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus)?;
+    bus.ensure_documents_topic().await?;
+    let started = Instant::now();
+    // The deletions after every document, so that one never overtakes the same id's new version.
+    publish(&bus, documents).await?;
+    for id in deletes {
+        with_retries(|| bus.publish_document(id, None)).await?;
+    }
+    eprintln!(
+        "published {} documents and {} deletions to {} in {:.1}s",
+        documents.len(),
+        deletes.len(),
+        bus.documents_topic(),
+        started.elapsed().as_secs_f32()
+    );
+    Ok(())
+}
+
+/// Publishes `documents` (distinct ids), many in flight at once; returns once the broker has them all.
+pub async fn publish(bus: &KafkaBus, documents: &[Document]) -> anyhow::Result<()> {
+    let published = futures::stream::iter(documents.iter().map(|document| async move {
+        let payload = serde_json::to_vec(document).expect("documents serialise");
+        with_retries(|| bus.publish_document(&document.id, Some(&payload))).await
+    }))
+    .buffer_unordered(IN_FLIGHT);
+    published.try_collect::<Vec<()>>().await?;
+    Ok(())
+}
+
+async fn with_retries<F, Fut>(mut publish: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), crate::topics::BusError>>,
+{
+    let mut attempt = 0;
+    loop {
+        match publish().await {
+            Ok(()) => return Ok(()),
+            Err(error @ crate::topics::BusError::Transport(_)) if attempt < 5 => {
+                attempt += 1;
+                tracing::warn!(%error, attempt, "publishing a document failed: retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(200 << attempt)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+fn report(rejected: &[(usize, String)]) -> anyhow::Result<()> {
+    for (line, error) in rejected {
         eprintln!("line {line}: {error}");
     }
     if !rejected.is_empty() {

@@ -7,7 +7,7 @@ mod dlq;
 mod eval;
 mod graph;
 mod index;
-mod ingest;
+pub mod ingest;
 mod recall;
 mod run;
 mod serve;

@@ -7,6 +7,7 @@ use clap::Args;
 
 use crate::config::Settings;
 use crate::pipelines::{PipelineKind, StageDecl, graph};
+use crate::topics::kafka::KafkaBus;
 
 #[derive(Args)]
 pub struct TopicsArgs {
@@ -26,6 +27,12 @@ pub async fn topics(settings: &Settings, args: TopicsArgs) -> anyhow::Result<()>
         let writers = names(&|s| s.outputs.contains(&topic));
         let readers = names(&|s| s.inputs.contains(&topic));
         println!("{}{} ({} partitions): {writers} -> {readers}", kafka.topic_prefix, topic.name(), kafka.partitions);
+    }
+    if settings.search.follow_documents {
+        let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus)?;
+        bus.ensure_documents_topic().await?;
+        let topic = bus.documents_topic();
+        println!("{topic} (compacted, every pipeline's): lacuna ingest, serve -> each retrieve replica's index");
     }
     Ok(())
 }

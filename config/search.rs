@@ -14,6 +14,13 @@ pub struct SearchSettings {
     pub passage_words: usize,
     /// The largest document taken (title, text and metadata, in bytes).
     pub max_document_bytes: usize,
+    /// Over Kafka: each retrieve process keeps its local tantivy index as a copy of the `documents`
+    /// topic (`actors/clients/search/materialiser.rs`), and `lacuna ingest --transport kafka`
+    /// publishes there.
+    pub follow_documents: bool,
+    /// How often a replica following the documents topic commits what it applied: the longest a
+    /// published document waits to be searchable, beyond the reader's own reload (about 0.5 s).
+    pub commit_interval_ms: u64,
     pub meilisearch: MeiliSettings,
 }
 

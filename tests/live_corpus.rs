@@ -1,5 +1,7 @@
 //! A live corpus: documents added while a pipeline runs are searched, answered from and cited by the
-//! next question, without a restart; a deleted document stops being cited.
+//! next question, without a restart; a deleted document stops being cited. In process (`lacuna
+//! ingest` writes the local index) and over Kafka (the `documents` topic, which every retrieve
+//! replica follows into its own index; the broker that scripts/test.sh starts).
 
 mod support;
 
@@ -140,4 +142,214 @@ async fn a_document_ingested_again_keeps_no_passage_of_its_older_version() {
     assert!(stderr.contains("line 2: ") && stderr.contains("line 3: document \"empty\" has no text"), "{stderr}");
     let search = TantivySearch::open(&index).unwrap();
     assert_eq!(ids(&search), ["log"], "the good line went in, and replaced all five passages");
+}
+
+/// `lacuna stage retrieve` of VANILLA, following the documents topic into its own index folder.
+struct Replica {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Replica {
+    fn start(settings: &lacuna::config::Settings, index: &Path, port: u16) -> Replica {
+        let child = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+            .envs(kafka_env(settings))
+            .env("LACUNA__SEARCH__FOLLOW_DOCUMENTS", "true")
+            .env("LACUNA__SEARCH__INDEX_DIR", index)
+            .env("LACUNA__SEARCH__COMMIT_INTERVAL_MS", "200")
+            // One passage per document, so that counting passages counts documents.
+            .env("LACUNA__SEARCH__PASSAGE_WORDS", "0")
+            .env("LACUNA__METRICS__LISTEN", format!("127.0.0.1:{port}"))
+            .args(["stage", "retrieve", "--pipeline", "vanilla"])
+            .spawn()
+            .unwrap();
+        Replica { child, port }
+    }
+
+    /// Waits until `/readyz` answers 200: caught up with the topic.
+    fn wait_ready(&mut self) {
+        let started = std::time::Instant::now();
+        loop {
+            assert!(self.child.try_wait().unwrap().is_none(), "the replica exited");
+            let ready = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok().and_then(|mut stream| {
+                use std::io::Read;
+                write!(stream, "GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").ok()?;
+                let mut reply = String::new();
+                stream.read_to_string(&mut reply).ok()?;
+                Some(reply.starts_with("HTTP/1.1 200"))
+            });
+            if ready == Some(true) {
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "the replica was not ready within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kafka_env(settings: &lacuna::config::Settings) -> Vec<(&'static str, String)> {
+    vec![
+        ("LACUNA__KAFKA__BROKERS", settings.kafka.brokers.clone()),
+        ("LACUNA__KAFKA__TOPIC_PREFIX", settings.kafka.topic_prefix.clone()),
+        ("LACUNA__KAFKA__PARTITIONS", settings.kafka.partitions.to_string()),
+    ]
+}
+
+/// `lacuna ingest --transport kafka`, as a user runs it.
+fn publish(settings: &lacuna::config::Settings, args: &[&str]) {
+    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .envs(kafka_env(settings))
+        .args(["ingest", "--transport", "kafka"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "ingest failed: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits until `holds` is true of the index at `dir` (a replica's, read beside it), at most 20 s.
+fn until_index(dir: &Path, what: &str, holds: impl Fn(&TantivySearch) -> bool) {
+    let started = std::time::Instant::now();
+    loop {
+        if TantivySearch::open(dir).is_ok_and(|search| holds(&search)) {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{}: {what} within 20 s", dir.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Over Kafka: two retrieve replicas, each with an index folder of its own that starts missing,
+/// build it from the documents topic; a made-up document published while they run becomes
+/// searchable on both and is cited by the next answer; its deletion takes it back from both. A
+/// replica killed with SIGKILL while a batch is being published comes back, catches up, and holds
+/// every live document of the topic.
+#[actix::test]
+async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survives_a_kill() {
+    use lacuna::pipelines::PipelineKind;
+    use lacuna::topics::{Bus, Event, Topic};
+    let dir = support::scratch_dir("live-corpus-kafka");
+    let llm = FakeLlm::start(reader).await;
+    let settings = support::cluster::settings("documents", &llm.base_url);
+    let base = dir.join("base.jsonl");
+    let real = std::fs::read_to_string(support::data_dir().join("hotpotqa/corpus.jsonl")).unwrap();
+    std::fs::write(&base, real.lines().take(300).collect::<Vec<_>>().join("\n")).unwrap();
+    publish(&settings, &[base.to_str().unwrap()]);
+
+    let indexes: Vec<_> = (0..2).map(|n| dir.join(format!("replica-{n}"))).collect();
+    for index in &indexes {
+        let _ = std::fs::remove_dir_all(index);
+    }
+    let mut replicas: Vec<Replica> =
+        indexes.iter().map(|index| Replica::start(&settings, index, free_port())).collect();
+    replicas.iter_mut().for_each(Replica::wait_ready);
+    for index in &indexes {
+        assert_eq!(TantivySearch::open(index).unwrap().num_passages(), 300, "ready means caught up");
+    }
+
+    // The rest of VANILLA in this process, on the pipeline's topics.
+    let vanilla = PipelineKind::Vanilla;
+    let bus = std::sync::Arc::new(
+        lacuna::topics::kafka::KafkaBus::new(vanilla.kafka_settings(&settings.kafka), &settings.bus).unwrap(),
+    );
+    bus.ensure_topics(&Topic::ALL).await.unwrap();
+    let mut parts_settings = settings.clone();
+    parts_settings.search.index_dir = support::hotpot_index();
+    let parts = Parts::load(&parts_settings, vanilla).unwrap();
+    let mut stages = Vec::new();
+    for name in ["sentence_filter", "reader"] {
+        stages.push(vanilla.stage(name).unwrap().start(bus.clone(), &settings, &parts).await.unwrap());
+    }
+    let mut answers = bus.subscribe(&[Topic::Answers], "inspect").await.unwrap();
+    let mut ask = async |id: &str| -> Answered {
+        bus.publish(QuestionEvent::new(id.to_string(), QUESTION.to_string()).to_record()).await.unwrap();
+        loop {
+            let delivery = tokio::time::timeout(Duration::from_secs(60), answers.next()).await.unwrap().unwrap();
+            let record: lacuna::topics::VersionedAnswer = serde_json::from_slice(&delivery.record.payload).unwrap();
+            delivery.ack();
+            if record.record.question_id() != id {
+                continue;
+            }
+            let AnswerRecord::Answered(answer) = record.record else { panic!("expected an answer: {record:?}") };
+            return *answer;
+        }
+    };
+    let before = ask("before").await;
+    assert!(!cites_made_up(&before) && before.answer == "unknown", "{:?}", before.answer);
+
+    let documents = dir.join("documents.jsonl");
+    let made_up = json!({"id": MADE_UP, "title": "Varnholt shoals",
+        "text": "The Varnholt shoals were first charted in 1871 by the lighthouse keeper Ada Quillmoor."});
+    std::fs::write(&documents, made_up.to_string()).unwrap();
+    publish(&settings, &[documents.to_str().unwrap()]);
+    for index in &indexes {
+        until_index(index, "the made-up passage", |s| s.passage(MADE_UP).unwrap().is_some());
+    }
+    // The replicas' readers follow their commits within about a second.
+    let mut after = ask("after-0").await;
+    for attempt in 1..20 {
+        if cites_made_up(&after) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        after = ask(&format!("after-{attempt}")).await;
+    }
+    assert_eq!(after.answer, "Ada Quillmoor");
+    assert!(cites_made_up(&after), "the record cites the published passage");
+    // The generation names how much of the changelog the replica's index held.
+    let read = &after.provenance.as_ref().unwrap().index_generation;
+    assert!(read.iter().all(|g| g.contains(":applied=")), "{read:?}");
+
+    publish(&settings, &["--delete", MADE_UP]);
+    for index in &indexes {
+        until_index(index, "the deletion", |s| s.passage(MADE_UP).unwrap().is_none());
+    }
+    let mut deleted = ask("deleted-0").await;
+    for attempt in 1..20 {
+        if !cites_made_up(&deleted) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        deleted = ask(&format!("deleted-{attempt}")).await;
+    }
+    assert!(!cites_made_up(&deleted) && deleted.answer == "unknown", "{:?}", deleted.answer);
+    for stage in stages {
+        stage.drain().await;
+    }
+
+    // 10,000 more documents; replica 0 is killed while it applies them, then started again.
+    let batch = dir.join("batch.jsonl");
+    let lines: Vec<String> = (0..10_000)
+        .map(|n| json!({"id": format!("batch-{n}"), "title": format!("Batch {n}"), "text": format!("Record {n} of the batch.")}).to_string())
+        .collect();
+    std::fs::write(&batch, lines.join("\n")).unwrap();
+    let publishing = {
+        let (settings, batch) = (settings.clone(), batch.clone());
+        std::thread::spawn(move || publish(&settings, &[batch.to_str().unwrap()]))
+    };
+    until_index(&indexes[0], "some of the batch", |s| s.num_passages() > 300);
+    let at_kill = TantivySearch::open(&indexes[0]).unwrap().num_passages();
+    let port = replicas[0].port;
+    Command::new("kill").args(["-9", &replicas[0].child.id().to_string()]).status().unwrap();
+    let _ = replicas[0].child.wait();
+    publishing.join().unwrap();
+    replicas[0] = Replica::start(&settings, &indexes[0], port);
+    replicas[0].wait_ready();
+    // The topic's live keys: 300 base documents and the batch (the made-up one was deleted), each
+    // one passage.
+    assert!(at_kill < 10_300, "the kill came after replica 0 had applied the whole batch ({at_kill} passages)");
+    for index in &indexes {
+        until_index(index, "all 10,300 live documents", |s| s.num_passages() == 10_300);
+    }
+    assert!(TantivySearch::open(&indexes[0]).unwrap().passage("batch-9999").unwrap().is_some());
 }

@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 mod claims;
 mod config;
+mod documents;
 mod follow;
 mod offsets;
 mod poller;
@@ -28,6 +29,7 @@ mod rebalance;
 mod table;
 
 pub use config::client_config;
+pub use documents::{Change, Changelog, Span};
 pub use follow::CatchUp;
 use offsets::OffsetTracker;
 use poller::{KafkaSubscription, poll};
@@ -248,8 +250,13 @@ impl KafkaBus {
         let mut future = FutureRecord::to(&name).key(record.key.as_bytes()).headers(headers);
         // An empty payload on a table is a tombstone: Kafka's null value, which compaction removes.
         if !(record.topic.is_table() && payload.is_empty()) {
-            future = future.payload(&payload);
+            future = future.payload(payload.as_slice());
         }
+        self.send(future).await
+    }
+
+    /// Sends one record, replacing the producer when it hit a fatal error.
+    async fn send(&self, future: FutureRecord<'_, [u8], [u8]>) -> Result<(), BusError> {
         let (number, producer) = self.producer.read().unwrap().clone();
         match producer.send(future, Duration::from_millis(self.settings.message_timeout_ms)).await {
             Ok(_) => Ok(()),

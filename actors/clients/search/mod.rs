@@ -5,6 +5,7 @@
 
 mod corpus;
 pub mod documents;
+pub mod materialiser;
 pub mod meili;
 pub mod tantivy;
 pub mod tantivy_writer;

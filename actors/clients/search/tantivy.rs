@@ -48,9 +48,12 @@ pub(super) fn schema() -> (Schema, Fields) {
 
 #[derive(Clone)]
 pub struct TantivySearch {
+    index: Index,
     reader: IndexReader,
     parser: std::sync::Arc<QueryParser>,
     fields: Fields,
+    /// The last generation named, with what its commit says it applied (see [`Self::generation_of`]).
+    applied: std::sync::Arc<std::sync::Mutex<(String, Option<u64>)>>,
 }
 
 impl TantivySearch {
@@ -69,7 +72,7 @@ impl TantivySearch {
         let (_, fields) = schema();
         let reader = index.reader_builder().reload_policy(ReloadPolicy::OnCommitWithDelay).try_into()?;
         let parser = QueryParser::for_index(&index, vec![fields.title, fields.text]);
-        Ok(TantivySearch { reader, parser: std::sync::Arc::new(parser), fields })
+        Ok(TantivySearch { index, reader, parser: std::sync::Arc::new(parser), fields, applied: Default::default() })
     }
 
     /// BM25 top `limit` passages for a free-text query, best first.
@@ -91,12 +94,28 @@ impl TantivySearch {
             .into_iter()
             .map(|(score, address)| Ok((self.to_passage(&searcher.doc(address)?), score)))
             .collect::<Result<_, SearchError>>()?;
-        Ok((hits, generation(&searcher)))
+        Ok((hits, self.generation_of(&searcher)))
     }
 
     /// The generation of the index as a search reads it now.
     pub fn generation(&self) -> String {
-        generation(&self.reader.searcher())
+        self.generation_of(&self.reader.searcher())
+    }
+
+    /// `tantivy:<passages>:<hash>`, and for an index a replica materialises from the documents topic
+    /// `:applied=<n>`: the changelog records, summed over partitions, that it holds everything before
+    /// (its commit stores them). The commit read from disk is taken only when its segments are the
+    /// searcher's own, so a newer commit never lends its offsets to an older searcher.
+    fn generation_of(&self, searcher: &::tantivy::Searcher) -> String {
+        let base = generation(searcher);
+        let mut cached = self.applied.lock().unwrap();
+        if cached.0 != base {
+            *cached = (base.clone(), applied(&self.index, searcher));
+        }
+        match cached.1 {
+            Some(applied) => format!("{base}:applied={applied}"),
+            None => base,
+        }
     }
 
     /// The passage with this id, if the index has it.
@@ -108,6 +127,34 @@ impl TantivySearch {
             Some((_, address)) => Ok(Some(self.to_passage(&searcher.doc(*address)?))),
             None => Ok(None),
         }
+    }
+
+    /// Whether the index holds any passage of document `doc_id`.
+    pub fn has_document(&self, doc_id: &str) -> bool {
+        let query = TermQuery::new(Term::from_field_text(self.fields.doc, doc_id), IndexRecordOption::Basic);
+        self.reader.searcher().search(&query, &::tantivy::collector::Count).is_ok_and(|n| n > 0)
+    }
+
+    /// The passages of document `doc_id`, in order, with its metadata (JSON as stored); None when
+    /// the index has none.
+    pub fn document(&self, doc_id: &str) -> Result<Option<(Vec<Passage>, String)>, SearchError> {
+        let searcher = self.reader.searcher();
+        let query = TermQuery::new(Term::from_field_text(self.fields.doc, doc_id), IndexRecordOption::Basic);
+        // A document of search.max_document_bytes splits into a few thousand passages at most.
+        let top = searcher.search(&query, &TopDocs::with_limit(100_000))?;
+        let (mut passages, mut metadata) = (Vec::new(), String::new());
+        for (_, address) in top {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            metadata = doc.get_first(self.fields.metadata).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            passages.push(self.to_passage(&doc));
+        }
+        if passages.is_empty() {
+            return Ok(None);
+        }
+        // `ID#2` before `ID#10`.
+        let number = |p: &Passage| p.id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0);
+        passages.sort_by_key(number);
+        Ok(Some((passages, metadata)))
     }
 
     pub fn num_passages(&self) -> u64 {
@@ -134,6 +181,22 @@ pub(super) fn generation(searcher: &::tantivy::Searcher) -> String {
     let digest = Sha256::digest(segments.join(",").as_bytes());
     let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
     format!("tantivy:{}:{short}", searcher.num_docs())
+}
+
+/// The changelog records the commit that `searcher` reads says it applied, if it says so.
+fn applied(index: &Index, searcher: &::tantivy::Searcher) -> Option<u64> {
+    let metas = index.load_metas().ok()?;
+    let segments =
+        |pairs: Vec<(String, u32)>| -> std::collections::BTreeSet<(String, u32)> { pairs.into_iter().collect() };
+    let committed = segments(metas.segments.iter().map(|m| (m.id().uuid_string(), m.num_deleted_docs())).collect());
+    let searched = segments(
+        searcher.segment_readers().iter().map(|r| (r.segment_id().uuid_string(), r.num_deleted_docs())).collect(),
+    );
+    if committed != searched {
+        return None;
+    }
+    let payload: serde_json::Value = serde_json::from_str(metas.payload.as_deref()?).ok()?;
+    Some(payload.get("next")?.as_object()?.values().filter_map(serde_json::Value::as_u64).sum())
 }
 
 /// Keeps words only: query syntax characters (`:`, `"`, `+`, `-`, brackets) would change the query.

@@ -77,6 +77,32 @@ impl TantivyWriter {
         Ok(generation(&self.reader.searcher()))
     }
 
+    /// [`commit`](Self::commit), with `payload` stored in the same commit: the changelog offsets a
+    /// replica applied, so that after a restart it resumes exactly where the index's content ends.
+    pub fn commit_with(&mut self, payload: &str) -> Result<String, SearchError> {
+        let mut prepared = self.writer.prepare_commit()?;
+        prepared.set_payload(payload);
+        prepared.commit()?;
+        self.reader.reload()?;
+        Ok(generation(&self.reader.searcher()))
+    }
+
+    /// What the last commit stored with [`commit_with`](Self::commit_with), if anything.
+    pub fn payload(&self) -> Result<Option<String>, SearchError> {
+        Ok(self.writer.index().load_metas()?.payload)
+    }
+
+    /// Deletes every passage, from the next commit (a replica rebuilding from the changelog).
+    pub fn clear(&mut self) -> Result<(), SearchError> {
+        self.writer.delete_all_documents()?;
+        Ok(())
+    }
+
+    /// Live passages as of the last commit.
+    pub fn passages(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
     fn add(&mut self, doc_id: &str, id: &str, title: &str, text: &str, metadata: &str) -> Result<(), SearchError> {
         let f = self.fields;
         self.writer.add_document(

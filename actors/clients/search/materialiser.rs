@@ -1,0 +1,267 @@
+//! A retrieve replica's local tantivy index as a copy of the `documents` topic (`search.follow_documents`):
+//! the Kafka pattern of a table that every instance reads whole. Each replica reads every partition,
+//! applies each document through the same [`TantivyWriter`] as `lacuna ingest`, and commits every
+//! `search.commit_interval_ms`, storing the offsets it applied inside that same commit. So the
+//! folder is a cache of the topic:
+//! - a restart resumes from the offsets of its last commit, which name exactly what the index holds;
+//! - a missing folder, one tantivy cannot open, or one whose offsets are older than what the topic
+//!   still keeps (retention or compaction removed records, tombstones among them, that it never
+//!   saw) is rebuilt from the start of the topic;
+//! - the replica is ready once it has applied and committed every record the topic held when it
+//!   started ([`Following::caught_up`]).
+//!
+//! A record that is not a valid document is logged, counted (`lacuna_index_changes_total{change=
+//! "rejected"}`) and skipped: `lacuna ingest` and `serve` check documents before publishing, so such a
+//! record came from another producer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::documents::Document;
+use super::{SearchError, TantivyWriter};
+use crate::config::SearchSettings;
+use crate::metrics::METRICS;
+use crate::topics::kafka::{Change, Changelog, KafkaBus, Span};
+
+/// How often the lag metric asks the broker for the topic's end.
+const LAG_EVERY: Duration = Duration::from_secs(5);
+
+/// Stored in each commit: the topic, and per partition the next offset to apply.
+#[derive(Serialize, Deserialize, Default, PartialEq, Debug)]
+struct Applied {
+    topic: String,
+    next: BTreeMap<i32, i64>,
+}
+
+/// Where a materialiser stands, for readiness and for the stage that waits on it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Following {
+    CatchingUp,
+    /// Every record the topic held at start is applied and committed.
+    CaughtUp,
+    /// It stopped; the process should end so that it is restarted (it resumes from its last commit).
+    Failed(String),
+}
+
+/// A running materialiser: its state, and a stop flag its thread checks between records.
+pub struct Materialiser {
+    pub state: watch::Receiver<Following>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Materialiser {
+    /// Starts following the documents topic into the index at `settings.index_dir`, on a thread of
+    /// its own (tantivy and the changelog reader block).
+    pub fn start(bus: &KafkaBus, settings: &SearchSettings) -> Result<Materialiser, SearchError> {
+        let changelog = bus.changelog().map_err(|e| SearchError::Index(e.to_string()))?;
+        let (sender, state) = watch::channel(Following::CatchingUp);
+        let stop = Arc::new(AtomicBool::new(false));
+        let follower = Follower {
+            changelog,
+            dir: settings.index_dir.clone(),
+            passage_words: settings.passage_words,
+            interval: Duration::from_millis(settings.commit_interval_ms.max(1)),
+            stop: stop.clone(),
+        };
+        std::thread::Builder::new()
+            .name("materialiser".into())
+            .spawn(move || {
+                if let Err(error) = follower.run(&sender) {
+                    tracing::error!(%error, "the index stopped following the documents topic");
+                    sender.send_replace(Following::Failed(error.to_string()));
+                }
+            })
+            .map_err(|e| SearchError::Index(e.to_string()))?;
+        Ok(Materialiser { state, stop })
+    }
+
+    /// Waits until caught up; the error when it failed first.
+    pub async fn caught_up(&mut self) -> Result<(), String> {
+        let state = self.state.wait_for(|s| *s != Following::CatchingUp).await.map_err(|e| e.to_string())?;
+        match &*state {
+            Following::Failed(reason) => Err(reason.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Resolves when the materialiser fails, with why.
+    pub async fn failed(&mut self) -> String {
+        match self.state.wait_for(|s| matches!(s, Following::Failed(_))).await {
+            Ok(state) => match &*state {
+                Following::Failed(reason) => reason.clone(),
+                _ => unreachable!("waited for a failure"),
+            },
+            Err(_) => "the materialiser thread ended".into(),
+        }
+    }
+}
+
+impl Drop for Materialiser {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+struct Follower {
+    changelog: Changelog,
+    dir: PathBuf,
+    passage_words: usize,
+    interval: Duration,
+    stop: Arc<AtomicBool>,
+}
+
+impl Follower {
+    fn run(self, state: &watch::Sender<Following>) -> Result<(), SearchError> {
+        let bus_error = |e: crate::topics::BusError| SearchError::Index(e.to_string());
+        let topic = self.changelog.topic().to_string();
+        let spans = self.changelog.spans().map_err(bus_error)?;
+        let mut writer = open_or_recreate(&self.dir)?;
+        let stored: Option<Applied> = writer.payload()?.and_then(|p| serde_json::from_str(&p).ok());
+        let mut applied = match stored {
+            Some(applied) if applied.topic == topic && !outdated(&applied, &spans) => applied,
+            Some(applied) => {
+                tracing::warn!(
+                    dir = %self.dir.display(), stored = ?applied.next, topic,
+                    "the index's offsets are not the topic's, or older than its earliest records: rebuilding from the topic"
+                );
+                writer.clear()?;
+                Applied { topic: topic.clone(), next: BTreeMap::new() }
+            }
+            // Nothing applied yet: whatever the folder holds (a corpus from `lacuna index`) stays, and
+            // the topic's documents go on top of it.
+            None => Applied { topic: topic.clone(), next: BTreeMap::new() },
+        };
+        let from: HashMap<i32, i64> = spans
+            .iter()
+            .map(|s| (s.partition, applied.next.get(&s.partition).copied().unwrap_or(s.low).max(s.low)))
+            .collect();
+        // The end offsets to reach before the replica is ready.
+        let mut behind: HashMap<i32, i64> =
+            spans.iter().filter(|s| from[&s.partition] < s.high).map(|s| (s.partition, s.high)).collect();
+        for (&partition, &offset) in &from {
+            applied.next.insert(partition, offset);
+        }
+        self.changelog.start(&from).map_err(bus_error)?;
+        tracing::info!(topic, partitions = spans.len(), behind = behind.len(), "following the documents topic");
+        let mut ends: HashMap<i32, i64> = spans.iter().map(|s| (s.partition, s.high)).collect();
+        let (mut dirty, mut last_commit, mut last_lag) = (true, Instant::now(), Instant::now());
+        let mut announced = false;
+        while !self.stop.load(Ordering::Relaxed) {
+            if let Some(change) = self.changelog.poll(Duration::from_millis(50)).map_err(bus_error)? {
+                apply(&mut writer, &change, self.passage_words);
+                applied.next.insert(change.partition, change.offset + 1);
+                if behind.get(&change.partition).is_some_and(|end| change.offset + 1 >= *end) {
+                    behind.remove(&change.partition);
+                }
+                dirty = true;
+            }
+            let caught_up_now = !announced && behind.is_empty();
+            if dirty && (caught_up_now || last_commit.elapsed() >= self.interval) {
+                commit(&mut writer, &applied, &ends)?;
+                (dirty, last_commit) = (false, Instant::now());
+            }
+            if caught_up_now {
+                announced = true;
+                state.send_replace(Following::CaughtUp);
+                tracing::info!(passages = writer.passages(), "the index caught up with the documents topic");
+            }
+            if last_lag.elapsed() >= LAG_EVERY {
+                for (&partition, end) in ends.iter_mut() {
+                    if let Some(high) = self.changelog.high_watermark(partition) {
+                        *end = high;
+                    }
+                }
+                report_lag(&applied, &ends);
+                last_lag = Instant::now();
+            }
+        }
+        if dirty {
+            commit(&mut writer, &applied, &ends)?;
+        }
+        Ok(())
+    }
+}
+
+/// A stored offset below a partition's earliest record: records it never saw are gone.
+fn outdated(applied: &Applied, spans: &[Span]) -> bool {
+    spans.iter().any(|s| applied.next.get(&s.partition).copied().unwrap_or(0) < s.low)
+}
+
+/// The writer of `dir`; a folder tantivy cannot open (damaged, half-written) is moved aside and
+/// started again empty, to be filled from the topic. A folder another process writes is an error.
+fn open_or_recreate(dir: &Path) -> Result<TantivyWriter, SearchError> {
+    match TantivyWriter::open(dir) {
+        Ok(writer) => Ok(writer),
+        Err(error) if error.to_string().contains("being written by another process") => Err(error),
+        Err(error) => {
+            tracing::warn!(%error, dir = %dir.display(), "cannot open the local index: rebuilding it from the topic");
+            let aside = dir.with_extension(format!("damaged-{}", std::process::id()));
+            std::fs::rename(dir, &aside).map_err(|e| SearchError::Index(format!("{}: {e}", dir.display())))?;
+            let _ = std::fs::remove_dir_all(&aside);
+            TantivyWriter::open(dir)
+        }
+    }
+}
+
+fn apply(writer: &mut TantivyWriter, change: &Change, passage_words: usize) {
+    let Some(payload) = &change.document else {
+        writer.delete(&change.key);
+        METRICS.index_changes.with_label_values(&["delete"]).inc();
+        return;
+    };
+    let document = serde_json::from_slice::<Document>(payload)
+        .map_err(|e| e.to_string())
+        .and_then(|d| d.check(usize::MAX).map(|_| d).map_err(|e| e.to_string()))
+        .and_then(|d| if d.id == change.key { Ok(d) } else { Err(format!("its id {:?} is not its key", d.id)) });
+    let outcome = document.map_err(SearchError::Index).and_then(|d| writer.upsert(&d, passage_words));
+    match outcome {
+        Ok(_) => METRICS.index_changes.with_label_values(&["upsert"]).inc(),
+        Err(error) => {
+            tracing::error!(
+                key = change.key, partition = change.partition, offset = change.offset, %error,
+                "a documents record is not a document: skipped"
+            );
+            METRICS.index_changes.with_label_values(&["rejected"]).inc();
+        }
+    }
+}
+
+fn commit(writer: &mut TantivyWriter, applied: &Applied, ends: &HashMap<i32, i64>) -> Result<(), SearchError> {
+    let started = Instant::now();
+    let payload = serde_json::to_string(applied).expect("offsets serialise");
+    writer.commit_with(&payload)?;
+    METRICS.index_commit_seconds.with_label_values::<&str>(&[]).observe(started.elapsed().as_secs_f64());
+    METRICS.index_passages.with_label_values::<&str>(&[]).set(writer.passages() as i64);
+    report_lag(applied, ends);
+    Ok(())
+}
+
+fn report_lag(applied: &Applied, ends: &HashMap<i32, i64>) {
+    for (partition, next) in &applied.next {
+        let label = partition.to_string();
+        METRICS.index_applied_offset.with_label_values(&[&label]).set(*next);
+        let end = ends.get(partition).copied().unwrap_or(*next);
+        METRICS.index_lag.with_label_values(&[&label]).set((end - next).max(0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_offsets_below_a_partitions_earliest_record_are_outdated() {
+        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10), (1, 3)]) };
+        let span = |partition, low, high| Span { partition, low, high };
+        assert!(!outdated(&applied, &[span(0, 0, 12), span(1, 3, 3)]), "3 is partition 1's earliest: nothing missed");
+        assert!(outdated(&applied, &[span(0, 0, 12), span(1, 4, 9)]), "offset 3 of partition 1 is gone unseen");
+        assert!(outdated(&applied, &[span(0, 0, 12), span(2, 1, 5)]), "a partition it never read lost its start");
+        assert!(!outdated(&applied, &[span(2, 0, 5)]), "a new partition read from its start");
+    }
+}

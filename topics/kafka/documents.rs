@@ -1,0 +1,145 @@
+//! The corpus's changelog on Kafka: one compacted `<kafka.topic_prefix>documents` topic per
+//! deployment, shared by every pipeline (the prefix as configured, never a pipeline's own). A
+//! record is one whole document, keyed by its id, as `lacuna ingest` reads it; a tombstone deletes
+//! the document.
+//!
+//! Keyed by document, not by passage: a new version of a document is then one record that replaces
+//! all of its passages at once, and compaction keeps exactly its latest version. Keyed by passage, a
+//! shorter new version would need a tombstone for each passage it no longer has, written by whoever
+//! knew the old version's length. Each replica splits documents into passages by the same rule
+//! (`Document::passages`, `search.passage_words`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use super::{KafkaBus, transport};
+use crate::topics::bus::BusError;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One record of the changelog: a document's new version, or its deletion (`document: None`).
+pub struct Change {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: String,
+    pub document: Option<Vec<u8>>,
+}
+
+/// What a partition holds now: records from `low` (the earliest retention and compaction left) to
+/// `high` (the next offset to be written).
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub partition: i32,
+    pub low: i64,
+    pub high: i64,
+}
+
+impl KafkaBus {
+    pub fn documents_topic(&self) -> String {
+        format!("{}documents", self.settings.topic_prefix)
+    }
+
+    /// Creates the documents topic, compacted, when it does not exist yet.
+    pub async fn ensure_documents_topic(&self) -> Result<(), BusError> {
+        let admin: AdminClient<DefaultClientContext> = self.base.create().map_err(transport)?;
+        let name = self.documents_topic();
+        let topic =
+            NewTopic::new(&name, self.settings.partitions, TopicReplication::Fixed(self.settings.replication_factor))
+                .set("cleanup.policy", "compact");
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        for result in admin.create_topics([&topic], &options).await.map_err(transport)? {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => return Err(BusError::Transport(format!("cannot create topic {name}: {code}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes a document's new version (its JSON), or with `None` its deletion.
+    pub async fn publish_document(&self, id: &str, document: Option<&[u8]>) -> Result<(), BusError> {
+        let name = self.documents_topic();
+        let mut record = FutureRecord::to(&name).key(id.as_bytes());
+        if let Some(document) = document {
+            record = record.payload(document);
+        }
+        self.send(record).await
+    }
+
+    /// A reader of the changelog outside any consumer group: every replica reads every partition.
+    pub fn changelog(&self) -> Result<Changelog, BusError> {
+        let group = format!("{}documents-reader", self.settings.topic_prefix);
+        let consumer: BaseConsumer = self
+            .base
+            .clone()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .create()
+            .map_err(transport)?;
+        Ok(Changelog { consumer, topic: self.documents_topic() })
+    }
+}
+
+/// Blocking: a replica's materialiser runs it on a thread of its own.
+pub struct Changelog {
+    consumer: BaseConsumer,
+    topic: String,
+}
+
+impl Changelog {
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Every partition of the topic, with its watermarks now.
+    pub fn spans(&self) -> Result<Vec<Span>, BusError> {
+        let metadata = self.consumer.fetch_metadata(Some(&self.topic), TIMEOUT).map_err(transport)?;
+        let mut spans = Vec::new();
+        for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+            let (low, high) =
+                self.consumer.fetch_watermarks(&self.topic, partition.id(), TIMEOUT).map_err(transport)?;
+            spans.push(Span { partition: partition.id(), low, high });
+        }
+        if spans.is_empty() {
+            return Err(BusError::Transport(format!("topic {} has no partitions (is it created?)", self.topic)));
+        }
+        spans.sort_by_key(|s| s.partition);
+        Ok(spans)
+    }
+
+    /// Starts reading each partition at its offset in `from`.
+    pub fn start(&self, from: &HashMap<i32, i64>) -> Result<(), BusError> {
+        let mut assignment = TopicPartitionList::new();
+        for (&partition, &offset) in from {
+            assignment.add_partition_offset(&self.topic, partition, Offset::Offset(offset)).map_err(transport)?;
+        }
+        self.consumer.assign(&assignment).map_err(transport)
+    }
+
+    /// The next record, if one comes within `timeout`.
+    pub fn poll(&self, timeout: Duration) -> Result<Option<Change>, BusError> {
+        match self.consumer.poll(timeout) {
+            None => Ok(None),
+            Some(Err(error)) => Err(transport(error)),
+            Some(Ok(message)) => Ok(Some(Change {
+                partition: message.partition(),
+                offset: message.offset(),
+                key: message.key().map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default(),
+                document: message.payload().filter(|p| !p.is_empty()).map(<[u8]>::to_vec),
+            })),
+        }
+    }
+
+    /// The partition's high watermark now (a broker round trip), for the lag metric.
+    pub fn high_watermark(&self, partition: i32) -> Option<i64> {
+        self.consumer.fetch_watermarks(&self.topic, partition, Duration::from_secs(1)).ok().map(|(_, high)| high)
+    }
+}
