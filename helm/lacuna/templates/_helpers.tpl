@@ -91,7 +91,7 @@ every per-stage override names a stage some pipeline has, and only settings a st
 {{- end -}}
 {{- $_ := set $config "serve" (merge $serve (default dict $config.serve)) -}}
 {{- end -}}
-{{- $search := dict "index_dir" .Values.index.mountPath -}}
+{{- $search := dict "index_dir" .Values.index.mountPath "follow_documents" .Values.index.followDocuments -}}
 {{- $_ := set $config "search" (merge $search (default dict $config.search)) -}}
 {{- toToml $config -}}
 {{- end -}}
