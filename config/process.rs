@@ -25,6 +25,9 @@ pub struct ServeSettings {
     pub body_timeout_ms: u64,
     /// The environment variable holding the bearer token the API requires; empty: no auth.
     pub token_env: String,
+    /// The environment variable holding the token of the document routes (`/v1/documents`), a write
+    /// scope of its own; empty: those routes are off.
+    pub documents_token_env: String,
     /// Origins allowed to call the API from a browser (CORS); empty: none.
     pub cors_origins: Vec<String>,
     /// How long `POST /v1/answer` waits by default before answering 202 with the question's URL.

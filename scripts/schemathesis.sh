@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes `lacuna serve`'s HTTP API against the OpenAPI document it serves (/openapi.json) with
 # Schemathesis (https://schemathesis.readthedocs.io), every check on (`--checks all`): twice, once with
-# an API token (serve.token_env set; Schemathesis sends `Authorization: Bearer <token>`) and once
-# without one. The server runs in process on 127.0.0.1 in front of the built-in fake LLM
+# an API token (serve.token_env set; Schemathesis sends `Authorization: Bearer <token>`; the document
+# routes are on with the same token, writing a scratch copy of the index) and once without one (the
+# document routes off). The server runs in process on 127.0.0.1 in front of the built-in fake LLM
 # (`lacuna bench fake-llm`), serving every pipeline, over a BM25 index of the HotpotQA corpus built
 # once under the cache.
 # Schemathesis is installed, pinned, into its own venv under the cache and reused. Both servers are
@@ -138,6 +139,10 @@ fuzz() {
         export LACUNA__SERVE__ANSWER_TIMEOUT_MS=30000
         if [ -n "$token" ]; then
             export LACUNA__SERVE__TOKEN_ENV=LACUNA_SCHEMA_TOKEN LACUNA_SCHEMA_TOKEN="$token"
+            # The document routes as well (the same token here), on a copy of the index: they write it.
+            export LACUNA__SERVE__DOCUMENTS_TOKEN_ENV=LACUNA_SCHEMA_TOKEN
+            cp -r "$INDEX" "$work/index-$name"
+            export LACUNA__SEARCH__INDEX_DIR="$work/index-$name"
         else
             export LACUNA__SERVE__TOKEN_ENV=""
         fi

@@ -6,6 +6,7 @@
 //! - `GET /v1/questions/{id}/events`: the steps as Server-Sent Events, ending with the record;
 //! - `POST /v1/answer`: one question, waiting for its record (202 and its URL past the timeout);
 //! - `GET /v1/stages`: open questions by stage, and in process what each stage has in flight;
+//! - `/v1/documents`: the live corpus, behind a token of its own (`documents.rs`);
 //! - `/` (the live page), `/openapi.json`, `/metrics`, `/healthz`, `/readyz`, without auth.
 
 use std::collections::{BTreeMap, HashSet};
@@ -58,6 +59,8 @@ pub struct Api {
     pub ready: Arc<AtomicBool>,
     /// One permit per open event stream (`serve.max_event_streams`).
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// The document routes' own token and target.
+    pub documents: Arc<super::documents::DocumentRoutes>,
 }
 
 /// Ids travel in URLs and Kafka keys: letters, digits and `._:-`, at most 128 of them.
@@ -73,18 +76,22 @@ fn location(id: &str) -> String {
 /// constant time, so neither the token's bytes nor its length leak through timing.
 pub async fn authorize(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
     let Some(token) = &api.token else { return next.run(request).await };
-    let given = request
-        .headers()
+    if bearer_matches(request.headers(), token) {
+        return next.run(request).await;
+    }
+    ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "this API needs Authorization: Bearer <token>")
+        .into_response()
+}
+
+/// Whether the request's `Authorization: Bearer` is `token`, compared in constant time.
+pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let given = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or_default();
     let (given, wanted) = (Sha256::digest(given.as_bytes()), Sha256::digest(token.as_bytes()));
-    if bool::from(given.ct_eq(&wanted)) {
-        return next.run(request).await;
-    }
-    ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "this API needs Authorization: Bearer <token>")
-        .into_response()
+    bool::from(given.ct_eq(&wanted))
 }
 
 impl Api {

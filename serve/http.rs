@@ -173,7 +173,7 @@ pub fn cors(settings: &ServeSettings) -> CorsLayer {
     });
     CorsLayer::new()
         .allow_origin(allowed)
-        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
         .allow_headers([
             "authorization".parse().expect("a header name"),
             CONTENT_TYPE,

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod bodies;
+pub mod documents;
 pub mod http;
 pub mod openapi;
 pub mod registry;
@@ -21,8 +22,10 @@ use tokio::sync::watch;
 use crate::config::Settings;
 use crate::pipelines::parts::Parts;
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
+use crate::topics::kafka::KafkaBus;
 use crate::topics::{Bus, Event, ProgressEvent, Subscription, Topic, VersionedAnswer};
 use api::Api;
+use documents::{DocumentRoutes, Target};
 use registry::Registry;
 
 pub struct ServeOptions {
@@ -56,16 +59,16 @@ impl Server {
     }
 }
 
-/// The bearer token named by `serve.token_env`: none when unnamed, an error when named but unset.
-fn token(settings: &Settings) -> anyhow::Result<Option<String>> {
-    let name = &settings.serve.token_env;
+/// The bearer token named by `name` (`serve.token_env`, `serve.documents_token_env`): none when
+/// unnamed, an error when named but unset.
+fn token(name: &str) -> anyhow::Result<Option<String>> {
     if name.is_empty() {
         return Ok(None);
     }
     match std::env::var(name) {
         Ok(token) if !token.is_empty() => Ok(Some(token)),
         _ => anyhow::bail!(
-            "serve.token_env names {name}, which is not set: set it, or empty serve.token_env for no auth"
+            "the token's variable {name} is not set (serve.token_env, serve.documents_token_env): set it, or empty the setting"
         ),
     }
 }
@@ -91,7 +94,8 @@ pub async fn start(
     mut parts: impl FnMut(PipelineKind) -> anyhow::Result<Parts>,
 ) -> anyhow::Result<Server> {
     anyhow::ensure!(!options.pipelines.is_empty(), "serve at least one pipeline");
-    let token = token(settings)?;
+    let documents_token = token(&settings.serve.documents_token_env)?;
+    let token = token(&settings.serve.token_env)?;
     let mut settings = settings.clone();
     if options.transport == Transport::InProcess {
         // Stages here must publish progress; the open bound is also the bound the queues are sized for.
@@ -167,6 +171,22 @@ pub async fn start(
             }
         }
     }
+    let documents = Arc::new(DocumentRoutes {
+        token: documents_token,
+        target: match options.transport {
+            Transport::InProcess => {
+                Target::Local { dir: settings.search.index_dir.clone(), writing: tokio::sync::Mutex::new(()) }
+            }
+            Transport::Kafka => {
+                let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus)?;
+                bus.ensure_documents_topic().await?;
+                Target::Kafka(Arc::new(bus))
+            }
+        },
+        max_document_bytes: settings.search.max_document_bytes,
+        passage_words: settings.search.passage_words,
+        body_timeout: std::time::Duration::from_millis(settings.serve.body_timeout_ms),
+    });
     let ready = Arc::new(AtomicBool::new(false));
     let api = Arc::new(Api {
         registry: registry.clone(),
@@ -179,6 +199,7 @@ pub async fn start(
         stage_names,
         ready: ready.clone(),
         streams: Arc::new(tokio::sync::Semaphore::new(settings.serve.max_event_streams.max(1))),
+        documents,
     });
     let listener = tokio::net::TcpListener::bind(&options.listen)
         .await

@@ -18,6 +18,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::api::{self, Api};
+use super::documents;
 use super::http::{self as plumbing, RouteLabel};
 use crate::pipelines::observe;
 
@@ -31,6 +32,7 @@ use crate::pipelines::observe;
     security((), ("bearer" = [])),
     tags(
         (name = "questions", description = "Ask, follow and read questions."),
+        (name = "documents", description = "Add, read and delete documents of the live corpus, with a token of their own (off without one)."),
         (name = "operations", description = "The live page, this document, metrics and probes; no token needed."),
     )
 )]
@@ -47,6 +49,11 @@ impl Modify for BearerToken {
             .description(Some("Required when serve.token_env names a variable."))
             .build();
         components.add_security_scheme("bearer", SecurityScheme::Http(scheme));
+        let documents = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some("The document routes' own token, named by serve.documents_token_env."))
+            .build();
+        components.add_security_scheme("documents_bearer", SecurityScheme::Http(documents));
     }
 }
 
@@ -70,6 +77,11 @@ pub fn router(api: Arc<Api>, ready: Arc<AtomicBool>) -> (Router, utoipa::openapi
         .routes(routes!(api::stages))
         .layer(middleware::from_fn_with_state(api.clone(), api::authorize))
         .with_state(api.clone());
+    let documents = OpenApiRouter::new()
+        .routes(routes!(documents::post_document))
+        .routes(routes!(documents::get_document, documents::delete_document))
+        .layer(middleware::from_fn_with_state(api.documents.clone(), documents::authorize))
+        .with_state(api.documents.clone());
     let probes = OpenApiRouter::new()
         .routes(routes!(observe::metrics))
         .routes(routes!(observe::healthz))
@@ -81,6 +93,7 @@ pub fn router(api: Arc<Api>, ready: Arc<AtomicBool>) -> (Router, utoipa::openapi
         .merge(own)
         .merge(probes)
         .merge(v1)
+        .merge(documents)
         .split_for_parts();
     let text = serde_json::to_string_pretty(&document).expect("the document serialises");
     document_text.set(text + "\n").expect("set once");

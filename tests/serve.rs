@@ -830,3 +830,121 @@ async fn cors_is_off_until_an_origin_is_listed() {
         server.stop();
     }
 }
+
+/// The document routes, in process: behind their own token (the questions' token does not open
+/// them), a posted document is committed to the index the running pipeline searches and is cited by
+/// the next answer; GET shows its passages, DELETE takes it back; bad documents get clear errors.
+/// The index is a scratch copy: these routes write it.
+#[actix::test]
+async fn the_document_routes_change_the_live_index_behind_a_token_of_their_own() {
+    let llm = FakeLlm::start(|prompt: &str| match prompt_kind(prompt) {
+        Prompt::Reader if prompt.contains("Quillmoor") => {
+            Reply::Json(json!({"answer": "Ada Quillmoor", "confidence": 5, "explanation": "the passage says so"}))
+        }
+        Prompt::Reader => Reply::Json(json!({"answer": "unknown", "confidence": 1, "explanation": "not shown"})),
+        _ => Reply::Status(400),
+    })
+    .await;
+    let mut settings = vanilla_settings(&llm);
+    let index = support::scratch_dir("serve-documents").join("index");
+    let _ = std::fs::remove_dir_all(&index);
+    let corpus = support::scratch_dir("serve-documents").join("corpus.jsonl");
+    let real = std::fs::read_to_string(support::data_dir().join("hotpotqa/corpus.jsonl")).unwrap();
+    std::fs::write(&corpus, real.lines().take(200).collect::<Vec<_>>().join("\n")).unwrap();
+    lacuna::actors::clients::TantivySearch::build(&index, &corpus).unwrap();
+    settings.search.index_dir = index;
+    // SAFETY: set before the server starts, read once by it; no other test reads these variables.
+    unsafe {
+        std::env::set_var("LACUNA_TEST_QUESTIONS_TOKEN", "ask-token");
+        std::env::set_var("LACUNA_TEST_DOCUMENTS_TOKEN", "write-token");
+    }
+    settings.serve.token_env = "LACUNA_TEST_QUESTIONS_TOKEN".into();
+    settings.serve.documents_token_env = "LACUNA_TEST_DOCUMENTS_TOKEN".into();
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let documents = url(&server, "/v1/documents");
+    let made_up = json!({"id": "varnholt", "title": "Varnholt shoals",
+        "text": "The Varnholt shoals were first charted in 1871 by the lighthouse keeper Ada Quillmoor.",
+        "metadata": {"url": "https://example.org/varnholt"}});
+
+    for token in [None, Some("ask-token")] {
+        let mut request = client.post(&documents).json(&made_up);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        assert_eq!(request.send().await.unwrap().status(), 401, "{token:?} does not open the document routes");
+    }
+    let refused = |body: Value, status: u16, words: &'static str| {
+        let request = client.post(&documents).bearer_auth("write-token").json(&body);
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), status, "{body}");
+            let message = response.json::<Value>().await.unwrap()["error"]["message"].as_str().unwrap().to_string();
+            assert!(message.contains(words), "{message}");
+        }
+    };
+    refused(json!({"id": "a#1", "text": "x"}), 400, "'#'").await;
+    refused(json!({"id": "empty", "text": "  "}), 400, "has no text").await;
+    refused(json!({"id": "big", "text": "x".repeat(600_000)}), 413, "over search.max_document_bytes").await;
+    let plain = client.post(&documents).bearer_auth("write-token").body(made_up.to_string()).send().await.unwrap();
+    assert_eq!(plain.status(), 415);
+
+    let ask = async |id: &str| -> Value {
+        let body = json!({"id": id, "question": "Which lighthouse keeper first charted the Varnholt shoals?"});
+        let response =
+            client.post(url(&server, "/v1/answer")).bearer_auth("ask-token").json(&body).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.json::<Value>().await.unwrap()
+    };
+    let cited = |record: &Value| record["passages"].as_array().unwrap().iter().any(|p| p["id"] == "varnholt");
+    assert!(!cited(&ask("before").await));
+
+    let posted = client.post(&documents).bearer_auth("write-token").json(&made_up).send().await.unwrap();
+    assert_eq!(posted.status(), 200);
+    let posted: Value = posted.json().await.unwrap();
+    assert_eq!((posted["status"].as_str(), posted["passages"].as_u64()), (Some("applied"), Some(1)));
+    let got: Value = client
+        .get(format!("{documents}/varnholt"))
+        .bearer_auth("write-token")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["metadata"]["url"], "https://example.org/varnholt");
+    assert_eq!(got["passages"][0]["id"], "varnholt");
+    // The running pipeline's reader follows commits within about a second.
+    let mut after = Value::Null;
+    for attempt in 0..30 {
+        after = ask(&format!("after-{attempt}")).await;
+        if cited(&after) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(cited(&after), "the answer cites the posted document: {after}");
+    assert_eq!(after["answer"], "Ada Quillmoor");
+
+    let deleted = client.delete(format!("{documents}/varnholt")).bearer_auth("write-token").send().await.unwrap();
+    assert_eq!(deleted.status(), 200);
+    let gone = client.get(format!("{documents}/varnholt")).bearer_auth("write-token").send().await.unwrap();
+    assert_eq!(gone.status(), 404);
+    server.stop();
+}
+
+#[actix::test]
+async fn without_a_documents_token_the_document_routes_are_off() {
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let server = serve(&vanilla_settings(&llm), &[PipelineKind::Vanilla]).await;
+    let response = reqwest::Client::new()
+        .post(url(&server, "/v1/documents"))
+        .json(&json!({"id": "d", "text": "t"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let message = response.json::<Value>().await.unwrap()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("serve.documents_token_env"), "{message}");
+    server.stop();
+}

@@ -14,16 +14,20 @@ use serde::{Deserialize, Serialize};
 
 use crate::topics::Passage;
 
-/// The longest document id, in bytes.
-pub const MAX_ID_BYTES: usize = 200;
+/// The longest document id, in characters.
+pub const MAX_ID_CHARS: usize = 200;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Document {
-    /// The document's id; its passages' ids start with it.
+    /// The document's id; its passages' ids start with it. No `#` (it numbers passages), white
+    /// space or control characters.
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^#\\s\\u0000-\\u001f\\u007f-\\u009f]+$")]
     pub id: String,
     #[serde(default)]
     pub title: String,
+    /// Not blank; with the title and metadata at most `search.max_document_bytes` bytes.
+    #[schema(pattern = "\\S")]
     pub text: String,
     /// Anything to keep with the document, such as its source URL.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -35,9 +39,9 @@ pub struct Document {
 pub enum DocumentError {
     #[error("the document id is empty")]
     EmptyId,
-    #[error("the document id {0:?} is longer than 200 bytes")]
+    #[error("the document id {0:?} is longer than 200 characters")]
     LongId(String),
-    #[error("the document id {0:?} holds '#' or a control character ('#' numbers its passages)")]
+    #[error("the document id {0:?} holds '#', white space or a control character ('#' numbers its passages)")]
     BadId(String),
     #[error("document {0:?} has no text")]
     EmptyText(String),
@@ -69,15 +73,16 @@ impl Document {
     }
 }
 
-/// A document id is what deletes name: non-empty, short, without '#' or control characters.
+/// A document id is what deletes name: non-empty, short, without '#', white space or control
+/// characters (it travels in URLs and Kafka keys, and `#` numbers its passages).
 pub fn check_id(id: &str) -> Result<(), DocumentError> {
     if id.trim().is_empty() {
         return Err(DocumentError::EmptyId);
     }
-    if id.len() > MAX_ID_BYTES {
+    if id.chars().count() > MAX_ID_CHARS {
         return Err(DocumentError::LongId(id.chars().take(40).collect::<String>() + "..."));
     }
-    if id.chars().any(|c| c == '#' || c.is_control()) {
+    if id.chars().any(|c| c == '#' || c.is_whitespace() || c.is_control()) {
         return Err(DocumentError::BadId(id.to_string()));
     }
     Ok(())
@@ -176,6 +181,9 @@ mod tests {
         let mut numbered = document("text");
         numbered.id = "a#1".into();
         assert!(matches!(numbered.check(1000), Err(DocumentError::BadId(_))));
+        let mut spaced = document("text");
+        spaced.id = "kb article".into();
+        assert!(matches!(spaced.check(1000), Err(DocumentError::BadId(_))), "an id travels in URLs");
         let big = document(&"x".repeat(2000));
         assert!(big.check(1000).unwrap_err().to_string().contains("over search.max_document_bytes = 1000"));
         assert_eq!(document("fine").check(1000), Ok(()));
