@@ -2,5 +2,6 @@
 //! ratios (not timed tests). `fake_llm` stands in for a fast LLM server so our own costs show.
 
 pub mod fake_llm;
+pub mod freshness;
 pub mod pipeline;
 pub mod rerank;

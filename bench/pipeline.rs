@@ -58,8 +58,19 @@ pub async fn run(
     settings: &Settings,
     dataset: &Dataset,
 ) -> anyhow::Result<PipelineBench> {
+    run_on(label, kind, settings, dataset, dataset.index_dir()?).await
+}
+
+/// [`run`], searching the index at `index_dir` (one that changes while it runs, for `bench freshness`).
+pub async fn run_on(
+    label: &str,
+    kind: PipelineKind,
+    settings: &Settings,
+    dataset: &Dataset,
+    index_dir: std::path::PathBuf,
+) -> anyhow::Result<PipelineBench> {
     let mut settings = settings.clone();
-    settings.search.index_dir = dataset.index_dir()?;
+    settings.search.index_dir = index_dir;
     settings.bus.queue_capacity = settings.bus.queue_capacity.max(settings.run.max_open_questions + 1);
     let parts = Parts::load(&settings, kind)?;
     let before = Snapshot::take();
@@ -139,7 +150,7 @@ pub async fn run(
     })
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use crate::bench::fake_llm::{FakeLlm, Faults, Latency};
+use crate::bench::freshness::FreshnessOptions;
 use crate::bench::pipeline::PipelineBench;
 use crate::config::Settings;
 use crate::eval::dataset::Dataset;
-use crate::pipelines::PipelineKind;
+use crate::pipelines::{PipelineKind, Transport};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -26,6 +27,42 @@ enum What {
     /// Serve the built-in fake OpenAI-compatible LLM until stopped: schema-valid answers after a set
     /// latency, for trying a deployment (or the container image) without a model.
     FakeLlm(FakeLlmArgs),
+    /// Publish documents at a set rate while questions run: how soon each is searchable on every
+    /// retrieve replica, a new replica's catch-up, and question throughput with and without ingestion.
+    Freshness(FreshnessArgs),
+}
+
+#[derive(Args)]
+struct FreshnessArgs {
+    /// A dataset folder: its corpus is the base index and the source of new documents (under new
+    /// ids), its questions the throughput runs.
+    #[arg(long)]
+    dataset: PathBuf,
+    /// `in-process` (one writer, this process) or `kafka` (the documents topic on kafka.brokers,
+    /// followed by `--replicas` retrieve processes).
+    #[arg(long, default_value = "in-process")]
+    transport: Transport,
+    /// Documents (one passage each) published per second.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// How long to publish.
+    #[arg(long, default_value_t = 300)]
+    seconds: u64,
+    /// Over Kafka: retrieve replicas following the topic.
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// Over Kafka: passages a new replica catches up on at the end (0: skip).
+    #[arg(long, default_value_t = 100_000)]
+    catch_up: usize,
+    /// Only the first N questions in each throughput run.
+    #[arg(long, default_value_t = 40)]
+    limit: usize,
+    /// The fake LLM's latency, in milliseconds (MEAN[,JITTER]).
+    #[arg(long, default_value = "30")]
+    fake_llm_ms: Latency,
+    /// Also write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -98,6 +135,23 @@ pub async fn bench(settings: &Settings, args: BenchArgs) -> anyhow::Result<()> {
             eprintln!("fake LLM serving {} until stopped", fake.base_url);
             crate::cli::stage::wait_for_shutdown_signal().await;
             Ok(())
+        }
+        What::Freshness(args) => {
+            let dataset = Dataset::load(&args.dataset, Some(args.limit))?;
+            let fake = FakeLlm::start(args.fake_llm_ms)?;
+            let mut settings = settings.clone();
+            settings.llm.cache = false;
+            settings.llm.base_url = fake.base_url.clone();
+            let options = FreshnessOptions {
+                transport: args.transport,
+                rate: args.rate,
+                seconds: args.seconds,
+                replicas: args.replicas.max(1),
+                catch_up: args.catch_up,
+            };
+            let bench = crate::bench::freshness::run(&settings, &dataset, &options).await?;
+            print!("{}", bench.markdown());
+            write_json(args.json.as_ref(), &bench)
         }
         What::Rerank(args) => {
             let dataset = Dataset::load(&args.dataset, None)?;

@@ -51,6 +51,7 @@ impl EvalQuestion {
     }
 }
 
+#[derive(Clone)]
 pub struct Dataset {
     /// The folder's name (hotpotqa, musique, ...).
     pub name: String,
