@@ -137,5 +137,6 @@ mod tests {
         assert!(error.contains("paper, before, fast"), "{error}");
         let fast = Settings::load_with(None, &layers("fast", None).unwrap()).unwrap();
         assert!(fast.migres.stop_when_not_learning, "fast stops when an iteration learns nothing");
+        assert_eq!(fast.nli.unjudged, crate::config::Unjudged::NamesAndNumbers, "and asks the judge less");
     }
 }
