@@ -419,11 +419,13 @@ fn the_openapi_document_describes_every_route_the_server_has() {
         "/v1/questions/{id}/events",
         "/v1/answer",
         "/v1/stages",
+        "/v1/documents",
+        "/v1/documents/{id}",
     ]);
     assert_eq!(paths, routes);
-    let api = include_str!("../serve/api.rs");
+    let api = [include_str!("../serve/api.rs"), include_str!("../serve/documents.rs")].concat();
     for route in routes.iter().filter(|r| r.starts_with("/v1")) {
-        assert!(api.contains(&format!("\"{route}\"")), "serve/api.rs routes {route}");
+        assert!(api.contains(&format!("\"{route}\"")), "serve/api.rs or serve/documents.rs routes {route}");
     }
 }
 
