@@ -945,8 +945,11 @@ async fn without_a_documents_token_the_document_routes_are_off() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 404);
+    assert_eq!(response.status(), 401, "no token opens them");
     let message = response.json::<Value>().await.unwrap()["error"]["message"].as_str().unwrap().to_string();
-    assert!(message.contains("serve.documents_token_env"), "{message}");
+    assert!(
+        message.contains("the document routes are off") && message.contains("serve.documents_token_env"),
+        "{message}"
+    );
     server.stop();
 }
