@@ -1,6 +1,6 @@
 //! The document routes of `lacuna serve`, behind a bearer token of their own
 //! (`serve.documents_token_env`, a write scope apart from the questions' token; with none set the
-//! routes are off and answer 404):
+//! routes are off: every request gets 401, saying so, as no token can open them):
 //! - `POST /v1/documents`: adds a document, replacing every passage of an earlier version of it;
 //! - `GET /v1/documents/{id}`: its passages as this server's index holds them;
 //! - `DELETE /v1/documents/{id}`: removes it.
@@ -92,8 +92,10 @@ pub struct DocumentId {
 /// With its token configured, these routes need `Authorization: Bearer <documents token>`.
 pub async fn authorize(State(routes): State<Arc<DocumentRoutes>>, request: Request, next: Next) -> Response {
     let Some(token) = &routes.token else {
-        return ApiError::not_found(
-            "the document routes are off: set serve.documents_token_env to the variable holding their token",
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::Unauthorized,
+            "the document routes are off: no token opens them until serve.documents_token_env names one",
         )
         .into_response();
     };
@@ -119,8 +121,7 @@ pub async fn authorize(State(routes): State<Arc<DocumentRoutes>>, request: Reque
         (status = 200, description = "Applied to this server's index (in process).", body = DocumentChanged),
         (status = 202, description = "Published to the documents topic (over Kafka).", body = DocumentChanged),
         (status = 400, description = "Not a document: a bad id, an empty text, or not JSON.", body = ErrorBody),
-        (status = 401, description = "The documents token is missing or wrong.", body = ErrorBody),
-        (status = 404, description = "The document routes are off (no serve.documents_token_env).", body = ErrorBody),
+        (status = 401, description = "The documents token is missing or wrong, or the routes are off (no serve.documents_token_env).", body = ErrorBody),
         (status = 413, description = "Over search.max_document_bytes.", body = ErrorBody),
         (status = 415, description = "Not application/json.", body = ErrorBody),
         (status = 503, description = "The index or the bus cannot take it now; retry.", body = ErrorBody),
@@ -171,8 +172,8 @@ pub async fn post_document(
     responses(
         (status = 200, description = "The document.", body = StoredDocument),
         (status = 400, description = "Not a document id.", body = ErrorBody),
-        (status = 401, description = "The documents token is missing or wrong.", body = ErrorBody),
-        (status = 404, description = "No such document here, or the routes are off.", body = ErrorBody),
+        (status = 401, description = "The documents token is missing or wrong, or the routes are off (no serve.documents_token_env).", body = ErrorBody),
+        (status = 404, description = "No such document here.", body = ErrorBody),
     )
 )]
 pub async fn get_document(
@@ -214,8 +215,7 @@ pub async fn get_document(
         (status = 200, description = "Deleted from this server's index (in process).", body = DocumentChanged),
         (status = 202, description = "Its deletion published to the documents topic (over Kafka).", body = DocumentChanged),
         (status = 400, description = "Not a document id.", body = ErrorBody),
-        (status = 401, description = "The documents token is missing or wrong.", body = ErrorBody),
-        (status = 404, description = "The document routes are off.", body = ErrorBody),
+        (status = 401, description = "The documents token is missing or wrong, or the routes are off (no serve.documents_token_env).", body = ErrorBody),
         (status = 503, description = "The index or the bus cannot take it now; retry.", body = ErrorBody),
     )
 )]
