@@ -153,7 +153,14 @@ impl Follower {
         let (mut dirty, mut last_commit, mut last_lag) = (true, Instant::now(), Instant::now());
         let mut announced = false;
         while !self.stop.load(Ordering::Relaxed) {
-            if let Some(change) = self.changelog.poll(Duration::from_millis(50)).map_err(bus_error)? {
+            // A broker away for a while is not the index's failure: the replica keeps searching what
+            // it has, and librdkafka reconnects.
+            let polled = self.changelog.poll(Duration::from_millis(50)).unwrap_or_else(|error| {
+                tracing::warn!(%error, "reading the documents topic failed: retrying");
+                std::thread::sleep(Duration::from_millis(500));
+                None
+            });
+            if let Some(change) = polled {
                 apply(&mut writer, &change, self.passage_words);
                 applied.next.insert(change.partition, change.offset + 1);
                 if behind.get(&change.partition).is_some_and(|end| change.offset + 1 >= *end) {
