@@ -8,12 +8,14 @@ mod support;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use lacuna::actors::clients::TantivySearch;
 use lacuna::pipelines::parts::Parts;
 use lacuna::pipelines::{Pipeline, PipelineKind};
-use lacuna::topics::{AnswerRecord, Answered, QuestionEvent};
+use lacuna::topics::{AnswerRecord, Answered, Bus, Event, QuestionEvent};
 use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 
@@ -30,6 +32,22 @@ fn reader(prompt: &str) -> Reply {
         _ => Reply::Status(400),
     }
 }
+
+/// [`reader`], holding its answer from the made-up passage for `HELD` while `hold` is set, and
+/// saying so in `shown`: a question then stays in flight after retrieval read the passage.
+fn holding_reader(hold: Arc<AtomicBool>, shown: Arc<AtomicBool>) -> impl Fn(&str) -> Reply + Send + Sync {
+    move |prompt| {
+        let reply = reader(prompt);
+        if hold.load(Ordering::SeqCst) && prompt.contains("Quillmoor") {
+            shown.store(true, Ordering::SeqCst);
+            return Reply::Delayed(HELD, Box::new(reply));
+        }
+        reply
+    }
+}
+
+/// Long enough for `lacuna ingest --delete` to start, commit and be seen by the running reader.
+const HELD: Duration = Duration::from_secs(5);
 
 /// `lacuna ingest` in its own process, as a user runs it beside a running pipeline.
 fn ingest(index: &Path, args: &[&str]) {
@@ -56,10 +74,18 @@ async fn ask_until(pipeline: &mut Pipeline, tag: &str, wanted: impl Fn(&Answered
     panic!("{tag}: the running pipeline never saw the change");
 }
 
+/// A document no corpus holds: only it says who charted the shoals.
+fn made_up_document() -> serde_json::Value {
+    json!({"id": MADE_UP, "title": "Varnholt shoals",
+        "text": "The Varnholt shoals were first charted in 1871 by the lighthouse keeper Ada Quillmoor."})
+}
+
 fn cites_made_up(answer: &Answered) -> bool {
     answer.passages.iter().any(|p| p.id == MADE_UP)
 }
 
+/// Also: a question in flight while its cited passage is deleted still ends in one record, which
+/// names the generation it read and keeps the passage's text for the audit.
 #[actix::test]
 async fn a_document_ingested_while_a_pipeline_runs_answers_the_next_question_and_a_delete_takes_it_back() {
     let dir = support::scratch_dir("live-corpus");
@@ -71,7 +97,8 @@ async fn a_document_ingested_while_a_pipeline_runs_answers_the_next_question_and
     let _ = std::fs::remove_dir_all(&index);
     TantivySearch::build(&index, &corpus).unwrap();
 
-    let llm = FakeLlm::start(reader).await;
+    let (hold, shown) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let llm = FakeLlm::start(holding_reader(hold.clone(), shown.clone())).await;
     let mut settings = support::settings(&llm.base_url);
     settings.search.index_dir = index.clone();
     let parts = Parts::load(&settings, PipelineKind::Vanilla).unwrap();
@@ -93,9 +120,28 @@ async fn a_document_ingested_while_a_pipeline_runs_answers_the_next_question_and
     let generation = |answer: &Answered| answer.provenance.as_ref().unwrap().index_generation.clone();
     assert_ne!(generation(&after), generation(&before), "the record names the generation it read");
 
-    ingest(&index, &["--delete", MADE_UP]);
-    let deleted = ask_until(&mut pipeline, "deleted", |a| !cites_made_up(a)).await;
-    assert_eq!(deleted.answer, "unknown");
+    // In flight: retrieval has read the passage and the reader holds its answer while the
+    // document is deleted.
+    hold.store(true, Ordering::SeqCst);
+    let bus = pipeline.bus();
+    bus.publish(QuestionEvent::new("in-flight", QUESTION).to_record()).await.unwrap();
+    while !shown.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deleting = index.clone();
+    tokio::task::spawn_blocking(move || ingest(&deleting, &["--delete", MADE_UP])).await.unwrap();
+    let AnswerRecord::Answered(in_flight) = pipeline.next_record().await.unwrap() else { panic!("expected an answer") };
+    assert_eq!((in_flight.question_id.as_str(), in_flight.answer.as_str()), ("in-flight", "Ada Quillmoor"));
+    assert_eq!(generation(&in_flight), generation(&after), "it names the generation it read, not the one after");
+    let cited = in_flight.passages.iter().find(|p| p.id == MADE_UP).expect("it cites the passage it read");
+    assert!(cited.text.contains("Ada Quillmoor"), "the record keeps the deleted passage's text: {cited:?}");
+    hold.store(false, Ordering::SeqCst);
+
+    // The next record is the next question's: the one in flight ended in exactly one.
+    bus.publish(QuestionEvent::new("deleted", QUESTION).to_record()).await.unwrap();
+    let AnswerRecord::Answered(deleted) = pipeline.next_record().await.unwrap() else { panic!("expected an answer") };
+    assert_eq!(deleted.question_id, "deleted", "a second record for the question in flight came first");
+    assert!(!cites_made_up(&deleted) && deleted.answer == "unknown", "the delete was committed before it asked");
     assert_ne!(generation(&deleted), generation(&after));
     pipeline.stop();
 }
@@ -237,7 +283,7 @@ fn until_index(dir: &Path, what: &str, holds: impl Fn(&TantivySearch) -> bool) {
 #[actix::test]
 async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survives_a_kill() {
     use lacuna::pipelines::PipelineKind;
-    use lacuna::topics::{Bus, Event, Topic};
+    use lacuna::topics::Topic;
     let dir = support::scratch_dir("live-corpus-kafka");
     let llm = FakeLlm::start(reader).await;
     let settings = support::cluster::settings("documents", &llm.base_url);
@@ -288,8 +334,7 @@ async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survi
     assert!(!cites_made_up(&before) && before.answer == "unknown", "{:?}", before.answer);
 
     let documents = dir.join("documents.jsonl");
-    let made_up = json!({"id": MADE_UP, "title": "Varnholt shoals",
-        "text": "The Varnholt shoals were first charted in 1871 by the lighthouse keeper Ada Quillmoor."});
+    let made_up = made_up_document();
     std::fs::write(&documents, made_up.to_string()).unwrap();
     publish(&settings, &[documents.to_str().unwrap()]);
     for index in &indexes {
