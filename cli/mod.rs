@@ -5,6 +5,7 @@ mod bench;
 mod calibrate;
 mod dlq;
 mod eval;
+mod follow;
 mod graph;
 mod index;
 pub mod ingest;

@@ -1,5 +1,6 @@
 //! `lacuna run`: streams a questions file through the actors, many questions at once, and writes
-//! exactly one line per input line: an answer record or an error record, in completion order.
+//! exactly one line per input line: an answer record or an error record, in completion order. With
+//! `search.follow_documents` its local index follows the documents topic, as a retrieve replica's does.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -7,7 +8,9 @@ use std::path::PathBuf;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::follow::{follow_documents, while_following};
 use crate::config::Settings;
+use crate::pipelines::declaration::Part;
 use crate::pipelines::input::{Input, InputReader};
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
@@ -53,6 +56,8 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    let searches = args.pipeline.stages().iter().any(|stage| stage.needs(Part::Search));
+    let mut materialiser = follow_documents(settings, searches, "run").await?;
     // Everything that can fail before the first question is checked before anything is written.
     let parts = Parts::load(settings, args.pipeline)?;
     let parts = parts.with_served_model(check_llm(settings).await.map_err(anyhow::Error::msg)?);
@@ -82,13 +87,15 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
     let mut pipeline = Pipeline::start_with(args.pipeline, args.transport, settings, parts).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut io_error = None;
-    pipeline
-        .run(questions, |record| {
+    let answering = async {
+        let keep = |record| {
             if let Err(e) = write(record) {
                 io_error.get_or_insert(e);
             }
-        })
-        .await?;
+        };
+        pipeline.run(questions, keep).await.map_err(anyhow::Error::from)
+    };
+    while_following(&mut materialiser, answering).await?;
     pipeline.stop();
     progress.finish_and_clear();
     if let Some(e) = io_error {

@@ -6,13 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 
-use crate::actors::clients::search::materialiser::Materialiser;
+use super::follow::follow_documents;
 use crate::actors::runner::RunningStage;
-use crate::config::{SearchBackend, Settings};
+use crate::config::Settings;
 use crate::pipelines::PipelineKind;
-use crate::pipelines::declaration::{Part, StageDecl};
+use crate::pipelines::declaration::Part;
 use crate::pipelines::parts::{Parts, check_llm};
-use crate::topics::kafka::KafkaBus;
 
 #[derive(Args)]
 pub struct StageArgs {
@@ -26,7 +25,7 @@ pub struct StageArgs {
 pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let stage = args.pipeline.stage(&args.name)?;
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
-    let materialiser = follow_documents(settings, stage).await?;
+    let materialiser = follow_documents(settings, stage.needs(Part::Search), &format!("stage {}", args.name)).await?;
     let mut parts = Parts::load_for(settings, args.pipeline, [stage])?;
     if stage.needs(Part::Llm) {
         parts = parts.with_served_model(check_llm(settings).await.map_err(anyhow::Error::msg)?);
@@ -43,24 +42,6 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
             anyhow::bail!("stage {}: the local index stopped following the documents topic: {reason}", args.name)
         }
     }
-}
-
-/// With `search.follow_documents`, a stage that searches the local tantivy index first brings it up
-/// to date with the documents topic (creating it if need be), and keeps it following: the stage takes
-/// no question, and is not ready, before its index holds every document published before it started.
-async fn follow_documents(settings: &Settings, stage: &StageDecl) -> anyhow::Result<Option<Materialiser>> {
-    if !(settings.search.follow_documents
-        && stage.needs(Part::Search)
-        && settings.search.backend == SearchBackend::Tantivy)
-    {
-        return Ok(None);
-    }
-    let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus)?;
-    bus.ensure_documents_topic().await?;
-    let mut materialiser = Materialiser::start(&bus, &settings.search)?;
-    eprintln!("stage {}: catching up with {}", stage.name, bus.documents_topic());
-    materialiser.caught_up().await.map_err(|reason| anyhow::anyhow!("cannot follow the documents topic: {reason}"))?;
-    Ok(Some(materialiser))
 }
 
 /// Serves a started stage, ready, until SIGTERM or Ctrl-C, then drains it. A stage that fails

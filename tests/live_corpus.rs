@@ -398,3 +398,37 @@ async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survi
     }
     assert!(TantivySearch::open(&indexes[0]).unwrap().passage("batch-9999").unwrap().is_some());
 }
+
+/// `lacuna run` with `search.follow_documents` builds its local index from the documents topic before
+/// its first question, so it answers from a document that only the topic holds.
+#[actix::test]
+async fn lacuna_run_following_the_documents_topic_answers_from_a_document_only_the_topic_holds() {
+    let dir = support::scratch_dir("live-corpus-run");
+    let llm = FakeLlm::start(reader).await;
+    let settings = support::cluster::settings("documents-run", &llm.base_url);
+    let documents = dir.join("documents.jsonl");
+    let made_up = made_up_document();
+    std::fs::write(&documents, made_up.to_string()).unwrap();
+    publish(&settings, &[documents.to_str().unwrap()]);
+    let questions = dir.join("questions.jsonl");
+    std::fs::write(&questions, json!({"id": "shoals", "question": QUESTION}).to_string()).unwrap();
+    let (index, out) = (dir.join("index"), dir.join("answers.jsonl"));
+    let _ = std::fs::remove_dir_all(&index);
+
+    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .envs(kafka_env(&settings))
+        .env("LACUNA__LLM__BASE_URL", &llm.base_url)
+        .env("LACUNA__SEARCH__FOLLOW_DOCUMENTS", "true")
+        .env("LACUNA__SEARCH__INDEX_DIR", &index)
+        .args(["run", "--pipeline", "vanilla", "--questions", questions.to_str().unwrap()])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "run failed: {}", String::from_utf8_lossy(&output.stderr));
+    let records: Vec<lacuna::topics::VersionedAnswer> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(records.len(), 1);
+    let AnswerRecord::Answered(answer) = &records[0].record else { panic!("expected an answer: {records:?}") };
+    assert_eq!(answer.answer, "Ada Quillmoor");
+    assert!(cites_made_up(answer), "the record cites the passage that only the topic held");
+}
