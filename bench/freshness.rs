@@ -84,7 +84,7 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
             let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus)?);
             bus.ensure_documents_topic().await?;
             let base: Vec<Document> = corpus.iter().map(|(id, title, text)| document(id, title, text)).collect();
-            crate::cli::ingest::publish(&bus, &base).await?;
+            crate::cli::ingest::publish(&bus, &settings.retry, &base).await?;
             let folders: Vec<PathBuf> = (0..options.replicas).map(|n| work.join(format!("replica-{n}"))).collect();
             let mut replicas = Vec::new();
             for folder in &folders {
@@ -338,7 +338,7 @@ async fn catch_up(
 ) -> anyhow::Result<f64> {
     eprintln!("freshness: publishing {n} passages for the catch-up");
     let documents: Vec<Document> = (0..n).map(|i| fresh(corpus, "catch-up", i)).collect();
-    crate::cli::ingest::publish(bus, &documents).await?;
+    crate::cli::ingest::publish(bus, &settings.retry, &documents).await?;
     let folder = work.join("replica-new");
     let started = Instant::now();
     let mut replica = Replica::start(settings, &folder)?;

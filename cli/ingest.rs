@@ -18,7 +18,8 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::actors::clients::search::documents::check_id;
 use crate::actors::clients::{Document, TantivyWriter};
-use crate::config::{SearchBackend, Settings};
+use crate::actors::runner::retrying;
+use crate::config::{RetrySettings, SearchBackend, Settings};
 use crate::pipelines::Transport;
 use crate::topics::kafka::KafkaBus;
 
@@ -90,9 +91,10 @@ async fn publish_all(settings: &Settings, documents: &[Document], deletes: &[Str
     bus.ensure_documents_topic().await?;
     let started = Instant::now();
     // The deletions after every document, so that one never overtakes the same id's new version.
-    publish(&bus, documents).await?;
+    publish(&bus, &settings.retry, documents).await?;
+    let topic = bus.documents_topic();
     for id in deletes {
-        with_retries(|| bus.publish_document(id, None)).await?;
+        retrying(&settings.retry, "ingest", &topic, || bus.publish_document(id, None)).await?;
     }
     eprintln!(
         "published {} documents and {} deletions to {} in {:.1}s",
@@ -104,34 +106,18 @@ async fn publish_all(settings: &Settings, documents: &[Document], deletes: &[Str
     Ok(())
 }
 
-/// Publishes `documents` (distinct ids), many in flight at once; returns once the broker has them all.
-pub async fn publish(bus: &KafkaBus, documents: &[Document]) -> anyhow::Result<()> {
+/// Publishes `documents` (distinct ids), many in flight at once, each retried on transient errors
+/// (`retry`); returns once the broker has them all.
+pub async fn publish(bus: &KafkaBus, retry: &RetrySettings, documents: &[Document]) -> anyhow::Result<()> {
+    let topic = bus.documents_topic();
+    let topic = topic.as_str();
     let published = futures::stream::iter(documents.iter().map(|document| async move {
         let payload = serde_json::to_vec(document).expect("documents serialise");
-        with_retries(|| bus.publish_document(&document.id, Some(&payload))).await
+        retrying(retry, "ingest", topic, || bus.publish_document(&document.id, Some(&payload))).await
     }))
     .buffer_unordered(IN_FLIGHT);
     published.try_collect::<Vec<()>>().await?;
     Ok(())
-}
-
-async fn with_retries<F, Fut>(mut publish: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), crate::topics::BusError>>,
-{
-    let mut attempt = 0;
-    loop {
-        match publish().await {
-            Ok(()) => return Ok(()),
-            Err(error @ crate::topics::BusError::Transport(_)) if attempt < 5 => {
-                attempt += 1;
-                tracing::warn!(%error, attempt, "publishing a document failed: retrying");
-                tokio::time::sleep(std::time::Duration::from_millis(200 << attempt)).await;
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
 }
 
 fn report(rejected: &[(usize, String)]) -> anyhow::Result<()> {

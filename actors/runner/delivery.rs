@@ -214,12 +214,28 @@ pub async fn publish_retrying(
     stage: &str,
     record: Record,
 ) -> Result<(), BusError> {
+    retrying(retry, stage, record.topic.name(), || bus.publish(record.clone())).await
+}
+
+/// Runs `publish` until it succeeds, again after a transport error (`retry.publish_attempts` tries
+/// in all, with jittered exponential backoff from `retry.backoff_ms`). Anything else, such as a
+/// record too large or a topic that does not exist, is returned at once: a retry cannot mend it.
+pub async fn retrying<F, Fut>(
+    retry: &crate::config::RetrySettings,
+    stage: &str,
+    topic: &str,
+    mut publish: F,
+) -> Result<(), BusError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), BusError>>,
+{
     let mut attempt = 1;
     loop {
-        match bus.publish(record.clone()).await {
+        match publish().await {
             Err(BusError::Transport(message)) if attempt < retry.publish_attempts => {
                 METRICS.publish_retries.with_label_values(&[stage]).inc();
-                tracing::warn!(stage, topic = record.topic.name(), attempt, %message, "publish failed, retrying");
+                tracing::warn!(stage, topic, attempt, %message, "publish failed, retrying");
                 tokio::time::sleep(backoff(retry.backoff_ms, attempt)).await;
                 attempt += 1;
             }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use actor::{RunningStage, StageState, spawn_stage};
-pub use delivery::{failure_records, publish_progress, publish_retrying};
+pub use delivery::{failure_records, publish_progress, publish_retrying, retrying};
 
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
 use crate::config::{BudgetSettings, RetrySettings, Settings, StageSettings};
