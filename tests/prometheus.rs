@@ -14,10 +14,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lacuna::actors::clients::search::materialiser::Materialiser;
 use lacuna::config::Price;
 use lacuna::metrics::METRICS;
 use lacuna::pipelines::{Pipeline, PipelineKind, Transport};
 use lacuna::topics::in_process::InProcessBus;
+use lacuna::topics::kafka::KafkaBus;
 use lacuna::topics::{AnswerRecord, Bus, BusError, Event, Outcome, QuestionEvent, Record, Topic};
 use serde_json::Value;
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
@@ -25,8 +27,9 @@ use support::faulty_bus::FaultyBus;
 use support::methods::second_subquestion_after;
 use support::scripted::{HUGO_QUESTION_ID, hugo_script};
 
-/// Panels whose series only a Kafka consumer exports: an in-process run leaves them empty.
-const KAFKA_ONLY: [&str; 2] = ["lacuna_kafka_consumer_lag", "lacuna_kafka_paused_partitions"];
+/// Panels whose series only a Kafka consumer, or an index following the documents topic, exports:
+/// an in-process run leaves them empty.
+const KAFKA_ONLY: [&str; 3] = ["lacuna_kafka_consumer_lag", "lacuna_kafka_paused_partitions", "lacuna_index_"];
 
 /// A negative fixture: a dashboard query with a parenthesis missing. The check must reject it, or it
 /// would not catch a broken panel either.
@@ -266,11 +269,27 @@ async fn the_kafka_panels_show_data_from_a_run_over_the_broker() {
             .unwrap();
     let record = ask(&mut pipeline, HUGO_QUESTION_ID).await;
     assert!(matches!(record, AnswerRecord::Answered(_)), "{record:?}");
+    let _replica = index_following_the_documents_topic(&settings).await;
 
     let kafka: Vec<_> = dashboard_queries().into_iter().filter(|(_, e)| kafka_only(e)).collect();
     let failures = prometheus.failures_after_waiting(&kafka).await;
     pipeline.stop();
     assert!(failures.is_empty(), "Kafka panels failed on Prometheus:\n{}", failures.join("\n"));
+}
+
+/// A retrieve replica's index as a copy of the documents topic, holding one published document:
+/// what the live-corpus panels show.
+async fn index_following_the_documents_topic(settings: &lacuna::config::Settings) -> Materialiser {
+    let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap();
+    bus.ensure_documents_topic().await.unwrap();
+    let document = serde_json::json!({"id": "panels", "title": "Panels", "text": "A document for the index panels."});
+    bus.publish_document("panels", Some(document.to_string().as_bytes())).await.unwrap();
+    let mut search = settings.search.clone();
+    search.index_dir = support::scratch_dir("prometheus-index").join("index");
+    let _ = std::fs::remove_dir_all(&search.index_dir);
+    let mut materialiser = Materialiser::start(&bus, &search).unwrap();
+    materialiser.caught_up().await.unwrap();
+    materialiser
 }
 
 /// The alerting rules the chart ships parse, and fire (or stay quiet) on the series of
