@@ -432,3 +432,63 @@ async fn lacuna_run_following_the_documents_topic_answers_from_a_document_only_t
     assert_eq!(answer.answer, "Ada Quillmoor");
     assert!(cites_made_up(answer), "the record cites the passage that only the topic held");
 }
+
+/// `scripts/broker.sh` on a port of this test's own (the shared broker serves other tests meanwhile),
+/// stopped on drop.
+struct OwnBroker(String);
+
+impl OwnBroker {
+    fn start() -> OwnBroker {
+        let broker = OwnBroker(free_port().to_string());
+        broker.run(&["start"]);
+        broker
+    }
+
+    fn run(&self, command: &[&str]) {
+        let status = Command::new("scripts/broker.sh").args(command).args(["--port", &self.0]).status().unwrap();
+        assert!(status.success(), "scripts/broker.sh {command:?}");
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        let _ = Command::new("scripts/broker.sh").args(["stop", "--port", &self.0]).status();
+    }
+}
+
+/// A broker that crashes and comes back under an index that follows the documents topic: the index
+/// keeps serving what it has, reconnects, and applies what is published afterwards, without failing
+/// its replica.
+#[actix::test]
+async fn an_index_following_the_documents_topic_rides_out_a_broker_restart() {
+    use lacuna::actors::clients::search::materialiser::{Following, Materialiser};
+    let broker = std::sync::Arc::new(OwnBroker::start());
+    let mut settings = support::cluster::settings("documents-restart", "http://127.0.0.1:9/v1");
+    settings.kafka.brokers = format!("127.0.0.1:{}", broker.0);
+    settings.kafka.message_timeout_ms = 5000;
+    settings.search.index_dir = support::scratch_dir("live-corpus-restart").join("index");
+    settings.search.commit_interval_ms = 200;
+    let _ = std::fs::remove_dir_all(&settings.search.index_dir);
+    let bus = lacuna::topics::kafka::KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap();
+    bus.ensure_documents_topic().await.unwrap();
+    let document = |id: &str| json!({"id": id, "title": id, "text": format!("The {id} record.")}).to_string();
+    bus.publish_document("before", Some(document("before").as_bytes())).await.unwrap();
+    let mut materialiser = Materialiser::start(&bus, &settings.search).unwrap();
+    materialiser.caught_up().await.unwrap();
+
+    let restarting = broker.clone();
+    tokio::task::spawn_blocking(move || restarting.run(&["restart", "--crash"])).await.unwrap();
+    let started = std::time::Instant::now();
+    while let Err(error) = bus.publish_document("after", Some(document("after").as_bytes())).await {
+        assert!(started.elapsed() < Duration::from_secs(90), "no publish went through after the restart: {error}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let index = settings.search.index_dir.clone();
+    tokio::task::spawn_blocking(move || {
+        until_index(&index, "the document published after the restart", |s| s.passage("after").unwrap().is_some())
+    })
+    .await
+    .unwrap();
+    assert_eq!(*materialiser.state.borrow(), Following::CaughtUp, "the index went on following");
+    assert!(TantivySearch::open(&settings.search.index_dir).unwrap().passage("before").unwrap().is_some());
+}
