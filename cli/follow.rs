@@ -20,7 +20,7 @@ pub(crate) async fn follow_documents(
     if !(settings.search.follow_documents && searches && settings.search.backend == SearchBackend::Tantivy) {
         return Ok(None);
     }
-    let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus)?;
+    let bus = std::sync::Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus)?);
     bus.ensure_documents_topic().await?;
     let mut materialiser = Materialiser::start(&bus, &settings.search)?;
     eprintln!("{who}: catching up with {}", bus.documents_topic());

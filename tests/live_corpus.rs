@@ -469,7 +469,7 @@ async fn an_index_following_the_documents_topic_rides_out_a_broker_restart() {
     settings.search.index_dir = support::scratch_dir("live-corpus-restart").join("index");
     settings.search.commit_interval_ms = 200;
     let _ = std::fs::remove_dir_all(&settings.search.index_dir);
-    let bus = lacuna::topics::kafka::KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap();
+    let bus = Arc::new(lacuna::topics::kafka::KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap());
     bus.ensure_documents_topic().await.unwrap();
     let document = |id: &str| json!({"id": id, "title": id, "text": format!("The {id} record.")}).to_string();
     bus.publish_document("before", Some(document("before").as_bytes())).await.unwrap();
@@ -491,4 +491,52 @@ async fn an_index_following_the_documents_topic_rides_out_a_broker_restart() {
     .unwrap();
     assert_eq!(*materialiser.state.borrow(), Following::CaughtUp, "the index went on following");
     assert!(TantivySearch::open(&settings.search.index_dir).unwrap().passage("before").unwrap().is_some());
+}
+
+/// A record on the documents topic that is not a document is skipped by every replica, and each
+/// writes its dead letter under the same key (where the record sits), so the compacted dead letters'
+/// topic keeps it once; the good document beside it goes in.
+#[actix::test]
+async fn a_record_that_is_not_a_document_goes_to_the_dead_letters_under_one_key() {
+    use lacuna::actors::clients::search::materialiser::Materialiser;
+    use lacuna::topics::kafka::{KafkaBus, RejectedDocument};
+    let dir = support::scratch_dir("live-corpus-dead-letters");
+    let settings = support::cluster::settings("documents-dead-letters", "http://127.0.0.1:9/v1");
+    let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap());
+    bus.ensure_documents_topic().await.unwrap();
+    bus.publish_document("bad", Some(b"{not json")).await.unwrap();
+    bus.publish_document(MADE_UP, Some(made_up_document().to_string().as_bytes())).await.unwrap();
+    let mut replicas = Vec::new();
+    for n in 0..2 {
+        let mut search = settings.search.clone();
+        search.index_dir = dir.join(format!("replica-{n}"));
+        let _ = std::fs::remove_dir_all(&search.index_dir);
+        let mut materialiser = Materialiser::start(&bus, &search).unwrap();
+        materialiser.caught_up().await.unwrap();
+        assert!(TantivySearch::open(&search.index_dir).unwrap().passage(MADE_UP).unwrap().is_some());
+        replicas.push(materialiser);
+    }
+
+    let reader = bus.reader_of(&bus.documents_dead_letters_topic()).unwrap();
+    let letters = tokio::task::spawn_blocking(move || {
+        let from: std::collections::HashMap<i32, i64> =
+            reader.spans().unwrap().iter().map(|s| (s.partition, s.low)).collect();
+        reader.start(&from).unwrap();
+        let (mut letters, started) = (Vec::new(), std::time::Instant::now());
+        while letters.len() < 2 && started.elapsed() < Duration::from_secs(30) {
+            if let Some(change) = reader.poll(Duration::from_millis(100)).unwrap() {
+                let letter: RejectedDocument = serde_json::from_slice(&change.document.unwrap()).unwrap();
+                letters.push((change.key, letter));
+            }
+        }
+        letters
+    })
+    .await
+    .unwrap();
+    assert_eq!(letters.len(), 2, "one dead letter from each replica: {letters:?}");
+    assert_eq!(letters[0], letters[1], "the same letter under the same key, so compaction keeps one");
+    let (key, letter) = &letters[0];
+    assert_eq!(*key, letter.dead_letter_key());
+    assert_eq!((letter.key.as_str(), letter.payload.as_str()), ("bad", "{not json"));
+    assert!(letter.error.contains("at line 1 column"), "it says why, as the JSON parser did: {}", letter.error);
 }

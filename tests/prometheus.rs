@@ -280,7 +280,7 @@ async fn the_kafka_panels_show_data_from_a_run_over_the_broker() {
 /// A retrieve replica's index as a copy of the documents topic, holding one published document:
 /// what the live-corpus panels show.
 async fn index_following_the_documents_topic(settings: &lacuna::config::Settings) -> Materialiser {
-    let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap();
+    let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap());
     bus.ensure_documents_topic().await.unwrap();
     let document = serde_json::json!({"id": "panels", "title": "Panels", "text": "A document for the index panels."});
     bus.publish_document("panels", Some(document.to_string().as_bytes())).await.unwrap();

@@ -32,6 +32,28 @@ pub struct Change {
     pub document: Option<Vec<u8>>,
 }
 
+/// A record of the documents topic that is not a valid document, as the dead letter a replica
+/// publishes for it on `<kafka.topic_prefix>documents-dead-letters`. Keyed by where the record sits
+/// (`<partition>/<offset>`) on a compacted topic: every replica that reads it writes the same key, so
+/// compaction keeps one dead letter per bad record however many replicas follow the topic.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RejectedDocument {
+    pub partition: i32,
+    pub offset: i64,
+    /// The record's key: the document id it claims.
+    pub key: String,
+    /// Why it is not a document.
+    pub error: String,
+    /// The record's value as text (lossy only when it was not UTF-8).
+    pub payload: String,
+}
+
+impl RejectedDocument {
+    pub fn dead_letter_key(&self) -> String {
+        format!("{}/{}", self.partition, self.offset)
+    }
+}
+
 /// What a partition holds now: records from `low` (the earliest retention and compaction left) to
 /// `high` (the next offset to be written).
 #[derive(Clone, Copy, Debug)]
@@ -46,15 +68,24 @@ impl KafkaBus {
         format!("{}documents", self.settings.topic_prefix)
     }
 
-    /// Creates the documents topic, compacted, when it does not exist yet.
+    /// Where replicas put the documents topic's records that are not documents ([`RejectedDocument`]).
+    pub fn documents_dead_letters_topic(&self) -> String {
+        format!("{}documents-dead-letters", self.settings.topic_prefix)
+    }
+
+    /// Creates the documents topic and its dead letters' topic, both compacted, when they do not exist yet.
     pub async fn ensure_documents_topic(&self) -> Result<(), BusError> {
         let admin: AdminClient<DefaultClientContext> = self.base.create().map_err(transport)?;
-        let name = self.documents_topic();
-        let topic =
-            NewTopic::new(&name, self.settings.partitions, TopicReplication::Fixed(self.settings.replication_factor))
-                .set("cleanup.policy", "compact");
+        let names = [self.documents_topic(), self.documents_dead_letters_topic()];
+        let (partitions, replicas) = (self.settings.partitions, self.settings.replication_factor);
+        let topics: Vec<NewTopic> = names
+            .iter()
+            .map(|name| {
+                NewTopic::new(name, partitions, TopicReplication::Fixed(replicas)).set("cleanup.policy", "compact")
+            })
+            .collect();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        for result in admin.create_topics([&topic], &options).await.map_err(transport)? {
+        for result in admin.create_topics(&topics, &options).await.map_err(transport)? {
             match result {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((name, code)) => return Err(BusError::Transport(format!("cannot create topic {name}: {code}"))),
@@ -73,8 +104,21 @@ impl KafkaBus {
         self.send(record).await
     }
 
+    /// Publishes the dead letter of a documents-topic record that is not a document.
+    pub async fn publish_rejected_document(&self, rejected: &RejectedDocument) -> Result<(), BusError> {
+        let name = self.documents_dead_letters_topic();
+        let key = rejected.dead_letter_key();
+        let payload = serde_json::to_vec(rejected).expect("a dead letter serialises");
+        self.send(FutureRecord::to(&name).key(key.as_bytes()).payload(&payload)).await
+    }
+
     /// A reader of the changelog outside any consumer group: every replica reads every partition.
     pub fn changelog(&self) -> Result<Changelog, BusError> {
+        self.reader_of(&self.documents_topic())
+    }
+
+    /// A reader of a compacted topic of this deployment (`changelog`'s kind), for any topic name.
+    pub fn reader_of(&self, topic: &str) -> Result<Changelog, BusError> {
         let group = format!("{}documents-reader", self.settings.topic_prefix);
         let consumer: BaseConsumer = self
             .base
@@ -84,7 +128,7 @@ impl KafkaBus {
             .set("enable.auto.offset.store", "false")
             .create()
             .map_err(transport)?;
-        Ok(Changelog { consumer, topic: self.documents_topic() })
+        Ok(Changelog { consumer, topic: topic.to_string() })
     }
 }
 

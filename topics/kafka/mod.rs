@@ -29,7 +29,7 @@ mod rebalance;
 mod table;
 
 pub use config::client_config;
-pub use documents::{Change, Changelog, Span};
+pub use documents::{Change, Changelog, RejectedDocument, Span};
 pub use follow::CatchUp;
 use offsets::OffsetTracker;
 use poller::{KafkaSubscription, poll};

@@ -11,8 +11,9 @@
 //!   started ([`Following::caught_up`]).
 //!
 //! A record that is not a valid document is logged, counted (`lacuna_index_changes_total{change=
-//! "rejected"}`) and skipped: `lacuna ingest` and `serve` check documents before publishing, so such a
-//! record came from another producer.
+//! "rejected"}`), skipped, and written to the dead letters' topic `<kafka.topic_prefix>documents-dead-
+//! letters` with why (`RejectedDocument`): `lacuna ingest` and `serve` check documents before publishing,
+//! so such a record came from another producer, who can read there what to mend.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -27,7 +28,10 @@ use super::documents::Document;
 use super::{SearchError, TantivyWriter};
 use crate::config::SearchSettings;
 use crate::metrics::METRICS;
-use crate::topics::kafka::{Change, Changelog, KafkaBus, Span};
+use crate::topics::kafka::{Change, Changelog, KafkaBus, RejectedDocument, Span};
+
+/// Dead letters waiting for the producer; beyond this many, more are only logged and counted.
+const REJECTED_QUEUE: usize = 1024;
 
 /// How often the lag metric asks the broker for the topic's end.
 const LAG_EVERY: Duration = Duration::from_secs(5);
@@ -57,17 +61,28 @@ pub struct Materialiser {
 
 impl Materialiser {
     /// Starts following the documents topic into the index at `settings.index_dir`, on a thread of
-    /// its own (tantivy and the changelog reader block).
-    pub fn start(bus: &KafkaBus, settings: &SearchSettings) -> Result<Materialiser, SearchError> {
+    /// its own (tantivy and the changelog reader block). Must be called within a tokio runtime: a task
+    /// of it publishes the dead letters.
+    pub fn start(bus: &Arc<KafkaBus>, settings: &SearchSettings) -> Result<Materialiser, SearchError> {
         let changelog = bus.changelog().map_err(|e| SearchError::Index(e.to_string()))?;
         let (sender, state) = watch::channel(Following::CatchingUp);
         let stop = Arc::new(AtomicBool::new(false));
+        let (rejected, mut dead_letters) = tokio::sync::mpsc::channel::<RejectedDocument>(REJECTED_QUEUE);
+        let publisher = bus.clone();
+        tokio::spawn(async move {
+            while let Some(letter) = dead_letters.recv().await {
+                if let Err(error) = publisher.publish_rejected_document(&letter).await {
+                    tracing::error!(%error, key = letter.key, offset = letter.offset, "cannot publish the dead letter of a record that is not a document");
+                }
+            }
+        });
         let follower = Follower {
             changelog,
             dir: settings.index_dir.clone(),
             passage_words: settings.passage_words,
             interval: Duration::from_millis(settings.commit_interval_ms.max(1)),
             stop: stop.clone(),
+            rejected,
         };
         std::thread::Builder::new()
             .name("materialiser".into())
@@ -114,6 +129,8 @@ struct Follower {
     passage_words: usize,
     interval: Duration,
     stop: Arc<AtomicBool>,
+    /// Records that are not documents, for the dead letters' topic.
+    rejected: tokio::sync::mpsc::Sender<RejectedDocument>,
 }
 
 impl Follower {
@@ -161,7 +178,15 @@ impl Follower {
                 None
             });
             if let Some(change) = polled {
-                apply(&mut writer, &change, self.passage_words);
+                if let Err(letter) = apply(&mut writer, &change, self.passage_words)
+                    && self.rejected.try_send(letter).is_err()
+                {
+                    tracing::error!(
+                        partition = change.partition,
+                        offset = change.offset,
+                        "too many dead letters waiting: this one is only logged"
+                    );
+                }
                 applied.next.insert(change.partition, change.offset + 1);
                 if behind.get(&change.partition).is_some_and(|end| change.offset + 1 >= *end) {
                     behind.remove(&change.partition);
@@ -216,25 +241,36 @@ fn open_or_recreate(dir: &Path) -> Result<TantivyWriter, SearchError> {
     }
 }
 
-fn apply(writer: &mut TantivyWriter, change: &Change, passage_words: usize) {
+/// Applies one record; one that is not a document comes back as its dead letter.
+fn apply(writer: &mut TantivyWriter, change: &Change, passage_words: usize) -> Result<(), RejectedDocument> {
     let Some(payload) = &change.document else {
         writer.delete(&change.key);
         METRICS.index_changes.with_label_values(&["delete"]).inc();
-        return;
+        return Ok(());
     };
     let document = serde_json::from_slice::<Document>(payload)
         .map_err(|e| e.to_string())
         .and_then(|d| d.check(usize::MAX).map(|_| d).map_err(|e| e.to_string()))
         .and_then(|d| if d.id == change.key { Ok(d) } else { Err(format!("its id {:?} is not its key", d.id)) });
-    let outcome = document.map_err(SearchError::Index).and_then(|d| writer.upsert(&d, passage_words));
+    let outcome = document.and_then(|d| writer.upsert(&d, passage_words).map_err(|e| e.to_string()));
     match outcome {
-        Ok(_) => METRICS.index_changes.with_label_values(&["upsert"]).inc(),
+        Ok(_) => {
+            METRICS.index_changes.with_label_values(&["upsert"]).inc();
+            Ok(())
+        }
         Err(error) => {
             tracing::error!(
                 key = change.key, partition = change.partition, offset = change.offset, %error,
-                "a documents record is not a document: skipped"
+                "a documents record is not a document: skipped, and sent to the dead letters"
             );
             METRICS.index_changes.with_label_values(&["rejected"]).inc();
+            Err(RejectedDocument {
+                partition: change.partition,
+                offset: change.offset,
+                key: change.key.clone(),
+                error,
+                payload: String::from_utf8_lossy(payload).into_owned(),
+            })
         }
     }
 }
