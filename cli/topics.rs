@@ -33,6 +33,8 @@ pub async fn topics(settings: &Settings, args: TopicsArgs) -> anyhow::Result<()>
         bus.ensure_documents_topic().await?;
         let topic = bus.documents_topic();
         println!("{topic} (compacted, every pipeline's): lacuna ingest, serve -> each retrieve replica's index");
+        let dead = bus.documents_dead_letters_topic();
+        println!("{dead} (compacted): each retrieve replica, for records that are not documents -> operators");
     }
     Ok(())
 }
