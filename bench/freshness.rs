@@ -17,7 +17,6 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::pipeline::percentile;
+use super::replica::{Replica, free_port};
 use crate::actors::clients::{Document, TantivySearch, TantivyWriter};
 use crate::config::Settings;
 use crate::eval::dataset::Dataset;
@@ -88,7 +88,7 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
             let folders: Vec<PathBuf> = (0..options.replicas).map(|n| work.join(format!("replica-{n}"))).collect();
             let mut replicas = Vec::new();
             for folder in &folders {
-                replicas.push(Replica::start(&settings, folder)?);
+                replicas.push(Replica::start(&std::env::current_exe()?, &settings, folder, free_port()?)?);
             }
             for replica in &mut replicas {
                 replica.wait_ready(Duration::from_secs(600))?;
@@ -341,69 +341,9 @@ async fn catch_up(
     crate::cli::ingest::publish(bus, &settings.retry, &documents).await?;
     let folder = work.join("replica-new");
     let started = Instant::now();
-    let mut replica = Replica::start(settings, &folder)?;
+    let mut replica = Replica::start(&std::env::current_exe()?, settings, &folder, free_port()?)?;
     replica.wait_ready(Duration::from_secs(1800))?;
     let seconds = started.elapsed().as_secs_f64();
     replica.stop();
     Ok(seconds)
-}
-
-/// A `lacuna stage retrieve` process of VANILLA following the documents topic into `folder`.
-struct Replica {
-    child: Child,
-    port: u16,
-}
-
-impl Replica {
-    fn start(settings: &Settings, folder: &Path) -> anyhow::Result<Replica> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(std::env::current_exe()?)
-            .env("LACUNA__KAFKA__BROKERS", &settings.kafka.brokers)
-            .env("LACUNA__KAFKA__TOPIC_PREFIX", &settings.kafka.topic_prefix)
-            .env("LACUNA__SEARCH__FOLLOW_DOCUMENTS", "true")
-            .env("LACUNA__SEARCH__INDEX_DIR", folder)
-            .env("LACUNA__SEARCH__COMMIT_INTERVAL_MS", settings.search.commit_interval_ms.to_string())
-            .env("LACUNA__METRICS__LISTEN", format!("127.0.0.1:{port}"))
-            .args(["stage", "retrieve", "--pipeline", "vanilla"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(folder.with_extension("log"))?)
-            .spawn()?;
-        Ok(Replica { child, port })
-    }
-
-    fn wait_ready(&mut self, within: Duration) -> anyhow::Result<()> {
-        let started = Instant::now();
-        while !ready(self.port) {
-            if let Some(status) = self.child.try_wait()? {
-                anyhow::bail!("a retrieve replica exited while catching up: {status}");
-            }
-            anyhow::ensure!(started.elapsed() < within, "a retrieve replica was not ready within {within:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
-    }
-
-    fn stop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether `/readyz` on 127.0.0.1:`port` answers 200.
-fn ready(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if write!(stream, "GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").is_err() {
-        return false;
-    }
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).is_ok() && reply.starts_with("HTTP/1.1 200")
 }

@@ -4,4 +4,5 @@
 pub mod fake_llm;
 pub mod freshness;
 pub mod pipeline;
+pub mod replica;
 pub mod rerank;

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use lacuna::actors::clients::TantivySearch;
+use lacuna::bench::replica::Replica;
 use lacuna::pipelines::parts::Parts;
 use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::topics::{AnswerRecord, Answered, Bus, Event, QuestionEvent};
@@ -190,56 +191,6 @@ async fn a_document_ingested_again_keeps_no_passage_of_its_older_version() {
     assert_eq!(ids(&search), ["log"], "the good line went in, and replaced all five passages");
 }
 
-/// `lacuna stage retrieve` of VANILLA, following the documents topic into its own index folder.
-struct Replica {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Replica {
-    fn start(settings: &lacuna::config::Settings, index: &Path, port: u16) -> Replica {
-        let child = Command::new(env!("CARGO_BIN_EXE_lacuna"))
-            .envs(kafka_env(settings))
-            .env("LACUNA__SEARCH__FOLLOW_DOCUMENTS", "true")
-            .env("LACUNA__SEARCH__INDEX_DIR", index)
-            .env("LACUNA__SEARCH__COMMIT_INTERVAL_MS", "200")
-            // One passage per document, so that counting passages counts documents.
-            .env("LACUNA__SEARCH__PASSAGE_WORDS", "0")
-            .env("LACUNA__METRICS__LISTEN", format!("127.0.0.1:{port}"))
-            .args(["stage", "retrieve", "--pipeline", "vanilla"])
-            .spawn()
-            .unwrap();
-        Replica { child, port }
-    }
-
-    /// Waits until `/readyz` answers 200: caught up with the topic.
-    fn wait_ready(&mut self) {
-        let started = std::time::Instant::now();
-        loop {
-            assert!(self.child.try_wait().unwrap().is_none(), "the replica exited");
-            let ready = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok().and_then(|mut stream| {
-                use std::io::Read;
-                write!(stream, "GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").ok()?;
-                let mut reply = String::new();
-                stream.read_to_string(&mut reply).ok()?;
-                Some(reply.starts_with("HTTP/1.1 200"))
-            });
-            if ready == Some(true) {
-                return;
-            }
-            assert!(started.elapsed() < Duration::from_secs(60), "the replica was not ready within 60 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn kafka_env(settings: &lacuna::config::Settings) -> Vec<(&'static str, String)> {
     vec![
         ("LACUNA__KAFKA__BROKERS", settings.kafka.brokers.clone()),
@@ -260,7 +211,20 @@ fn publish(settings: &lacuna::config::Settings, args: &[&str]) {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    lacuna::bench::replica::free_port().unwrap()
+}
+
+/// A retrieve replica (`lacuna stage retrieve` of VANILLA) following the documents topic into `index`,
+/// committing every 200 ms, one passage per document so that counting passages counts documents.
+fn replica(settings: &lacuna::config::Settings, index: &Path, port: u16) -> Replica {
+    let mut settings = settings.clone();
+    settings.search.commit_interval_ms = 200;
+    settings.search.passage_words = 0;
+    Replica::start(Path::new(env!("CARGO_BIN_EXE_lacuna")), &settings, index, port).unwrap()
+}
+
+fn wait_ready(replica: &mut Replica) {
+    replica.wait_ready(Duration::from_secs(60)).unwrap();
 }
 
 /// Waits until `holds` is true of the index at `dir` (a replica's, read beside it), at most 20 s.
@@ -296,9 +260,8 @@ async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survi
     for index in &indexes {
         let _ = std::fs::remove_dir_all(index);
     }
-    let mut replicas: Vec<Replica> =
-        indexes.iter().map(|index| Replica::start(&settings, index, free_port())).collect();
-    replicas.iter_mut().for_each(Replica::wait_ready);
+    let mut replicas: Vec<Replica> = indexes.iter().map(|index| replica(&settings, index, free_port())).collect();
+    replicas.iter_mut().for_each(wait_ready);
     for index in &indexes {
         assert_eq!(TantivySearch::open(index).unwrap().num_passages(), 300, "ready means caught up");
     }
@@ -385,11 +348,10 @@ async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survi
     until_index(&indexes[0], "some of the batch", |s| s.num_passages() > 300);
     let at_kill = TantivySearch::open(&indexes[0]).unwrap().num_passages();
     let port = replicas[0].port;
-    Command::new("kill").args(["-9", &replicas[0].child.id().to_string()]).status().unwrap();
-    let _ = replicas[0].child.wait();
+    replicas[0].kill();
     publishing.join().unwrap();
-    replicas[0] = Replica::start(&settings, &indexes[0], port);
-    replicas[0].wait_ready();
+    replicas[0] = replica(&settings, &indexes[0], port);
+    wait_ready(&mut replicas[0]);
     // The topic's live keys: 300 base documents and the batch (the made-up one was deleted), each
     // one passage.
     assert!(at_kill < 10_300, "the kill came after replica 0 had applied the whole batch ({at_kill} passages)");
