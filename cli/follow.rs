@@ -28,15 +28,17 @@ pub(crate) async fn follow_documents(
     Ok(Some(materialiser))
 }
 
-/// Runs `work` while the materialiser, if any, keeps following: its failure ends the work with why,
-/// since answers would otherwise go on coming from an index that no longer changes.
+/// Runs `work` while the materialiser, if any, keeps following: its failure ends the work with why
+/// (`who` names the command), since answers would otherwise go on coming from an index that no
+/// longer changes.
 pub(crate) async fn while_following<T>(
     materialiser: &mut Option<Materialiser>,
+    who: &str,
     work: impl Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
     let Some(materialiser) = materialiser else { return work.await };
     tokio::select! {
         result = work => result,
-        reason = materialiser.failed() => anyhow::bail!("the local index stopped following the documents topic: {reason}"),
+        reason = materialiser.failed() => anyhow::bail!("{who}: the local index stopped following the documents topic: {reason}"),
     }
 }

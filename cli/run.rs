@@ -95,7 +95,7 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
         };
         pipeline.run(questions, keep).await.map_err(anyhow::Error::from)
     };
-    while_following(&mut materialiser, answering).await?;
+    while_following(&mut materialiser, "run", answering).await?;
     pipeline.stop();
     progress.finish_and_clear();
     if let Some(e) = io_error {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 
-use super::follow::follow_documents;
+use super::follow::{follow_documents, while_following};
 use crate::actors::runner::RunningStage;
 use crate::config::Settings;
 use crate::pipelines::PipelineKind;
@@ -25,7 +25,8 @@ pub struct StageArgs {
 pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let stage = args.pipeline.stage(&args.name)?;
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
-    let materialiser = follow_documents(settings, stage.needs(Part::Search), &format!("stage {}", args.name)).await?;
+    let who = format!("stage {}", args.name);
+    let mut materialiser = follow_documents(settings, stage.needs(Part::Search), &who).await?;
     let mut parts = Parts::load_for(settings, args.pipeline, [stage])?;
     if stage.needs(Part::Llm) {
         parts = parts.with_served_model(check_llm(settings).await.map_err(anyhow::Error::msg)?);
@@ -34,14 +35,9 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let bus = args.pipeline.kafka_bus(settings).await?;
     let running = stage.start(bus, settings, &parts).await?;
     eprintln!("stage {} running on {} (group {}{})", args.name, kafka.brokers, kafka.topic_prefix, args.name);
-    let Some(mut materialiser) = materialiser else { return run_until_stopped(running, ready).await };
-    tokio::select! {
-        result = run_until_stopped(running, ready.clone()) => result,
-        reason = materialiser.failed() => {
-            ready.store(false, Ordering::Relaxed);
-            anyhow::bail!("stage {}: the local index stopped following the documents topic: {reason}", args.name)
-        }
-    }
+    let result = while_following(&mut materialiser, &who, run_until_stopped(running, ready.clone())).await;
+    // Unready on any failure: the stage's own already is, an index that stopped following is too.
+    result.inspect_err(|_| ready.store(false, Ordering::Relaxed))
 }
 
 /// Serves a started stage, ready, until SIGTERM or Ctrl-C, then drains it. A stage that fails
