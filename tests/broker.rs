@@ -393,18 +393,10 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
 #[test]
 fn publishing_goes_on_after_the_broker_restarts() {
     let _serial = serial();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let broker = {
-        let port = port.clone();
-        move |command: &[&str]| {
-            let status = Command::new("scripts/broker.sh").args(command).args(["--port", &port]).status().unwrap();
-            assert!(status.success(), "scripts/broker.sh {command:?}");
-        }
-    };
-    broker(&["start"]);
+    let broker = Arc::new(support::cluster::OwnBroker::start());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mut settings = settings("producer-restart", "http://127.0.0.1:9/v1");
-    settings.kafka.brokers = format!("127.0.0.1:{port}");
+    settings.kafka.brokers = broker.address();
     settings.kafka.message_timeout_ms = 5000;
     let outcome = runtime.block_on(async {
         let bus = bus(&settings).await;
@@ -420,7 +412,8 @@ fn publishing_goes_on_after_the_broker_restarts() {
             })
         };
         tokio::time::sleep(Duration::from_secs(1)).await;
-        tokio::task::spawn_blocking(move || broker(&["restart", "--crash"])).await.unwrap();
+        let restarting = broker.clone();
+        tokio::task::spawn_blocking(move || restarting.run(&["restart", "--crash"])).await.unwrap();
         sending.abort();
         let started = Instant::now();
         let mut last = None;
@@ -433,8 +426,7 @@ fn publishing_goes_on_after_the_broker_restarts() {
         }
         Err(last)
     });
-    let status = Command::new("scripts/broker.sh").args(["stop", "--port", &port]).status().unwrap();
-    assert!(status.success());
+    broker.run(&["stop"]);
     let took = outcome.unwrap_or_else(|last| panic!("no publish went through in 90 s after the restart: {last:?}"));
     eprintln!("first publish after the broker restart: {took:?}");
 }

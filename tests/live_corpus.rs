@@ -395,38 +395,15 @@ async fn lacuna_run_following_the_documents_topic_answers_from_a_document_only_t
     assert!(cites_made_up(answer), "the record cites the passage that only the topic held");
 }
 
-/// `scripts/broker.sh` on a port of this test's own (the shared broker serves other tests meanwhile),
-/// stopped on drop.
-struct OwnBroker(String);
-
-impl OwnBroker {
-    fn start() -> OwnBroker {
-        let broker = OwnBroker(free_port().to_string());
-        broker.run(&["start"]);
-        broker
-    }
-
-    fn run(&self, command: &[&str]) {
-        let status = Command::new("scripts/broker.sh").args(command).args(["--port", &self.0]).status().unwrap();
-        assert!(status.success(), "scripts/broker.sh {command:?}");
-    }
-}
-
-impl Drop for OwnBroker {
-    fn drop(&mut self) {
-        let _ = Command::new("scripts/broker.sh").args(["stop", "--port", &self.0]).status();
-    }
-}
-
 /// A broker that crashes and comes back under an index that follows the documents topic: the index
 /// keeps serving what it has, reconnects, and applies what is published afterwards, without failing
 /// its replica.
 #[actix::test]
 async fn an_index_following_the_documents_topic_rides_out_a_broker_restart() {
     use lacuna::actors::clients::search::materialiser::{Following, Materialiser};
-    let broker = std::sync::Arc::new(OwnBroker::start());
+    let broker = std::sync::Arc::new(support::cluster::OwnBroker::start());
     let mut settings = support::cluster::settings("documents-restart", "http://127.0.0.1:9/v1");
-    settings.kafka.brokers = format!("127.0.0.1:{}", broker.0);
+    settings.kafka.brokers = broker.address();
     settings.kafka.message_timeout_ms = 5000;
     settings.search.index_dir = support::scratch_dir("live-corpus-restart").join("index");
     settings.search.commit_interval_ms = 200;

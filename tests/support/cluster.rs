@@ -17,6 +17,36 @@ pub fn brokers() -> String {
         .expect("LACUNA_TEST_KAFKA is not set: run the tests with scripts/test.sh, which starts a broker")
 }
 
+/// `scripts/broker.sh` on a port of a test's own, for a test that stops or crashes its broker (the
+/// shared one serves other tests meanwhile); stopped on drop.
+pub struct OwnBroker(String);
+
+impl OwnBroker {
+    pub fn start() -> OwnBroker {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let broker = OwnBroker(port.to_string());
+        broker.run(&["start"]);
+        broker
+    }
+
+    /// `scripts/broker.sh COMMAND... --port <its port>`, which must succeed.
+    pub fn run(&self, command: &[&str]) {
+        let status = Command::new("scripts/broker.sh").args(command).args(["--port", &self.0]).status().unwrap();
+        assert!(status.success(), "scripts/broker.sh {command:?}");
+    }
+
+    /// Its address, for `kafka.brokers`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.0)
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        let _ = Command::new("scripts/broker.sh").args(["stop", "--port", &self.0]).status();
+    }
+}
+
 /// A topic prefix no other test run uses.
 pub fn prefix(test: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
