@@ -21,27 +21,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::documents::Document;
+use super::changes::{Applied, DeadLetters, Start, dead_letters, read_change, rejected, report_lag};
 use super::{SearchError, TantivyWriter};
 use crate::config::SearchSettings;
 use crate::metrics::METRICS;
-use crate::topics::kafka::{Change, Changelog, KafkaBus, RejectedDocument, Span};
-
-/// Dead letters waiting for the producer; beyond this many, more are only logged and counted.
-const REJECTED_QUEUE: usize = 1024;
+use crate::topics::kafka::{Change, Changelog, KafkaBus, RejectedDocument};
 
 /// How often the lag metric asks the broker for the topic's end.
-const LAG_EVERY: Duration = Duration::from_secs(5);
-
-/// Stored in each commit: the topic, and per partition the next offset to apply.
-#[derive(Serialize, Deserialize, Default, PartialEq, Debug)]
-struct Applied {
-    topic: String,
-    next: BTreeMap<i32, i64>,
-}
+pub(super) const LAG_EVERY: Duration = Duration::from_secs(5);
 
 /// Where a materialiser stands, for readiness and for the stage that waits on it.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,22 +56,13 @@ impl Materialiser {
         let changelog = bus.changelog().map_err(|e| SearchError::Index(e.to_string()))?;
         let (sender, state) = watch::channel(Following::CatchingUp);
         let stop = Arc::new(AtomicBool::new(false));
-        let (rejected, mut dead_letters) = tokio::sync::mpsc::channel::<RejectedDocument>(REJECTED_QUEUE);
-        let publisher = bus.clone();
-        tokio::spawn(async move {
-            while let Some(letter) = dead_letters.recv().await {
-                if let Err(error) = publisher.publish_rejected_document(&letter).await {
-                    tracing::error!(%error, key = letter.key, offset = letter.offset, "cannot publish the dead letter of a record that is not a document");
-                }
-            }
-        });
         let follower = Follower {
             changelog,
             dir: settings.index_dir.clone(),
             passage_words: settings.passage_words,
             interval: Duration::from_millis(settings.commit_interval_ms.max(1)),
             stop: stop.clone(),
-            rejected,
+            rejected: dead_letters(bus),
         };
         std::thread::Builder::new()
             .name("materialiser".into())
@@ -130,7 +110,7 @@ struct Follower {
     interval: Duration,
     stop: Arc<AtomicBool>,
     /// Records that are not documents, for the dead letters' topic.
-    rejected: tokio::sync::mpsc::Sender<RejectedDocument>,
+    rejected: DeadLetters,
 }
 
 impl Follower {
@@ -140,11 +120,11 @@ impl Follower {
         let spans = self.changelog.spans().map_err(bus_error)?;
         let mut writer = open_or_recreate(&self.dir)?;
         let stored: Option<Applied> = writer.payload()?.and_then(|p| serde_json::from_str(&p).ok());
-        let mut applied = match stored {
-            Some(applied) if applied.topic == topic && !outdated(&applied, &spans) => applied,
-            Some(applied) => {
+        let mut applied = match stored.map(|applied| (applied.next.clone(), applied.resumable(&topic, &spans))) {
+            Some((_, Some(applied))) => applied,
+            Some((stored, None)) => {
                 tracing::warn!(
-                    dir = %self.dir.display(), stored = ?applied.next, topic,
+                    dir = %self.dir.display(), ?stored, topic,
                     "the index's offsets are not the topic's, or older than its earliest records: rebuilding from the topic"
                 );
                 writer.clear()?;
@@ -154,16 +134,8 @@ impl Follower {
             // the topic's documents go on top of it.
             None => Applied { topic: topic.clone(), next: BTreeMap::new() },
         };
-        let from: HashMap<i32, i64> = spans
-            .iter()
-            .map(|s| (s.partition, applied.next.get(&s.partition).copied().unwrap_or(s.low).max(s.low)))
-            .collect();
         // The end offsets to reach before the replica is ready.
-        let mut behind: HashMap<i32, i64> =
-            spans.iter().filter(|s| from[&s.partition] < s.high).map(|s| (s.partition, s.high)).collect();
-        for (&partition, &offset) in &from {
-            applied.next.insert(partition, offset);
-        }
+        let Start { from, mut behind } = applied.start(&spans);
         self.changelog.start(&from).map_err(bus_error)?;
         tracing::info!(topic, partitions = spans.len(), behind = behind.len(), "following the documents topic");
         let mut ends: HashMap<i32, i64> = spans.iter().map(|s| (s.partition, s.high)).collect();
@@ -178,19 +150,10 @@ impl Follower {
                 None
             });
             if let Some(change) = polled {
-                if let Err(letter) = apply(&mut writer, &change, self.passage_words)
-                    && self.rejected.try_send(letter).is_err()
-                {
-                    tracing::error!(
-                        partition = change.partition,
-                        offset = change.offset,
-                        "too many dead letters waiting: this one is only logged"
-                    );
+                if let Err(letter) = apply(&mut writer, &change, self.passage_words) {
+                    self.rejected.send(letter);
                 }
-                applied.next.insert(change.partition, change.offset + 1);
-                if behind.get(&change.partition).is_some_and(|end| change.offset + 1 >= *end) {
-                    behind.remove(&change.partition);
-                }
+                applied.advance(&change, &mut behind);
                 dirty = true;
             }
             let caught_up_now = !announced && behind.is_empty();
@@ -220,11 +183,6 @@ impl Follower {
     }
 }
 
-/// A stored offset below a partition's earliest record: records it never saw are gone.
-fn outdated(applied: &Applied, spans: &[Span]) -> bool {
-    spans.iter().any(|s| applied.next.get(&s.partition).copied().unwrap_or(0) < s.low)
-}
-
 /// The writer of `dir`; a folder tantivy cannot open (damaged, half-written) is moved aside and
 /// started again empty, to be filled from the topic. A folder another process writes is an error.
 fn open_or_recreate(dir: &Path) -> Result<TantivyWriter, SearchError> {
@@ -243,36 +201,17 @@ fn open_or_recreate(dir: &Path) -> Result<TantivyWriter, SearchError> {
 
 /// Applies one record; one that is not a document comes back as its dead letter.
 fn apply(writer: &mut TantivyWriter, change: &Change, passage_words: usize) -> Result<(), RejectedDocument> {
-    let Some(payload) = &change.document else {
-        writer.delete(&change.key);
-        METRICS.index_changes.with_label_values(&["delete"]).inc();
-        return Ok(());
-    };
-    let document = serde_json::from_slice::<Document>(payload)
-        .map_err(|e| e.to_string())
-        .and_then(|d| d.check(usize::MAX).map(|_| d).map_err(|e| e.to_string()))
-        .and_then(|d| if d.id == change.key { Ok(d) } else { Err(format!("its id {:?} is not its key", d.id)) });
-    let outcome = document.and_then(|d| writer.upsert(&d, passage_words).map_err(|e| e.to_string()));
-    match outcome {
-        Ok(_) => {
-            METRICS.index_changes.with_label_values(&["upsert"]).inc();
-            Ok(())
+    match read_change(change)? {
+        None => {
+            writer.delete(&change.key);
+            METRICS.index_changes.with_label_values(&["delete"]).inc();
         }
-        Err(error) => {
-            tracing::error!(
-                key = change.key, partition = change.partition, offset = change.offset, %error,
-                "a documents record is not a document: skipped, and sent to the dead letters"
-            );
-            METRICS.index_changes.with_label_values(&["rejected"]).inc();
-            Err(RejectedDocument {
-                partition: change.partition,
-                offset: change.offset,
-                key: change.key.clone(),
-                error,
-                payload: String::from_utf8_lossy(payload).into_owned(),
-            })
+        Some(document) => {
+            writer.upsert(&document, passage_words).map_err(|e| rejected(change, e.to_string()))?;
+            METRICS.index_changes.with_label_values(&["upsert"]).inc();
         }
     }
+    Ok(())
 }
 
 fn commit(writer: &mut TantivyWriter, applied: &Applied, ends: &HashMap<i32, i64>) -> Result<(), SearchError> {
@@ -283,28 +222,4 @@ fn commit(writer: &mut TantivyWriter, applied: &Applied, ends: &HashMap<i32, i64
     METRICS.index_passages.with_label_values::<&str>(&[]).set(writer.passages() as i64);
     report_lag(applied, ends);
     Ok(())
-}
-
-fn report_lag(applied: &Applied, ends: &HashMap<i32, i64>) {
-    for (partition, next) in &applied.next {
-        let label = partition.to_string();
-        METRICS.index_applied_offset.with_label_values(&[&label]).set(*next);
-        let end = ends.get(partition).copied().unwrap_or(*next);
-        METRICS.index_lag.with_label_values(&[&label]).set((end - next).max(0));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stored_offsets_below_a_partitions_earliest_record_are_outdated() {
-        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10), (1, 3)]) };
-        let span = |partition, low, high| Span { partition, low, high };
-        assert!(!outdated(&applied, &[span(0, 0, 12), span(1, 3, 3)]), "3 is partition 1's earliest: nothing missed");
-        assert!(outdated(&applied, &[span(0, 0, 12), span(1, 4, 9)]), "offset 3 of partition 1 is gone unseen");
-        assert!(outdated(&applied, &[span(0, 0, 12), span(2, 1, 5)]), "a partition it never read lost its start");
-        assert!(!outdated(&applied, &[span(2, 0, 5)]), "a new partition read from its start");
-    }
 }

@@ -3,6 +3,7 @@
 //! "meilisearch"` reads a Meilisearch index instead (`meili.rs`). Stages hold a [`Search`] and cannot
 //! tell which. Both backends read corpora the same way (`corpus.rs`) and fail with one error type.
 
+pub mod changes;
 mod corpus;
 pub mod documents;
 pub mod materialiser;
