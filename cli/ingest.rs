@@ -5,6 +5,9 @@
 //! and skipped; the others are applied, and the command then fails so that no script takes a partial
 //! ingest for a whole one.
 //!
+//! With `search.backend = "meilisearch"` they are applied to the Meilisearch index the same way
+//! `lacuna indexer` applies the topic's.
+//!
 //! With `--transport kafka` the documents are published to the `documents` topic instead (a
 //! tombstone for each `--delete`), and every retrieve replica that follows it
 //! (`search.follow_documents`) applies them to its own index.
@@ -17,7 +20,8 @@ use clap::Args;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::actors::clients::search::documents::check_id;
-use crate::actors::clients::{Document, TantivyWriter};
+use crate::actors::clients::search::meili_writer::Update;
+use crate::actors::clients::{Document, MeiliSearch, TantivyWriter};
 use crate::actors::runner::retrying;
 use crate::config::{RetrySettings, SearchBackend, Settings};
 use crate::pipelines::Transport;
@@ -43,9 +47,6 @@ pub struct IngestArgs {
 }
 
 pub async fn ingest(settings: &Settings, args: IngestArgs) -> anyhow::Result<()> {
-    if args.transport == Transport::InProcess && settings.search.backend != SearchBackend::Tantivy {
-        anyhow::bail!("lacuna ingest writes the tantivy index; a live Meilisearch corpus is not built yet");
-    }
     if args.file.is_none() && args.delete.is_empty() {
         anyhow::bail!("nothing to do: give a JSONL file of documents, --delete DOC_ID..., or both");
     }
@@ -59,6 +60,9 @@ pub async fn ingest(settings: &Settings, args: IngestArgs) -> anyhow::Result<()>
     if args.transport == Transport::Kafka {
         publish_all(settings, &documents, &args.delete).await?;
         return report(&rejected);
+    }
+    if settings.search.backend == SearchBackend::Meilisearch {
+        return ingest_meilisearch(settings, documents, &args.delete, &rejected).await;
     }
     let dir = args.index_dir.unwrap_or_else(|| settings.search.index_dir.clone());
     let started = Instant::now();
@@ -82,6 +86,35 @@ pub async fn ingest(settings: &Settings, args: IngestArgs) -> anyhow::Result<()>
         started.elapsed().as_secs_f32()
     );
     report(&rejected)
+}
+
+/// Applies the documents and deletions to the Meilisearch index directly, through the same batch
+/// `lacuna indexer` applies (`meili_writer.rs`), tagged with the time of this ingest.
+async fn ingest_meilisearch(
+    settings: &Settings,
+    documents: Vec<Document>,
+    deletes: &[String],
+    rejected: &[(usize, String)],
+) -> anyhow::Result<()> {
+    let meili = MeiliSearch::new(settings.search.meilisearch.clone())?;
+    let started = Instant::now();
+    let mut updates: Vec<Update> =
+        documents.into_iter().map(|d| Update { doc_id: d.id.clone(), document: Some(d) }).collect();
+    // A deletion after the file's documents, as with tantivy: the same id's deletion wins.
+    updates.retain(|u| !deletes.contains(&u.doc_id));
+    updates.extend(deletes.iter().map(|id| Update { doc_id: id.clone(), document: None }));
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
+    meili.open_for_writing().await?;
+    let written = meili.apply(&updates, settings.search.passage_words, &format!("ingest-{nanos}")).await?;
+    eprintln!(
+        "ingested {} documents ({} passages), deleted {} in Meilisearch index {:?} in {:.1}s",
+        written.upserts,
+        written.passages,
+        written.deletes,
+        settings.search.meilisearch.index,
+        started.elapsed().as_secs_f32()
+    );
+    report(rejected)
 }
 
 /// Each document, then each deletion, to the documents topic; acknowledged by the broker before the

@@ -4,8 +4,9 @@
 //! policy around it: a timeout on every call, retries with backoff on what is worth retrying, and the
 //! mapping of its errors onto [`SearchError`], so a stage cannot tell this backend from tantivy.
 //!
-//! Documents are `{"id", "title", "text"}` with `id` the primary key; `title` and `text` are the
-//! searchable attributes. Hits come back with Meilisearch's `_rankingScore` (0 to 1) as their score.
+//! Passages are read as `{"id", "title", "text"}`; `title` and `text` are the searchable attributes.
+//! Hits come back with Meilisearch's `_rankingScore` (0 to 1) as their score. How Lacuna writes an
+//! index (its `key`, `doc_id` and `change` attributes) is in `meili_writer.rs`.
 
 use std::future::Future;
 use std::path::Path;
@@ -17,24 +18,29 @@ use meilisearch_sdk::documents::DocumentsQuery;
 use meilisearch_sdk::errors::{Error as SdkError, ErrorCode, ErrorType, MeilisearchError};
 use meilisearch_sdk::indexes::Index;
 use meilisearch_sdk::search::{MatchingStrategies, SearchQuery, SearchResult, Selectors};
-use meilisearch_sdk::settings::Settings as IndexSettings;
 use meilisearch_sdk::task_info::TaskInfo;
 use meilisearch_sdk::tasks::Task;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::{SearchError, corpus_error, for_each_passage};
+use super::meili_writer::{Stored, generation, key_of};
+use super::{SearchError, for_each_passage};
 use crate::config::{MatchingStrategy, MeiliSettings};
 use crate::topics::Passage;
 
 /// The attributes a Lacuna index stores, searches (all but the id) and returns.
-const FIELDS: [&str; 3] = ["id", "title", "text"];
-const SEARCHED: [&str; 2] = ["title", "text"];
+pub(super) const FIELDS: [&str; 3] = ["id", "title", "text"];
+pub(super) const SEARCHED: [&str; 2] = ["title", "text"];
 
 #[derive(Clone)]
 pub struct MeiliSearch {
-    client: Client,
-    settings: Arc<MeiliSettings>,
+    pub(super) client: Client,
+    pub(super) settings: Arc<MeiliSettings>,
+    /// The last generation read, and when (`generation`).
+    generation: Arc<std::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>>,
 }
+
+/// How long a generation read from the server is reused: about the indexer's batch interval.
+const GENERATION_FOR: Duration = Duration::from_secs(1);
 
 /// What an upload of a corpus did.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,11 +101,6 @@ pub fn search_query<'a>(
     search
 }
 
-/// The settings every Lacuna index gets: what is searched, and what comes back.
-pub fn index_settings() -> IndexSettings {
-    IndexSettings::new().with_searchable_attributes(SEARCHED).with_displayed_attributes(FIELDS)
-}
-
 /// Search hits as passages with their ranking scores, best first (Meilisearch's order).
 pub fn passages(hits: Vec<SearchResult<Document>>) -> Result<Vec<(Passage, f32)>, SearchError> {
     hits.into_iter()
@@ -136,7 +137,7 @@ pub struct TaskFailure {
 }
 
 impl TaskFailure {
-    fn is(&self, code: ErrorCode) -> bool {
+    pub(super) fn is(&self, code: ErrorCode) -> bool {
         self.error.as_ref().is_some_and(|error| error.error_code == code)
     }
 }
@@ -208,16 +209,16 @@ impl MeiliSearch {
         let key = api_key(&settings.api_key_env, std::env::var(&settings.api_key_env).ok())?;
         let client =
             Client::new(settings.url.trim_end_matches('/'), key).map_err(|error| search_error(error, &settings))?;
-        Ok(MeiliSearch { client, settings: Arc::new(settings) })
+        Ok(MeiliSearch { client, settings: Arc::new(settings), generation: Default::default() })
     }
 
-    fn index(&self) -> Index {
+    pub(super) fn index(&self) -> Index {
         self.client.index(&self.settings.index)
     }
 
     /// One SDK call under `timeout_ms`, retried with jittered backoff while it fails transiently, up to
     /// `max_retries` times. A call is safe to repeat: searches read, and uploads replace by id.
-    async fn retrying<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, SearchError>
+    pub(super) async fn retrying<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, SearchError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, SdkError>>,
@@ -257,21 +258,38 @@ impl MeiliSearch {
         passages(results.hits)
     }
 
-    /// The passage with this id, if the index has it.
+    /// The passage with this id, if the index has it (stored under [`key_of`] it).
     pub async fn passage(&self, id: &str) -> Result<Option<Passage>, SearchError> {
-        if !valid_document_id(id) {
-            return Ok(None);
-        }
-        let index = self.index();
+        let (index, key) = (self.index(), key_of(id));
         let document = self
             .retrying("get a document", || async {
-                match index.get_document::<Document>(id).await {
+                match index.get_document::<Document>(&key).await {
                     Err(SdkError::Meilisearch(error)) if error.error_code == ErrorCode::DocumentNotFound => Ok(None),
                     outcome => outcome.map(Some),
                 }
             })
             .await?;
         Ok(document.map(Passage::from))
+    }
+
+    /// The generation searches read now, from the offsets `lacuna indexer` stored (read at most once
+    /// a second); `None` for an index no indexer wrote, or when they cannot be read.
+    pub async fn generation(&self) -> Option<String> {
+        let now = tokio::time::Instant::now();
+        if let Some((read, generation)) = &*self.generation.lock().unwrap()
+            && now.duration_since(*read) < GENERATION_FOR
+        {
+            return generation.clone();
+        }
+        let generation = match self.applied().await {
+            Ok(applied) => applied.map(|applied| generation(&self.settings.index, &applied)),
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the Meilisearch index's applied offsets");
+                None
+            }
+        };
+        *self.generation.lock().unwrap() = Some((now, generation.clone()));
+        generation
     }
 
     /// How many documents the index holds.
@@ -284,7 +302,7 @@ impl MeiliSearch {
     }
 
     /// Waits for an enqueued task to end, up to `task_timeout_ms`; its failure is the caller's to judge.
-    async fn finished(&self, enqueued: &TaskInfo) -> Result<Result<(), TaskFailure>, SearchError> {
+    pub(super) async fn finished(&self, enqueued: &TaskInfo) -> Result<Result<(), TaskFailure>, SearchError> {
         let poll = Some(Duration::from_millis(50));
         let timeout = Some(Duration::from_millis(self.settings.task_timeout_ms));
         let task = self.retrying("wait for a task", || self.client.wait_for_task(enqueued, poll, timeout)).await?;
@@ -292,47 +310,30 @@ impl MeiliSearch {
     }
 
     /// Creates the index if it does not exist, sets its attributes, and uploads the corpus in batches
-    /// of `batch_size`, waiting for every task. Documents replace those with the same id, so
+    /// of `batch_size`, waiting for every task. Passages replace those with the same id, so
     /// re-indexing the same corpus leaves the index as it was.
     pub async fn build(&self, corpus: &Path) -> Result<IndexReport, SearchError> {
-        let documents = read_corpus(corpus)?;
-        let uid = &self.settings.index;
-        let created = self.retrying("create the index", || self.client.create_index(uid, Some("id"))).await?;
-        match self.finished(&created).await? {
-            Err(failure) if failure.is(ErrorCode::IndexAlreadyExists) => {}
-            outcome => outcome?,
-        }
-        let index = self.index();
-        let settings = index_settings();
-        let updated = self.retrying("set the index settings", || index.set_settings(&settings)).await?;
-        self.finished(&updated).await??;
-        let batch_size = self.settings.batch_size.max(1);
-        let enqueued = self
-            .retrying("upload documents", || index.add_documents_in_batches(&documents, Some(batch_size), Some("id")))
-            .await?;
-        for task in &enqueued {
-            self.finished(task).await??;
-        }
-        Ok(IndexReport { documents: documents.len(), batches: enqueued.len() })
+        let passages = read_corpus(corpus)?;
+        self.open_for_writing().await?;
+        self.write(&passages).await?;
+        let batches = passages.len().div_ceil(self.settings.batch_size.max(1));
+        Ok(IndexReport { documents: passages.len(), batches })
     }
 }
 
-/// The corpus as Meilisearch documents, every id checked before anything is sent.
-pub fn read_corpus(corpus: &Path) -> Result<Vec<Document>, SearchError> {
-    let mut documents = Vec::new();
-    for_each_passage(corpus, |line, passage| {
-        if !valid_document_id(&passage.id) {
-            let message = format!(
-                "id {:?} is not a valid Meilisearch document id (letters, digits, - and _, at most 511 bytes)",
-                passage.id
-            );
-            return Err(corpus_error(corpus, line, message));
-        }
-        documents.push(Document { id: passage.id, title: passage.title, text: passage.text });
+/// The corpus's passages as Lacuna stores them, each its own document.
+pub fn read_corpus(corpus: &Path) -> Result<Vec<Stored>, SearchError> {
+    let mut passages = Vec::new();
+    for_each_passage(corpus, |_, passage| {
+        let doc_id = passage.id.clone();
+        passages.push(Stored::new(passage, &doc_id, CORPUS_CHANGE));
         Ok(())
     })?;
-    Ok(documents)
+    Ok(passages)
 }
+
+/// The `change` of passages written from a corpus file.
+const CORPUS_CHANGE: &str = "corpus";
 
 #[cfg(test)]
 mod tests {
@@ -367,9 +368,6 @@ mod tests {
         assert_eq!(body(0, MatchingStrategy::Last)["limit"], 1, "a zero limit still asks for one hit");
         assert_eq!(body(5, MatchingStrategy::Last)["matchingStrategy"], "last");
         assert_eq!(body(5, MatchingStrategy::All)["matchingStrategy"], "all");
-        let settings = serde_json::to_value(index_settings()).unwrap();
-        assert_eq!(settings["searchableAttributes"], json!(["title", "text"]));
-        assert_eq!(settings["displayedAttributes"], json!(["id", "title", "text"]));
     }
 
     #[test]
@@ -456,7 +454,7 @@ mod tests {
     }
 
     #[test]
-    fn corpus_ids_are_checked_before_anything_is_sent() {
+    fn a_corpus_with_ids_meilisearch_refuses_is_stored_under_keys_of_their_own() {
         assert!(valid_document_id("hotpotqa-000001") && valid_document_id("a_b"));
         assert!(!valid_document_id("a:b") && !valid_document_id("") && !valid_document_id(&"x".repeat(512)));
         let dir = std::env::temp_dir().join(format!("lacuna-meili-{}", std::process::id()));
@@ -467,12 +465,16 @@ mod tests {
             "{\"id\": \"p1\", \"title\": \"T\", \"text\": \"x\"}\n\n{\"id\": \"bad id\", \"text\": \"y\"}\n",
         )
         .unwrap();
+        let passages = read_corpus(&corpus).unwrap();
+        assert_eq!(
+            passages.iter().map(|p| (p.id.as_str(), p.doc_id.as_str())).collect::<Vec<_>>(),
+            [("p1", "p1"), ("bad id", "bad id")]
+        );
+        assert_eq!(passages[0].key, "p1");
+        assert!(passages[1].key.starts_with("sha256_") && valid_document_id(&passages[1].key));
+        std::fs::write(&corpus, "{\"id\": \"p1\", \"text\": \"x\"}\nnot json\n").unwrap();
         let error = read_corpus(&corpus).unwrap_err().to_string();
-        assert!(error.contains("line 3") && error.contains("bad id"), "{error}");
-        std::fs::write(&corpus, "{\"id\": \"p1\", \"title\": \"T\", \"text\": \"x\"}\n").unwrap();
-        let documents = read_corpus(&corpus).unwrap();
-        assert_eq!(documents, vec![Document { id: "p1".into(), title: "T".into(), text: "x".into() }]);
-        assert_eq!(serde_json::to_value(&documents[0]).unwrap(), json!({"id": "p1", "title": "T", "text": "x"}));
+        assert!(error.contains("line 2"), "{error}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

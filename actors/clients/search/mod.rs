@@ -8,6 +8,7 @@ mod corpus;
 pub mod documents;
 pub mod materialiser;
 pub mod meili;
+pub mod meili_writer;
 pub mod tantivy;
 pub mod tantivy_writer;
 
@@ -67,8 +68,8 @@ impl Search {
         Ok(self.search_with_generation(query, limit).await?.0)
     }
 
-    /// The same, with the generation of the index the hits came from, where the backend has one
-    /// (tantivy's; Meilisearch's is not read yet).
+    /// The same, with the generation of the index the hits came from, where the backend has one:
+    /// tantivy's, or the offsets `lacuna indexer` last stored with a Meilisearch index.
     pub async fn search_with_generation(
         &self,
         query: &str,
@@ -84,7 +85,10 @@ impl Search {
                         .map_err(|e| SearchError::Index(e.to_string()))??;
                 Ok((hits, Some(generation)))
             }
-            Search::Meili(meili) => Ok((meili.search(query, limit).await?, None)),
+            Search::Meili(meili) => {
+                let hits = meili.search(query, limit).await?;
+                Ok((hits, meili.generation().await))
+            }
         }
     }
 
