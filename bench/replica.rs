@@ -74,7 +74,7 @@ pub fn free_port() -> std::io::Result<u16> {
 }
 
 /// Whether `/readyz` on 127.0.0.1:`port` answers 200.
-fn ready(port: u16) -> bool {
+pub fn ready(port: u16) -> bool {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));

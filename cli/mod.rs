@@ -8,6 +8,7 @@ mod eval;
 mod follow;
 mod graph;
 mod index;
+mod indexer;
 pub mod ingest;
 mod recall;
 mod run;
@@ -46,6 +47,8 @@ enum Command {
     Index(index::IndexArgs),
     /// Add, replace or delete documents of the live corpus: searchable at once, no restart.
     Ingest(ingest::IngestArgs),
+    /// Keep a Meilisearch index a copy of the documents topic, for retrieve replicas that search it.
+    Indexer(indexer::IndexerArgs),
     /// Answer one question and show the facts and passages it rests on.
     Ask(ask::AskArgs),
     /// Answer every question of a JSONL file, one output line per input line.
@@ -91,6 +94,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(&settings, args).await,
         Command::Serve(args) => serve::serve(&settings, args).await,
         Command::Stage(args) => stage::stage(&settings, args).await,
+        Command::Indexer(args) => indexer::indexer(&settings, args).await,
         Command::Submit(args) => submit::submit(&settings, args).await,
         Command::Answers(args) => submit::answers(&settings, args).await,
         Command::Dlq(args) => dlq::dlq(&settings, args).await,

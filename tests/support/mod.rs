@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod fake_llm;
+pub mod fake_meili;
 pub mod faulty_bus;
 pub mod methods;
 pub mod onnx_graph;

@@ -6,6 +6,7 @@
 pub mod changes;
 mod corpus;
 pub mod documents;
+pub mod indexer;
 pub mod materialiser;
 pub mod meili;
 pub mod meili_writer;

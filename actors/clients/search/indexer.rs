@@ -1,0 +1,211 @@
+//! `lacuna indexer`: a Meilisearch index as a copy of the `documents` topic. One indexer serves every
+//! retrieve replica, since they all search the same server. It reads every partition, gathers changes
+//! for up to `search.commit_interval_ms` (or `search.meilisearch.batch_size` changes), keeps each
+//! document's latest valid change, applies the batch and waits for Meilisearch's tasks
+//! (`meili_writer.rs`), and only then stores the offsets it applied beside the index. So:
+//! - a restart resumes from the stored offsets, and a batch applied twice changes nothing;
+//! - an empty server (a new volume, a new index uid) is filled from the start of the topic, and so is
+//!   one whose offsets are another topic's, or older than what the topic still keeps;
+//! - it is ready once it has applied every record the topic held when it started;
+//! - a Meilisearch or broker outage is waited out with backoff, never skipped.
+//!
+//! A record that is not a document goes to the dead letters, as a replica's materialiser sends it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::changes::{Applied, DeadLetters, Start, dead_letters, read_change, report_lag};
+use super::materialiser::LAG_EVERY;
+use super::meili_writer::Update;
+use super::{MeiliSearch, SearchError};
+use crate::actors::clients::backoff;
+use crate::config::SearchSettings;
+use crate::metrics::METRICS;
+use crate::topics::kafka::{Change, Changelog, KafkaBus};
+
+/// The longest wait between two tries of a batch Meilisearch could not take.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+pub struct Indexer {
+    meili: MeiliSearch,
+    changelog: Arc<Changelog>,
+    rejected: DeadLetters,
+    passage_words: usize,
+    interval: Duration,
+    batch_size: usize,
+}
+
+impl Indexer {
+    /// Must be called within a tokio runtime: a task of it publishes the dead letters.
+    pub fn new(meili: MeiliSearch, bus: &Arc<KafkaBus>, settings: &SearchSettings) -> Result<Indexer, SearchError> {
+        let changelog = bus.changelog().map_err(|e| SearchError::Index(e.to_string()))?;
+        Ok(Indexer {
+            meili,
+            changelog: Arc::new(changelog),
+            rejected: dead_letters(bus),
+            passage_words: settings.passage_words,
+            interval: Duration::from_millis(settings.commit_interval_ms.max(1)),
+            batch_size: settings.meilisearch.batch_size.max(1),
+        })
+    }
+
+    /// Follows the topic for good; `ready` turns true once caught up. Ends only on an error no retry
+    /// cures (a task Meilisearch refuses, an index keyed otherwise), for the process to end with it.
+    pub async fn run(self, ready: Arc<AtomicBool>) -> Result<(), SearchError> {
+        let topic = self.changelog.topic().to_string();
+        let changelog = self.changelog.clone();
+        let spans = blocking(move || changelog.spans()).await?;
+        self.meili.open_for_writing().await?;
+        let mut applied = match self.meili.applied().await? {
+            Some(stored) => match stored.clone().resumable(&topic, &spans) {
+                Some(applied) => applied,
+                None => {
+                    tracing::warn!(stored = ?stored.next, topic, "the index's offsets are not the topic's, or older than its earliest records: rebuilding from the topic");
+                    self.meili.clear().await?;
+                    Applied { topic: topic.clone(), next: BTreeMap::new() }
+                }
+            },
+            // Nothing applied yet: a corpus `lacuna index` wrote stays, the topic's documents go on top.
+            None => Applied { topic: topic.clone(), next: BTreeMap::new() },
+        };
+        let Start { from, mut behind } = applied.start(&spans);
+        let changelog = self.changelog.clone();
+        blocking(move || changelog.start(&from)).await?;
+        tracing::info!(
+            topic,
+            partitions = spans.len(),
+            behind = behind.len(),
+            "indexing the documents topic into Meilisearch"
+        );
+        let mut ends: HashMap<i32, i64> = spans.iter().map(|s| (s.partition, s.high)).collect();
+        let mut last_lag = Instant::now();
+        loop {
+            let changelog = self.changelog.clone();
+            let (interval, batch_size) = (self.interval, self.batch_size);
+            let changes = blocking(move || Ok(gather(&changelog, interval, batch_size))).await?;
+            if !changes.is_empty() {
+                let updates = self.latest(&changes);
+                for change in &changes {
+                    applied.advance(change, &mut behind);
+                }
+                self.apply(&updates, &applied).await?;
+            }
+            if behind.is_empty() && !ready.swap(true, Ordering::Relaxed) {
+                tracing::info!("the Meilisearch index caught up with the documents topic");
+            }
+            if last_lag.elapsed() >= LAG_EVERY {
+                ends = self.ends(ends).await;
+                if let Ok(passages) = self.meili.documents().await {
+                    METRICS.index_passages.with_label_values::<&str>(&[]).set(passages as i64);
+                }
+                last_lag = Instant::now();
+            }
+            report_lag(&applied, &ends);
+        }
+    }
+
+    /// Each document's last valid change of the batch; the others are dead letters.
+    fn latest(&self, changes: &[Change]) -> Vec<Update> {
+        let mut latest: Vec<Update> = Vec::new();
+        let mut position: HashMap<String, usize> = HashMap::new();
+        for change in changes {
+            let document = match read_change(change) {
+                Ok(document) => document,
+                Err(letter) => {
+                    self.rejected.send(letter);
+                    continue;
+                }
+            };
+            let update = Update { doc_id: change.key.clone(), document };
+            match position.get(&change.key) {
+                Some(&at) => latest[at] = update,
+                None => {
+                    position.insert(change.key.clone(), latest.len());
+                    latest.push(update);
+                }
+            }
+        }
+        latest
+    }
+
+    /// Applies a batch and stores the offsets after it, trying again with backoff while Meilisearch
+    /// fails in a way a retry may cure.
+    async fn apply(&self, updates: &[Update], applied: &Applied) -> Result<(), SearchError> {
+        // Offsets only grow, so the offsets after this batch tag its passages apart from every
+        // earlier batch's, and the same batch applied again gets the same tag.
+        let change: String = applied.next.iter().map(|(p, o)| format!("{p}-{o}")).collect::<Vec<_>>().join("_");
+        let mut attempt = 0;
+        loop {
+            let started = Instant::now();
+            let outcome = async {
+                let written = self.meili.apply(updates, self.passage_words, &change).await?;
+                self.meili.store_applied(applied).await?;
+                Ok::<_, SearchError>(written)
+            }
+            .await;
+            match outcome {
+                Ok(written) => {
+                    METRICS.index_changes.with_label_values(&["upsert"]).inc_by(written.upserts as u64);
+                    METRICS.index_changes.with_label_values(&["delete"]).inc_by(written.deletes as u64);
+                    METRICS
+                        .index_commit_seconds
+                        .with_label_values::<&str>(&[])
+                        .observe(started.elapsed().as_secs_f64());
+                    return Ok(());
+                }
+                Err(error) if error.is_transient() => {
+                    attempt += 1;
+                    let wait = backoff(500, attempt).min(MAX_BACKOFF);
+                    tracing::warn!(%error, attempt, wait_ms = wait.as_millis() as u64, "Meilisearch did not take a batch: trying it again");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// The partitions' ends now, for the lag metric (the old ones where the broker does not answer).
+    async fn ends(&self, mut ends: HashMap<i32, i64>) -> HashMap<i32, i64> {
+        let changelog = self.changelog.clone();
+        blocking(move || {
+            for (&partition, end) in ends.iter_mut() {
+                if let Some(high) = changelog.high_watermark(partition) {
+                    *end = high;
+                }
+            }
+            Ok(ends)
+        })
+        .await
+        .unwrap_or_default()
+    }
+}
+
+/// Changes read within `interval` of the first one, at most `limit`; none after `interval` without any.
+/// A broker away is waited out: librdkafka reconnects.
+fn gather(changelog: &Changelog, interval: Duration, limit: usize) -> Vec<Change> {
+    let mut changes = Vec::new();
+    let started = Instant::now();
+    while changes.len() < limit && started.elapsed() < interval {
+        match changelog.poll(Duration::from_millis(50)) {
+            Ok(Some(change)) => changes.push(change),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, "reading the documents topic failed: retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+    changes
+}
+
+/// The changelog reader blocks: its calls run on tokio's blocking threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, crate::topics::BusError> + Send + 'static,
+) -> Result<T, SearchError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SearchError::Index(e.to_string()))?
+        .map_err(|e| SearchError::Index(e.to_string()))
+}

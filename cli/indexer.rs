@@ -1,0 +1,39 @@
+//! `lacuna indexer`: keeps the Meilisearch index (`search.meilisearch`) a copy of the documents topic
+//! on `kafka.brokers`, for retrieve replicas that search Meilisearch (`search.backend =
+//! "meilisearch"`). Run one per index: Meilisearch applies its tasks in order, and a second indexer
+//! would only repeat the first's work. Serves /metrics, /healthz and /readyz (ready once caught up)
+//! on `metrics.listen`; SIGTERM stops it between two batches or within one (a batch is applied again
+//! on restart, which changes nothing).
+
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::stage::wait_for_shutdown_signal;
+use crate::actors::clients::MeiliSearch;
+use crate::actors::clients::search::indexer::Indexer;
+use crate::config::Settings;
+use crate::topics::kafka::KafkaBus;
+
+#[derive(Args)]
+pub struct IndexerArgs {}
+
+pub async fn indexer(settings: &Settings, _args: IndexerArgs) -> anyhow::Result<()> {
+    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus)?);
+    bus.ensure_documents_topic().await?;
+    let meili = settings.search.meilisearch.clone();
+    let (url, index) = (meili.url.clone(), meili.index.clone());
+    let indexer = Indexer::new(MeiliSearch::new(meili)?, &bus, &settings.search)?;
+    eprintln!("indexer: applying {} to Meilisearch index {index:?} at {url}", bus.documents_topic());
+    tokio::select! {
+        _ = wait_for_shutdown_signal() => {
+            eprintln!("indexer: stopped");
+            Ok(())
+        }
+        result = indexer.run(ready) => {
+            result?;
+            anyhow::bail!("indexer: stopped following the documents topic")
+        }
+    }
+}

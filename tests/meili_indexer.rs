@@ -1,0 +1,212 @@
+//! `lacuna indexer` keeps a Meilisearch index a copy of the documents topic, over the real broker
+//! that scripts/test.sh starts. No registry ships a Meilisearch server (../shared/ENVIRONMENT.md), so
+//! the server here is a fake that speaks its HTTP API (tests/support/fake_meili.rs): the SDK, the
+//! retries, the task waits and the indexer are the real ones. tests/meilisearch.rs runs against a
+//! real server where MEILI_URL is set.
+
+mod support;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use lacuna::bench::replica::{free_port, ready};
+use lacuna::config::{SearchBackend, Settings};
+use lacuna::pipelines::parts::Parts;
+use lacuna::pipelines::{Pipeline, PipelineKind};
+use lacuna::topics::kafka::KafkaBus;
+use lacuna::topics::{AnswerRecord, QuestionEvent};
+use serde_json::json;
+use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+use support::fake_meili::FakeMeili;
+
+const INDEX: &str = "live";
+const QUESTION: &str = "Which lighthouse keeper first charted the Varnholt shoals?";
+
+fn reader(prompt: &str) -> Reply {
+    match prompt_kind(prompt) {
+        Prompt::Reader if prompt.contains("Quillmoor") => {
+            Reply::Json(json!({"answer": "Ada Quillmoor", "confidence": 5, "explanation": "the passage says so"}))
+        }
+        Prompt::Reader => Reply::Json(json!({"answer": "unknown", "confidence": 1, "explanation": "not shown"})),
+        _ => Reply::Status(400),
+    }
+}
+
+fn env(settings: &Settings) -> Vec<(&'static str, String)> {
+    vec![
+        ("LACUNA__KAFKA__BROKERS", settings.kafka.brokers.clone()),
+        ("LACUNA__KAFKA__TOPIC_PREFIX", settings.kafka.topic_prefix.clone()),
+        ("LACUNA__KAFKA__PARTITIONS", settings.kafka.partitions.to_string()),
+        ("LACUNA__SEARCH__BACKEND", "meilisearch".into()),
+        ("LACUNA__SEARCH__MEILISEARCH__URL", settings.search.meilisearch.url.clone()),
+        ("LACUNA__SEARCH__MEILISEARCH__INDEX", INDEX.into()),
+        ("LACUNA__SEARCH__MEILISEARCH__MAX_RETRIES", "1".into()),
+        ("LACUNA__SEARCH__MEILISEARCH__RETRY_BACKOFF_MS", "50".into()),
+        ("LACUNA__SEARCH__COMMIT_INTERVAL_MS", "200".into()),
+        ("LACUNA__SEARCH__PASSAGE_WORDS", "20".into()),
+    ]
+}
+
+/// `lacuna indexer` as its own process, its metrics and readiness on `port`, its log beside `dir`.
+fn indexer(settings: &Settings, dir: &Path, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .envs(env(settings))
+        .env("LACUNA__METRICS__LISTEN", format!("127.0.0.1:{port}"))
+        .arg("indexer")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::options().create(true).append(true).open(dir.join("indexer.log")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_ready(child: &mut Child, port: u16, dir: &Path) {
+    let started = Instant::now();
+    while !ready(port) {
+        let log = || std::fs::read_to_string(dir.join("indexer.log")).unwrap_or_default();
+        assert!(child.try_wait().unwrap().is_none(), "the indexer exited: {}", log());
+        assert!(started.elapsed() < Duration::from_secs(60), "not ready within 60 s: {}", log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `lacuna ingest --transport kafka` with these documents (and `extra` arguments), as a user runs it.
+fn publish(settings: &Settings, dir: &Path, documents: &[serde_json::Value], extra: &[&str]) -> Child {
+    let file = dir.join(format!("documents-{}.jsonl", documents.len()));
+    let mut out = std::fs::File::create(&file).unwrap();
+    for document in documents {
+        writeln!(out, "{document}").unwrap();
+    }
+    Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .envs(env(settings))
+        .args(["ingest", "--transport", "kafka", file.to_str().unwrap()])
+        .args(extra)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn published(mut child: Child) {
+    assert!(child.wait().unwrap().success(), "lacuna ingest failed");
+}
+
+/// The passage ids the fake index holds.
+fn ids(meili: &FakeMeili) -> Vec<String> {
+    let mut ids: Vec<String> = meili.documents(INDEX).values().map(|d| d["id"].as_str().unwrap().to_string()).collect();
+    ids.sort();
+    ids
+}
+
+/// Waits until the index holds exactly `wanted` passage ids, at most 30 s.
+fn until_ids(meili: &FakeMeili, wanted: &[String], what: &str) {
+    let mut wanted = wanted.to_vec();
+    wanted.sort();
+    let started = Instant::now();
+    while ids(meili) != wanted {
+        assert!(started.elapsed() < Duration::from_secs(30), "{what}: the index holds {:?}", ids(meili));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn short(n: usize) -> serde_json::Value {
+    json!({"id": format!("doc-{n}"), "title": format!("Document {n}"), "text": format!("Short document number {n}.")})
+}
+
+/// A document of three 20-word passages.
+fn manual(sentences: usize) -> serde_json::Value {
+    let sentence = |n: usize| format!("{} step {n}.", vec!["word"; 18].join(" "));
+    json!({"id": "manual", "title": "Manual", "text": (0..sentences).map(sentence).collect::<Vec<_>>().join(" ")})
+}
+
+/// The indexer fills an empty server from the topic and is ready once caught up; a made-up document
+/// published while it runs is found and cited by the next answer, whose record names the
+/// generation; a shorter version leaves no stale passage, a delete takes a document back, and a
+/// record that is not a document is skipped. Killed with SIGKILL while a batch is published, it
+/// comes back and the index holds exactly the topic's live documents. A Meilisearch outage is
+/// waited out: nothing published meanwhile is skipped.
+#[actix::test]
+async fn the_indexer_keeps_a_meilisearch_index_a_copy_of_the_documents_topic_through_a_kill_and_an_outage() {
+    let dir = support::scratch_dir("meili-indexer");
+    let _ = std::fs::remove_file(dir.join("indexer.log"));
+    let meili = FakeMeili::start();
+    let llm = FakeLlm::start(reader).await;
+    let mut settings = support::cluster::settings("meili-indexer", &llm.base_url);
+    settings.search.backend = SearchBackend::Meilisearch;
+    settings.search.meilisearch.url = meili.url.clone();
+    settings.search.meilisearch.index = INDEX.into();
+
+    let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap();
+    bus.ensure_documents_topic().await.unwrap();
+    bus.publish_document("bad", Some(b"{not json")).await.unwrap();
+    let mut documents: Vec<serde_json::Value> = (0..30).map(short).collect();
+    documents.push(manual(3));
+    published(publish(&settings, &dir, &documents, &[]));
+    let mut live: Vec<String> = (0..30).map(|n| format!("doc-{n}")).collect();
+
+    let port = free_port().unwrap();
+    let mut child = indexer(&settings, &dir, port);
+    wait_ready(&mut child, port, &dir);
+    let with_manual = |live: &[String], passages: usize| -> Vec<String> {
+        let manual = (1..=passages).map(|n| if passages == 1 { "manual".into() } else { format!("manual#{n}") });
+        live.iter().cloned().chain(manual).collect()
+    };
+    assert_eq!(
+        ids(&meili),
+        {
+            let mut w = with_manual(&live, 3);
+            w.sort();
+            w
+        },
+        "ready means caught up: every document, the bad record skipped"
+    );
+
+    let made_up = json!({"id": "varnholt-shoals", "title": "Varnholt shoals",
+        "text": "The Varnholt shoals were first charted in 1871 by the lighthouse keeper Ada Quillmoor."});
+    published(publish(&settings, &dir, &[made_up, manual(1)], &["--delete", "doc-0"]));
+    live.retain(|id| id != "doc-0");
+    live.push("varnholt-shoals".into());
+    until_ids(&meili, &with_manual(&live, 1), "a new document, a shorter version, a delete");
+
+    let parts = Parts::load(&settings, PipelineKind::Vanilla).unwrap();
+    let mut pipeline = Pipeline::start(PipelineKind::Vanilla, &settings, parts).await.unwrap();
+    let record = pipeline.ask(QuestionEvent::new("q1", QUESTION.to_string())).await.unwrap();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    assert_eq!(answer.answer, "Ada Quillmoor");
+    assert!(answer.passages.iter().any(|p| p.id == "varnholt-shoals"), "it cites the new document");
+    let generation = &answer.provenance.as_ref().unwrap().index_generation;
+    assert!(
+        generation.iter().any(|g| g.starts_with("meilisearch:live:applied=")),
+        "the record names the generation it read: {generation:?}"
+    );
+
+    // SIGKILL while a batch is being published: no last batch, no stored offsets beyond the tasks done.
+    let batch: Vec<serde_json::Value> = (100..400).map(short).collect();
+    let publishing = publish(&settings, &dir, &batch, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new("kill").args(["-9", &child.id().to_string()]).status();
+    let _ = child.wait();
+    published(publishing);
+    live.extend((100..400).map(|n| format!("doc-{n}")));
+    let mut child = indexer(&settings, &dir, port);
+    wait_ready(&mut child, port, &dir);
+    assert_eq!(
+        ids(&meili),
+        {
+            let mut w = with_manual(&live, 1);
+            w.sort();
+            w
+        },
+        "after a kill: exactly the topic's live documents"
+    );
+
+    meili.set_down(true);
+    published(publish(&settings, &dir, &[short(999)], &[]));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(child.try_wait().unwrap().is_none(), "an outage is waited out, not a reason to exit");
+    meili.set_down(false);
+    live.push("doc-999".into());
+    until_ids(&meili, &with_manual(&live, 1), "the document published during the outage");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -1,0 +1,281 @@
+//! A fake Meilisearch that speaks the part of its HTTP API Lacuna uses, on 127.0.0.1, so that the
+//! real client code (meilisearch-sdk, our retries and task waits) runs in tests without a server:
+//! no registry ships one (../shared/ENVIRONMENT.md). Every task is done when it is enqueued. Search
+//! ranks by the share of query words a passage holds; deletions take the filters Lacuna writes
+//! (`doc_id IN [...]`, optionally `AND change != "..."`) and refuse any other. `set_down` makes every
+//! request answer 503, as a server that is restarting.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct Index {
+    primary_key: Option<String>,
+    documents: BTreeMap<String, Value>,
+}
+
+#[derive(Default)]
+struct Server {
+    indexes: HashMap<String, Index>,
+    tasks: Vec<Value>,
+}
+
+#[derive(Clone)]
+struct Shared {
+    server: Arc<Mutex<Server>>,
+    down: Arc<AtomicBool>,
+}
+
+pub struct FakeMeili {
+    pub url: String,
+    shared: Shared,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+const AT: &str = "2026-11-27T10:00:00Z";
+
+impl FakeMeili {
+    /// Serves on a thread and runtime of its own, so that a test may block its own thread meanwhile.
+    pub fn start() -> FakeMeili {
+        let shared = Shared { server: Default::default(), down: Default::default() };
+        let app = Router::new()
+            .route("/indexes", post(create_index))
+            .route("/indexes/{uid}", get(get_index))
+            .route("/indexes/{uid}/settings", axum::routing::patch(settings))
+            .route("/indexes/{uid}/documents", post(add_documents).delete(delete_all).get(count_documents))
+            .route("/indexes/{uid}/documents/delete", post(delete_by_filter))
+            .route("/indexes/{uid}/documents/{id}", get(get_document))
+            .route("/indexes/{uid}/search", post(search))
+            .route("/tasks/{uid}", get(get_task))
+            .layer(axum::middleware::from_fn_with_state(shared.clone(), unless_down))
+            .with_state(shared.clone());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let serving = axum::serve(listener, app).with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                });
+                serving.await.unwrap();
+            });
+        });
+        FakeMeili { url, shared, stop: Some(stop) }
+    }
+
+    pub fn set_down(&self, down: bool) {
+        self.shared.down.store(down, Ordering::SeqCst);
+    }
+
+    /// The documents of an index, by primary key.
+    pub fn documents(&self, uid: &str) -> BTreeMap<String, Value> {
+        let server = self.shared.server.lock().unwrap();
+        server.indexes.get(uid).map(|index| index.documents.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for FakeMeili {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn unless_down(
+    State(shared): State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if shared.down.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "restarting").into_response();
+    }
+    next.run(request).await
+}
+
+fn error(status: StatusCode, code: &str, message: String) -> Response {
+    (status, Json(json!({"message": message, "code": code, "type": "invalid_request", "link": ""}))).into_response()
+}
+
+fn missing(uid: &str) -> Response {
+    error(StatusCode::NOT_FOUND, "index_not_found", format!("Index `{uid}` not found."))
+}
+
+/// Records a task, done at once (failed with `failure` when given), and answers 202 with its info.
+fn task(server: &mut Server, uid: &str, failure: Option<Value>) -> Response {
+    let number = server.tasks.len();
+    let mut done = json!({"uid": number, "indexUid": uid, "status": "succeeded", "type": "customs",
+        "duration": "PT0S", "enqueuedAt": AT, "startedAt": AT, "finishedAt": AT});
+    if let Some(failure) = failure {
+        done["status"] = json!("failed");
+        done["error"] = failure;
+    }
+    server.tasks.push(done);
+    let info = json!({"taskUid": number, "indexUid": uid, "status": "enqueued", "type": "customs", "enqueuedAt": AT});
+    (StatusCode::ACCEPTED, Json(info)).into_response()
+}
+
+async fn create_index(State(shared): State<Shared>, Json(body): Json<Value>) -> Response {
+    let mut server = shared.server.lock().unwrap();
+    let uid = body["uid"].as_str().unwrap().to_string();
+    let failure = server.indexes.contains_key(&uid).then(|| {
+        json!({"message": format!("Index `{uid}` already exists."), "code": "index_already_exists", "type": "invalid_request", "link": ""})
+    });
+    if failure.is_none() {
+        let primary_key = body["primaryKey"].as_str().map(str::to_string);
+        server.indexes.insert(uid.clone(), Index { primary_key, documents: BTreeMap::new() });
+    }
+    task(&mut server, &uid, failure)
+}
+
+async fn get_index(State(shared): State<Shared>, Path(uid): Path<String>) -> Response {
+    let server = shared.server.lock().unwrap();
+    match server.indexes.get(&uid) {
+        Some(index) => {
+            Json(json!({"uid": uid, "primaryKey": index.primary_key, "createdAt": AT, "updatedAt": AT})).into_response()
+        }
+        None => missing(&uid),
+    }
+}
+
+async fn settings(State(shared): State<Shared>, Path(uid): Path<String>) -> Response {
+    let mut server = shared.server.lock().unwrap();
+    if !server.indexes.contains_key(&uid) {
+        return missing(&uid);
+    }
+    task(&mut server, &uid, None)
+}
+
+async fn add_documents(
+    State(shared): State<Shared>,
+    Path(uid): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    Json(documents): Json<Vec<Value>>,
+) -> Response {
+    let mut server = shared.server.lock().unwrap();
+    // Meilisearch creates an index with its first documents.
+    let index = server.indexes.entry(uid.clone()).or_default();
+    if index.primary_key.is_none() {
+        index.primary_key = query.get("primaryKey").cloned();
+    }
+    let key = index.primary_key.clone().unwrap_or_else(|| "id".into());
+    for document in documents {
+        let Some(id) = document[&key].as_str().map(str::to_string) else {
+            return error(StatusCode::BAD_REQUEST, "missing_document_id", format!("no {key} in {document}"));
+        };
+        index.documents.insert(id, document);
+    }
+    task(&mut server, &uid, None)
+}
+
+async fn delete_all(State(shared): State<Shared>, Path(uid): Path<String>) -> Response {
+    let mut server = shared.server.lock().unwrap();
+    if let Some(index) = server.indexes.get_mut(&uid) {
+        index.documents.clear();
+    }
+    task(&mut server, &uid, None)
+}
+
+async fn count_documents(State(shared): State<Shared>, Path(uid): Path<String>) -> Response {
+    let server = shared.server.lock().unwrap();
+    match server.indexes.get(&uid) {
+        Some(index) => {
+            Json(json!({"results": [], "limit": 0, "offset": 0, "total": index.documents.len()})).into_response()
+        }
+        None => missing(&uid),
+    }
+}
+
+/// The quoted strings of `text`, in order, unescaped.
+fn quoted(text: &str) -> Vec<String> {
+    let (mut out, mut chars) = (Vec::new(), text.chars());
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => value.extend(chars.next()),
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        out.push(value);
+    }
+    out
+}
+
+async fn delete_by_filter(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
+    let filter = body["filter"].as_str().unwrap_or_default().to_string();
+    let Some((ids, rest)) = filter.strip_prefix("doc_id IN [").and_then(|f| f.rsplit_once(']')) else {
+        return error(StatusCode::BAD_REQUEST, "invalid_document_filter", format!("unexpected filter {filter}"));
+    };
+    let ids = quoted(ids);
+    let keep_change = match rest.trim() {
+        "" => None,
+        rest if rest.starts_with("AND change != ") => quoted(rest).pop(),
+        _ => return error(StatusCode::BAD_REQUEST, "invalid_document_filter", format!("unexpected filter {filter}")),
+    };
+    let mut server = shared.server.lock().unwrap();
+    if let Some(index) = server.indexes.get_mut(&uid) {
+        index.documents.retain(|_, d| {
+            let of_ids = d["doc_id"].as_str().is_some_and(|id| ids.iter().any(|i| i == id));
+            let kept = keep_change.as_deref().is_some_and(|change| d["change"] == change);
+            !of_ids || kept
+        });
+    }
+    task(&mut server, &uid, None)
+}
+
+async fn get_document(State(shared): State<Shared>, Path((uid, id)): Path<(String, String)>) -> Response {
+    let server = shared.server.lock().unwrap();
+    let Some(index) = server.indexes.get(&uid) else { return missing(&uid) };
+    match index.documents.get(&id) {
+        Some(document) => Json(document.clone()).into_response(),
+        None => error(StatusCode::NOT_FOUND, "document_not_found", format!("Document `{id}` not found.")),
+    }
+}
+
+async fn search(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
+    let words = |text: &str| -> Vec<String> {
+        text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+    };
+    let query = words(body["q"].as_str().unwrap_or_default());
+    let server = shared.server.lock().unwrap();
+    let Some(index) = server.indexes.get(&uid) else { return missing(&uid) };
+    let mut hits: Vec<(f64, Value)> = index
+        .documents
+        .values()
+        .filter_map(|d| {
+            let held = words(&format!("{} {}", d["title"].as_str().unwrap_or(""), d["text"].as_str().unwrap_or("")));
+            let score = query.iter().filter(|w| held.contains(w)).count() as f64 / query.len().max(1) as f64;
+            (score > 0.0).then(|| {
+                (score, json!({"id": d["id"], "title": d["title"], "text": d["text"], "_rankingScore": score}))
+            })
+        })
+        .collect();
+    hits.sort_by(|a, b| b.0.total_cmp(&a.0));
+    hits.truncate(body["limit"].as_u64().unwrap_or(20) as usize);
+    let hits: Vec<Value> = hits.into_iter().map(|(_, hit)| hit).collect();
+    Json(json!({"hits": hits, "processingTimeMs": 0, "query": body["q"]})).into_response()
+}
+
+async fn get_task(State(shared): State<Shared>, Path(uid): Path<usize>) -> Response {
+    let server = shared.server.lock().unwrap();
+    match server.tasks.get(uid) {
+        Some(task) => Json(task.clone()).into_response(),
+        None => error(StatusCode::NOT_FOUND, "task_not_found", format!("Task `{uid}` not found.")),
+    }
+}
