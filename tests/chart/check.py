@@ -35,6 +35,7 @@ EXPECTED = {
     "keda-values.yaml": ("migres", "ScaledObject", 4),
     "vanilla-values.yaml": ("vanilla-s", None, 8),
     "raisf-values.yaml": ("raisf", "HorizontalPodAutoscaler", 8),
+    "meilisearch-values.yaml": ("migres", "HorizontalPodAutoscaler", 8),
 }
 
 failures = []
@@ -82,7 +83,10 @@ def check_config_loads(configmap, label):
             f.write(configmap["data"]["lacuna.toml"])
         corpus = os.path.join(tmp, "corpus.jsonl")
         open(corpus, "w").close()
-        result = run([LACUNA, "--config", config, "index", "--corpus", corpus, "--index-dir", os.path.join(tmp, "i")])
+        # Loaded, then used to build a local index: a Meilisearch config is loaded the same way, but its
+        # server is not there to build on.
+        env = dict(os.environ, LACUNA__SEARCH__BACKEND="tantivy")
+        result = run([LACUNA, "--config", config, "index", "--corpus", corpus, "--index-dir", os.path.join(tmp, "i")], env=env)
         check(result.returncode == 0, f"{label}: the rendered config does not load: {result.stderr.strip()}")
 
 
@@ -110,6 +114,11 @@ def check_values_file(name):
         check_serve(serve, by_kind, pipeline, label)
     else:
         check(serve is None, f"{label}: a serve Deployment though serve.enabled is false")
+    indexer = deployments.pop("indexer", None)
+    if name == "meilisearch-values.yaml":
+        check_indexer(indexer, deployments, by_kind, label)
+    else:
+        check(indexer is None, f"{label}: an indexer Deployment though meilisearch.enabled is false")
     stages = [s.replace("_", "-") for s in PIPELINES[pipeline]]
     check(sorted(deployments) == sorted(stages), f"{label}: Deployments {sorted(deployments)}, expected {sorted(stages)}")
 
@@ -214,6 +223,32 @@ def check_serve(serve, by_kind, pipeline, label):
     config = [c["data"]["lacuna.toml"] for c in by_kind.get("ConfigMap", []) if "lacuna.toml" in c.get("data", {})][0]
     check("progress = true" in config and 'token_env = "LACUNA_SERVE_TOKEN"' in config and "chat.example.com" in config,
           f"{label}: lacuna.toml lacks the stages' progress or serve's token and CORS settings")
+
+
+def check_indexer(indexer, stages, by_kind, label):
+    """The Meilisearch backend: one `lacuna indexer` pod, never two at once, ready once caught up; the
+    retrieve pods and the indexer read the API key from its Secret; lacuna.toml searches Meilisearch."""
+    if not check(indexer is not None, f"{label}: meilisearch.enabled rendered no indexer Deployment"):
+        return
+    container = indexer["spec"]["template"]["spec"]["containers"][0]
+    check(container["args"][-1] == "indexer", f"{label}: the indexer runs {container['args']}")
+    check(indexer["spec"].get("replicas") == 1 and indexer["spec"].get("strategy", {}).get("type") == "Recreate",
+          f"{label}: the indexer must be one replica, recreated")
+    check(container.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz", f"{label}: the indexer has no /readyz probe")
+    check(indexer["spec"]["template"]["metadata"].get("annotations", {}).get("checksum/config"), f"{label}: the indexer has no config checksum")
+    key = {"name": "meilisearch-master-key", "key": "master-key"}
+    def env_of(deployment):
+        return {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0].get("env") or []}
+
+    for component, d in [("indexer", indexer), ("retrieve", stages["retrieve"])]:
+        env = env_of(d)
+        check(env.get("MEILI_MASTER_KEY", {}).get("valueFrom", {}).get("secretKeyRef") == key,
+              f"{label}: {component} does not read the Meilisearch key from its Secret")
+    others = [c for c, d in stages.items() if c != "retrieve" and "MEILI_MASTER_KEY" in env_of(d)]
+    check(not others, f"{label}: stages that never call Meilisearch get its key: {others}")
+    config = [c["data"]["lacuna.toml"] for c in by_kind.get("ConfigMap", []) if "lacuna.toml" in c.get("data", {})][0]
+    check('backend = "meilisearch"' in config and 'url = "http://meilisearch.search:7700"' in config
+          and 'index = "support-articles"' in config, f"{label}: lacuna.toml does not search the Meilisearch index")
 
 
 def check_pipelines_file():

@@ -92,6 +92,11 @@ every per-stage override names a stage some pipeline has, and only settings a st
 {{- $_ := set $config "serve" (merge $serve (default dict $config.serve)) -}}
 {{- end -}}
 {{- $search := dict "index_dir" .Values.index.mountPath "follow_documents" .Values.index.followDocuments -}}
+{{- if .Values.meilisearch.enabled -}}
+{{- $_ := set $search "backend" "meilisearch" -}}
+{{- $_ := set $search "follow_documents" false -}}
+{{- $_ := set $search "meilisearch" (merge (dict "url" .Values.meilisearch.url "index" .Values.meilisearch.index "api_key_env" "MEILI_MASTER_KEY") (default dict (default dict $config.search).meilisearch)) -}}
+{{- end -}}
 {{- $_ := set $config "search" (merge $search (default dict $config.search)) -}}
 {{- toToml $config -}}
 {{- end -}}
@@ -122,5 +127,16 @@ every per-stage override names a stage some pipeline has, and only settings a st
     secretKeyRef:
       name: {{ required "kafka.secretProperties[].secretName" $p.secretName }}
       key: {{ required "kafka.secretProperties[].secretKey" $p.secretKey }}
+{{- end }}
+{{- end -}}
+
+{{/* The Meilisearch API key, from its Secret, for the pods that call the server. */}}
+{{- define "lacuna.meiliKeyEnv" -}}
+{{- if and .Values.meilisearch.enabled .Values.meilisearch.apiKeySecret.name }}
+- name: MEILI_MASTER_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.meilisearch.apiKeySecret.name }}
+      key: {{ .Values.meilisearch.apiKeySecret.key }}
 {{- end }}
 {{- end -}}
