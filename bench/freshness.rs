@@ -12,8 +12,12 @@
 //!   broker's acknowledgement. Then `--catch-up` more passages are published and a new replica is
 //!   timed from its start to ready.
 //!
+//! - With `search.backend = "meilisearch"` (over Kafka only) one `lacuna indexer` applies the topic to
+//!   an index of the bench's own on the configured server, and a document counts as searchable once
+//!   that index holds it; the catch-up times a new indexer into a new index.
+//!
 //! Throughput is VANILLA in this process with the fake LLM over the dataset's questions, searching
-//! the ingested folder: once before the ingestion starts, and once while it runs.
+//! the ingested folder (or index): once before the ingestion starts, and once while it runs.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -25,8 +29,8 @@ use serde::Serialize;
 
 use super::pipeline::percentile;
 use super::replica::{Replica, free_port};
-use crate::actors::clients::{Document, TantivySearch, TantivyWriter};
-use crate::config::Settings;
+use crate::actors::clients::{Document, MeiliSearch, TantivySearch, TantivyWriter};
+use crate::config::{SearchBackend, Settings};
 use crate::eval::dataset::Dataset;
 use crate::pipelines::{PipelineKind, Transport};
 use crate::topics::kafka::KafkaBus;
@@ -72,6 +76,12 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
     std::fs::create_dir_all(&work)?;
     let corpus = corpus_passages(&dataset.corpus())?;
     let mut settings = settings.clone();
+    let meili = settings.search.backend == SearchBackend::Meilisearch;
+    anyhow::ensure!(
+        !meili || options.transport == Transport::Kafka,
+        "with search.backend = \"meilisearch\" the bench times `lacuna indexer`: give --transport kafka"
+    );
+    let binary = std::env::current_exe()?;
     let (mut replicas, folders, bus) = match options.transport {
         Transport::InProcess => {
             let folder = work.join("index");
@@ -81,14 +91,20 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
         Transport::Kafka => {
             let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
             settings.kafka.topic_prefix = format!("{}bench-freshness-{stamp}.", settings.kafka.topic_prefix);
+            settings.search.meilisearch.index =
+                format!("{}-bench-freshness-{stamp}", settings.search.meilisearch.index);
             let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus)?);
             bus.ensure_documents_topic().await?;
             let base: Vec<Document> = corpus.iter().map(|(id, title, text)| document(id, title, text)).collect();
             crate::cli::ingest::publish(&bus, &settings.retry, &base).await?;
             let folders: Vec<PathBuf> = (0..options.replicas).map(|n| work.join(format!("replica-{n}"))).collect();
             let mut replicas = Vec::new();
-            for folder in &folders {
-                replicas.push(Replica::start(&std::env::current_exe()?, &settings, folder, free_port()?)?);
+            if meili {
+                replicas.push(Replica::start_indexer(&binary, &settings, &work.join("indexer.log"), free_port()?)?);
+            } else {
+                for folder in &folders {
+                    replicas.push(Replica::start(&binary, &settings, folder, free_port()?)?);
+                }
             }
             for replica in &mut replicas {
                 replica.wait_ready(Duration::from_secs(600))?;
@@ -112,7 +128,11 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
     let stop = Arc::new(AtomicBool::new(false));
     let prober = {
         let (folders, pending, latencies, stop) = (folders.clone(), pending.clone(), latencies.clone(), stop.clone());
-        std::thread::spawn(move || probe(&folders, &pending, &latencies, &stop))
+        let index = MeiliSearch::new(settings.search.meilisearch.clone())?;
+        tokio::task::spawn_blocking(move || match meili {
+            true => tokio::runtime::Handle::current().block_on(probe_meili(&index, &pending, &latencies, &stop)),
+            false => probe(&folders, &pending, &latencies, &stop),
+        })
     };
     let publishing = {
         let (pending, stop, rate, seconds) = (pending.clone(), stop.clone(), options.rate, options.seconds);
@@ -141,7 +161,7 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     stop.store(true, Ordering::Relaxed);
-    let _ = prober.join();
+    let _ = prober.await;
     let mut latencies = latencies.lock().unwrap().clone();
     latencies.sort_by(f64::total_cmp);
 
@@ -158,8 +178,8 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
             Transport::InProcess => "in-process".into(),
             Transport::Kafka => "kafka".into(),
         },
-        backend: "tantivy".into(),
-        replicas: folders.len(),
+        backend: if meili { "meilisearch".into() } else { "tantivy".into() },
+        replicas: if meili { 1 } else { folders.len() },
         rate: options.rate,
         seconds: options.seconds,
         commit_interval_ms: settings.search.commit_interval_ms,
@@ -328,6 +348,27 @@ fn probe(folders: &[PathBuf], pending: &Pending, latencies: &Mutex<Vec<f64>>, st
     }
 }
 
+/// Asks the Meilisearch index which pending documents it holds, every 50 ms; one found is done.
+async fn probe_meili(index: &MeiliSearch, pending: &Pending, latencies: &Mutex<Vec<f64>>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let ids: Vec<String> = pending.lock().unwrap().iter().take(500).map(|(id, _, _)| id.clone()).collect();
+        match index.holding(&ids).await {
+            Ok(held) => {
+                let now = Instant::now();
+                pending.lock().unwrap().retain(|(id, published, _)| {
+                    let found = held.contains(id);
+                    if found {
+                        latencies.lock().unwrap().push(now.duration_since(*published).as_secs_f64());
+                    }
+                    !found
+                });
+            }
+            Err(error) => tracing::warn!(%error, "freshness: cannot ask Meilisearch for the pending documents"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Publishes `n` more passages, then times a new replica with an empty folder from start to ready.
 async fn catch_up(
     settings: &Settings,
@@ -341,7 +382,16 @@ async fn catch_up(
     crate::cli::ingest::publish(bus, &settings.retry, &documents).await?;
     let folder = work.join("replica-new");
     let started = Instant::now();
-    let mut replica = Replica::start(&std::env::current_exe()?, settings, &folder, free_port()?)?;
+    let binary = std::env::current_exe()?;
+    let mut replica = match settings.search.backend {
+        SearchBackend::Tantivy => Replica::start(&binary, settings, &folder, free_port()?)?,
+        // A new indexer into a new index: the catch-up of an empty Meilisearch.
+        SearchBackend::Meilisearch => {
+            let mut settings = settings.clone();
+            settings.search.meilisearch.index.push_str("-new");
+            Replica::start_indexer(&binary, &settings, &work.join("indexer-new.log"), free_port()?)?
+        }
+    };
     replica.wait_ready(Duration::from_secs(1800))?;
     let seconds = started.elapsed().as_secs_f64();
     replica.stop();

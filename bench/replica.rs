@@ -1,5 +1,6 @@
 //! A `lacuna stage retrieve` process of VANILLA that follows the documents topic into a folder of its
-//! own, and its readiness: what `lacuna bench freshness` times and the live-corpus tests kill.
+//! own, or a `lacuna indexer` that applies it to a Meilisearch index, and its readiness: what `lacuna
+//! bench freshness` times and the live-corpus tests kill.
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -19,18 +20,26 @@ impl Replica {
     /// partitions, commit interval and passage length of `settings`, following the documents topic
     /// into `folder`, with its metrics on 127.0.0.1:`port`. Its log goes to `folder`.log.
     pub fn start(binary: &Path, settings: &Settings, folder: &Path, port: u16) -> anyhow::Result<Replica> {
-        let child = Command::new(binary)
-            .env("LACUNA__KAFKA__BROKERS", &settings.kafka.brokers)
-            .env("LACUNA__KAFKA__TOPIC_PREFIX", &settings.kafka.topic_prefix)
-            .env("LACUNA__KAFKA__PARTITIONS", settings.kafka.partitions.to_string())
+        let child = command(binary, settings, port)
             .env("LACUNA__SEARCH__FOLLOW_DOCUMENTS", "true")
             .env("LACUNA__SEARCH__INDEX_DIR", folder)
-            .env("LACUNA__SEARCH__COMMIT_INTERVAL_MS", settings.search.commit_interval_ms.to_string())
-            .env("LACUNA__SEARCH__PASSAGE_WORDS", settings.search.passage_words.to_string())
-            .env("LACUNA__METRICS__LISTEN", format!("127.0.0.1:{port}"))
             .args(["stage", "retrieve", "--pipeline", "vanilla"])
-            .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(folder.with_extension("log"))?)
+            .spawn()?;
+        Ok(Replica { child, port })
+    }
+
+    /// Starts `binary` as `lacuna indexer` on the same settings, into the Meilisearch index of
+    /// `settings` (its API key from the environment, as always). Its log goes to `log`.
+    pub fn start_indexer(binary: &Path, settings: &Settings, log: &Path, port: u16) -> anyhow::Result<Replica> {
+        let meili = &settings.search.meilisearch;
+        let child = command(binary, settings, port)
+            .env("LACUNA__SEARCH__BACKEND", "meilisearch")
+            .env("LACUNA__SEARCH__MEILISEARCH__URL", &meili.url)
+            .env("LACUNA__SEARCH__MEILISEARCH__INDEX", &meili.index)
+            .env("LACUNA__SEARCH__MEILISEARCH__BATCH_SIZE", meili.batch_size.to_string())
+            .arg("indexer")
+            .stderr(std::fs::File::create(log)?)
             .spawn()?;
         Ok(Replica { child, port })
     }
@@ -46,6 +55,11 @@ impl Replica {
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(())
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// SIGTERM, then waits for it to drain and exit.
@@ -66,6 +80,21 @@ impl Drop for Replica {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A `lacuna` command on the brokers, topic prefix, partitions, commit interval and passage length
+/// of `settings`, its metrics on 127.0.0.1:`port`.
+fn command(binary: &Path, settings: &Settings, port: u16) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .env("LACUNA__KAFKA__BROKERS", &settings.kafka.brokers)
+        .env("LACUNA__KAFKA__TOPIC_PREFIX", &settings.kafka.topic_prefix)
+        .env("LACUNA__KAFKA__PARTITIONS", settings.kafka.partitions.to_string())
+        .env("LACUNA__SEARCH__COMMIT_INTERVAL_MS", settings.search.commit_interval_ms.to_string())
+        .env("LACUNA__SEARCH__PASSAGE_WORDS", settings.search.passage_words.to_string())
+        .env("LACUNA__METRICS__LISTEN", format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null());
+    command
 }
 
 /// A port free on 127.0.0.1 now.

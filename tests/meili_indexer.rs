@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use lacuna::bench::replica::{free_port, ready};
+use lacuna::bench::replica::{Replica, free_port};
 use lacuna::config::{SearchBackend, Settings};
 use lacuna::pipelines::parts::Parts;
 use lacuna::pipelines::{Pipeline, PipelineKind};
@@ -42,33 +42,16 @@ fn env(settings: &Settings) -> Vec<(&'static str, String)> {
         ("LACUNA__SEARCH__BACKEND", "meilisearch".into()),
         ("LACUNA__SEARCH__MEILISEARCH__URL", settings.search.meilisearch.url.clone()),
         ("LACUNA__SEARCH__MEILISEARCH__INDEX", INDEX.into()),
-        ("LACUNA__SEARCH__MEILISEARCH__MAX_RETRIES", "1".into()),
-        ("LACUNA__SEARCH__MEILISEARCH__RETRY_BACKOFF_MS", "50".into()),
-        ("LACUNA__SEARCH__COMMIT_INTERVAL_MS", "200".into()),
-        ("LACUNA__SEARCH__PASSAGE_WORDS", "20".into()),
+        ("LACUNA__SEARCH__PASSAGE_WORDS", settings.search.passage_words.to_string()),
     ]
 }
 
-/// `lacuna indexer` as its own process, its metrics and readiness on `port`, its log beside `dir`.
-fn indexer(settings: &Settings, dir: &Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_lacuna"))
-        .envs(env(settings))
-        .env("LACUNA__METRICS__LISTEN", format!("127.0.0.1:{port}"))
-        .arg("indexer")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::options().create(true).append(true).open(dir.join("indexer.log")).unwrap())
-        .spawn()
-        .unwrap()
-}
-
-fn wait_ready(child: &mut Child, port: u16, dir: &Path) {
-    let started = Instant::now();
-    while !ready(port) {
-        let log = || std::fs::read_to_string(dir.join("indexer.log")).unwrap_or_default();
-        assert!(child.try_wait().unwrap().is_none(), "the indexer exited: {}", log());
-        assert!(started.elapsed() < Duration::from_secs(60), "not ready within 60 s: {}", log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// `lacuna indexer` as its own process, ready (caught up), its log beside `dir`.
+fn indexer(settings: &Settings, dir: &Path, port: u16, n: usize) -> Replica {
+    let binary = Path::new(env!("CARGO_BIN_EXE_lacuna"));
+    let mut indexer = Replica::start_indexer(binary, settings, &dir.join(format!("indexer-{n}.log")), port).unwrap();
+    indexer.wait_ready(Duration::from_secs(60)).unwrap();
+    indexer
 }
 
 /// `lacuna ingest --transport kafka` with these documents (and `extra` arguments), as a user runs it.
@@ -135,6 +118,8 @@ async fn the_indexer_keeps_a_meilisearch_index_a_copy_of_the_documents_topic_thr
     settings.search.backend = SearchBackend::Meilisearch;
     settings.search.meilisearch.url = meili.url.clone();
     settings.search.meilisearch.index = INDEX.into();
+    settings.search.passage_words = 20;
+    settings.search.commit_interval_ms = 200;
 
     let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap();
     bus.ensure_documents_topic().await.unwrap();
@@ -145,8 +130,7 @@ async fn the_indexer_keeps_a_meilisearch_index_a_copy_of_the_documents_topic_thr
     let mut live: Vec<String> = (0..30).map(|n| format!("doc-{n}")).collect();
 
     let port = free_port().unwrap();
-    let mut child = indexer(&settings, &dir, port);
-    wait_ready(&mut child, port, &dir);
+    let mut child = indexer(&settings, &dir, port, 1);
     let with_manual = |live: &[String], passages: usize| -> Vec<String> {
         let manual = (1..=passages).map(|n| if passages == 1 { "manual".into() } else { format!("manual#{n}") });
         live.iter().cloned().chain(manual).collect()
@@ -184,12 +168,10 @@ async fn the_indexer_keeps_a_meilisearch_index_a_copy_of_the_documents_topic_thr
     let batch: Vec<serde_json::Value> = (100..400).map(short).collect();
     let publishing = publish(&settings, &dir, &batch, &[]);
     std::thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill").args(["-9", &child.id().to_string()]).status();
-    let _ = child.wait();
+    child.kill();
     published(publishing);
     live.extend((100..400).map(|n| format!("doc-{n}")));
-    let mut child = indexer(&settings, &dir, port);
-    wait_ready(&mut child, port, &dir);
+    let mut child = indexer(&settings, &dir, port, 2);
     assert_eq!(
         ids(&meili),
         {
@@ -203,10 +185,46 @@ async fn the_indexer_keeps_a_meilisearch_index_a_copy_of_the_documents_topic_thr
     meili.set_down(true);
     published(publish(&settings, &dir, &[short(999)], &[]));
     std::thread::sleep(Duration::from_secs(2));
-    assert!(child.try_wait().unwrap().is_none(), "an outage is waited out, not a reason to exit");
+    assert!(child.running(), "an outage is waited out, not a reason to exit");
     meili.set_down(false);
     live.push("doc-999".into());
     until_ids(&meili, &with_manual(&live, 1), "the document published during the outage");
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+/// `lacuna bench freshness` on the Meilisearch backend runs end to end: an indexer applies the
+/// documents published at a set rate, each is timed until the index holds it, and a new indexer's
+/// catch-up is timed. Its figures mean nothing against the fake; docs/performance.md has none until a
+/// real server runs it.
+#[test]
+fn bench_freshness_times_the_meilisearch_indexer() {
+    let dir = support::scratch_dir("meili-freshness");
+    let meili = FakeMeili::start();
+    let mut settings = support::cluster::settings("meili-freshness", "http://127.0.0.1:9/v1");
+    settings.search.meilisearch.url = meili.url.clone();
+    let json = dir.join("freshness.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .envs(env(&settings))
+        .env("LACUNA__SEARCH__MEILISEARCH__INDEX", INDEX)
+        .args(["bench", "freshness", "--dataset"])
+        .arg(support::data_dir().join("nq"))
+        .args(["--transport", "kafka", "--rate", "20", "--seconds", "3", "--catch-up", "200", "--limit", "2"])
+        .args(["--fake-llm-ms", "1", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "bench failed: {}", String::from_utf8_lossy(&output.stderr));
+    let bench: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(bench["backend"], "meilisearch");
+    assert!(bench["published"].as_u64().unwrap() >= 50, "{bench}");
+    assert_eq!(bench["searchable"], bench["published"], "every document found in the index: {bench}");
+    assert!(bench["catch_up_s"].as_f64().is_some_and(|s| s > 0.0), "{bench}");
+    let new = meili.documents(&format!("{INDEX}-bench-freshness-{}-new", bench_stamp(&meili)));
+    assert!(new.len() >= 200 + 113, "the new indexer applied the whole topic: {} passages", new.len());
+}
+
+/// The stamp of the bench's own index on the fake (it names its indexes after the time it started).
+fn bench_stamp(meili: &FakeMeili) -> String {
+    let uids = meili.indexes();
+    let uid = uids.iter().find(|uid| uid.ends_with("-new")).expect("the catch-up index");
+    uid.trim_end_matches("-new").rsplit('-').next().unwrap().to_string()
 }

@@ -52,6 +52,7 @@ impl FakeMeili {
             .route("/indexes/{uid}/settings", axum::routing::patch(settings))
             .route("/indexes/{uid}/documents", post(add_documents).delete(delete_all).get(count_documents))
             .route("/indexes/{uid}/documents/delete", post(delete_by_filter))
+            .route("/indexes/{uid}/documents/fetch", post(fetch_by_filter))
             .route("/indexes/{uid}/documents/{id}", get(get_document))
             .route("/indexes/{uid}/search", post(search))
             .route("/tasks/{uid}", get(get_task))
@@ -76,6 +77,11 @@ impl FakeMeili {
 
     pub fn set_down(&self, down: bool) {
         self.shared.down.store(down, Ordering::SeqCst);
+    }
+
+    /// The uids of its indexes.
+    pub fn indexes(&self) -> Vec<String> {
+        self.shared.server.lock().unwrap().indexes.keys().cloned().collect()
     }
 
     /// The documents of an index, by primary key.
@@ -217,26 +223,50 @@ fn quoted(text: &str) -> Vec<String> {
     out
 }
 
-async fn delete_by_filter(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
-    let filter = body["filter"].as_str().unwrap_or_default().to_string();
+/// The documents ids and the `change` to keep of a filter Lacuna writes, or why it is not one.
+fn parse_filter(filter: &str) -> Result<(Vec<String>, Option<String>), Response> {
+    let refused = || error(StatusCode::BAD_REQUEST, "invalid_document_filter", format!("unexpected filter {filter}"));
     let Some((ids, rest)) = filter.strip_prefix("doc_id IN [").and_then(|f| f.rsplit_once(']')) else {
-        return error(StatusCode::BAD_REQUEST, "invalid_document_filter", format!("unexpected filter {filter}"));
+        return Err(refused());
     };
-    let ids = quoted(ids);
-    let keep_change = match rest.trim() {
-        "" => None,
-        rest if rest.starts_with("AND change != ") => quoted(rest).pop(),
-        _ => return error(StatusCode::BAD_REQUEST, "invalid_document_filter", format!("unexpected filter {filter}")),
+    match rest.trim() {
+        "" => Ok((quoted(ids), None)),
+        rest if rest.starts_with("AND change != ") => Ok((quoted(ids), quoted(rest).pop())),
+        _ => Err(refused()),
+    }
+}
+
+fn of_ids(document: &Value, ids: &[String]) -> bool {
+    document["doc_id"].as_str().is_some_and(|id| ids.iter().any(|i| i == id))
+}
+
+async fn delete_by_filter(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
+    let (ids, keep_change) = match parse_filter(body["filter"].as_str().unwrap_or_default()) {
+        Ok(parsed) => parsed,
+        Err(refused) => return refused,
     };
     let mut server = shared.server.lock().unwrap();
     if let Some(index) = server.indexes.get_mut(&uid) {
         index.documents.retain(|_, d| {
-            let of_ids = d["doc_id"].as_str().is_some_and(|id| ids.iter().any(|i| i == id));
             let kept = keep_change.as_deref().is_some_and(|change| d["change"] == change);
-            !of_ids || kept
+            !of_ids(d, &ids) || kept
         });
     }
     task(&mut server, &uid, None)
+}
+
+async fn fetch_by_filter(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
+    let (ids, keep_change) = match parse_filter(body["filter"].as_str().unwrap_or_default()) {
+        Ok(parsed) => parsed,
+        Err(refused) => return refused,
+    };
+    if keep_change.is_some() {
+        return error(StatusCode::BAD_REQUEST, "invalid_document_filter", "only doc_id IN [...] is fetched".into());
+    }
+    let server = shared.server.lock().unwrap();
+    let Some(index) = server.indexes.get(&uid) else { return missing(&uid) };
+    let found: Vec<Value> = index.documents.values().filter(|d| of_ids(d, &ids)).cloned().collect();
+    Json(json!({"results": found, "limit": found.len(), "offset": 0, "total": found.len()})).into_response()
 }
 
 async fn get_document(State(shared): State<Shared>, Path((uid, id)): Path<(String, String)>) -> Response {

@@ -22,7 +22,7 @@ use meilisearch_sdk::task_info::TaskInfo;
 use meilisearch_sdk::tasks::Task;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::meili_writer::{Stored, generation, key_of};
+use super::meili_writer::{Stored, generation, key_of, quoted};
 use super::{SearchError, for_each_passage};
 use crate::config::{MatchingStrategy, MeiliSettings};
 use crate::topics::Passage;
@@ -290,6 +290,21 @@ impl MeiliSearch {
         };
         *self.generation.lock().unwrap() = Some((now, generation.clone()));
         generation
+    }
+
+    /// Which of these documents the index holds passages of (one request: Lacuna's indexes filter on
+    /// `doc_id`).
+    pub async fn holding(&self, doc_ids: &[String]) -> Result<std::collections::HashSet<String>, SearchError> {
+        if doc_ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let index = self.index();
+        let ids: Vec<String> = doc_ids.iter().map(|id| quoted(id)).collect();
+        let filter = format!("doc_id IN [{}]", ids.join(", "));
+        let mut query = DocumentsQuery::new(&index);
+        query.with_filter(&filter).with_fields(["doc_id"]).with_limit(doc_ids.len() * 16);
+        let found = self.retrying("find documents", || query.execute::<serde_json::Value>()).await?;
+        Ok(found.results.iter().filter_map(|d| d["doc_id"].as_str().map(str::to_string)).collect())
     }
 
     /// How many documents the index holds.

@@ -93,7 +93,7 @@ fn writable_settings() -> IndexSettings {
 }
 
 /// A string as a Meilisearch filter value: double-quoted, with `"` and `\` escaped.
-fn quoted(value: &str) -> String {
+pub(super) fn quoted(value: &str) -> String {
     format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
