@@ -122,3 +122,53 @@ async fn an_unreachable_meilisearch_ends_the_question_in_an_error_record() {
     }
     panic!("no dead letter for the failed event");
 }
+
+/// Against a real server and the test broker: `lacuna indexer` applies the documents topic, a
+/// document's shorter version leaves none of its older passages, and a tombstone takes it back.
+#[actix::test]
+async fn the_indexer_applies_the_documents_topic_to_a_real_server() {
+    use lacuna::actors::clients::Document;
+    use lacuna::bench::replica::{Replica, free_port};
+    let Some(meili) = server("the_indexer_applies_the_documents_topic_to_a_real_server") else { return };
+    let mut settings = support::cluster::settings("meili-real-indexer", "http://127.0.0.1:9/v1");
+    settings.search.meilisearch = meili.clone();
+    settings.search.passage_words = 20;
+    settings.search.commit_interval_ms = 200;
+    let bus = lacuna::topics::kafka::KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap();
+    bus.ensure_documents_topic().await.unwrap();
+    let manual = |sentences: usize| Document {
+        id: "manual".into(),
+        title: "Manual".into(),
+        text: (0..sentences).map(|n| format!("{} step {n}.", vec!["word"; 18].join(" "))).collect::<Vec<_>>().join(" "),
+        metadata: Default::default(),
+    };
+    lacuna::cli::ingest::publish(&bus, &settings.retry, &[manual(3)]).await.unwrap();
+    let dir = support::scratch_dir("meili-real-indexer");
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_lacuna"));
+    let mut indexer = Replica::start_indexer(binary, &settings, &dir.join("indexer.log"), free_port().unwrap()).unwrap();
+    indexer.wait_ready(std::time::Duration::from_secs(60)).unwrap();
+    let index = MeiliSearch::new(meili).unwrap();
+    assert!(index.passage("manual#3").await.unwrap().is_some(), "ready means caught up");
+
+    let until = |what: &'static str, check: fn(&[bool; 2]) -> bool| {
+        let index = index.clone();
+        async move {
+            for _ in 0..150 {
+                let held = [
+                    index.passage("manual").await.unwrap().is_some(),
+                    index.passage("manual#2").await.unwrap().is_some(),
+                ];
+                if check(&held) {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            panic!("{what} within 30 s");
+        }
+    };
+    lacuna::cli::ingest::publish(&bus, &settings.retry, &[manual(1)]).await.unwrap();
+    until("the shorter version, and none of the older passages", |[one, two]| *one && !*two).await;
+    bus.publish_document("manual", None).await.unwrap();
+    until("the tombstone applied", |[one, two]| !*one && !*two).await;
+    indexer.stop();
+}
