@@ -953,3 +953,54 @@ async fn without_a_documents_token_the_document_routes_are_off() {
     );
     server.stop();
 }
+
+/// In process on the Meilisearch backend, the document routes change the Meilisearch index the
+/// pipelines search, as `lacuna ingest` does, not a local folder no stage reads.
+#[actix::test]
+async fn on_the_meilisearch_backend_the_document_routes_change_the_meilisearch_index() {
+    let meili = support::fake_meili::FakeMeili::start();
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.search.backend = lacuna::config::SearchBackend::Meilisearch;
+    settings.search.meilisearch.url = meili.url.clone();
+    settings.search.meilisearch.index = "kb".into();
+    settings.search.passage_words = 20;
+    // SAFETY: set before the server starts, read once by it; no other test reads this variable.
+    unsafe { std::env::set_var("LACUNA_TEST_MEILI_DOCUMENTS_TOKEN", "write-token") };
+    settings.serve.documents_token_env = "LACUNA_TEST_MEILI_DOCUMENTS_TOKEN".into();
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let client = reqwest::Client::new();
+    let text = (0..2).map(|n| format!("{} step {n}.", vec!["word"; 18].join(" "))).collect::<Vec<_>>().join(" ");
+    let response = client
+        .post(url(&server, "/v1/documents"))
+        .bearer_auth("write-token")
+        .json(&json!({"id": "manual", "title": "Manual", "text": text}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let changed: Value = response.json().await.unwrap();
+    assert_eq!((changed["status"].as_str(), changed["passages"].as_u64()), (Some("applied"), Some(2)), "{changed}");
+    let ids = || -> Vec<String> {
+        let mut ids: Vec<String> =
+            meili.documents("kb").values().map(|d| d["id"].as_str().unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(), ["manual#1", "manual#2"], "the Meilisearch index holds its passages");
+    let stored: Value = client
+        .get(url(&server, "/v1/documents/manual"))
+        .bearer_auth("write-token")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stored["passages"].as_array().map(Vec::len), Some(2), "{stored}");
+    let response =
+        client.delete(url(&server, "/v1/documents/manual")).bearer_auth("write-token").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(ids().is_empty(), "the delete took it out of Meilisearch");
+    server.stop();
+}
