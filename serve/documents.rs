@@ -7,7 +7,8 @@
 //!
 //! In process they change the local tantivy index through the same writer as `lacuna ingest`, one
 //! request at a time, and answer once the change is committed: the running pipelines search it
-//! within a second. Over Kafka they publish to the `documents` topic, which every retrieve replica
+//! within a second. On the Meilisearch backend they change its index as `lacuna ingest` does, and
+//! answer once Meilisearch has done the tasks. Over Kafka they publish to the `documents` topic, which every retrieve replica
 //! follows (`search.follow_documents`), and answer 202 once the broker has it; this server holds no
 //! index then, so GET answers 404 and says so.
 
@@ -27,7 +28,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::api::bearer_matches;
 use super::http::{ApiError, ErrorBody, ErrorCode, json_reply, read_body, require_json};
 use crate::actors::clients::search::documents::{Document, DocumentError, check_id};
-use crate::actors::clients::{SearchError, TantivySearch, TantivyWriter};
+use crate::actors::clients::search::meili_writer::Update;
+use crate::actors::clients::{MeiliSearch, SearchError, TantivySearch, TantivyWriter};
 use crate::topics::kafka::KafkaBus;
 
 pub struct DocumentRoutes {
@@ -45,6 +47,8 @@ pub enum Target {
     Local { dir: PathBuf, writing: tokio::sync::Mutex<()> },
     /// The documents topic.
     Kafka(Arc<KafkaBus>),
+    /// The Meilisearch index the pipelines search (`search.backend = "meilisearch"`, in process).
+    Meili(MeiliSearch),
 }
 
 /// What a change did.
@@ -153,6 +157,12 @@ pub async fn post_document(
             bus.publish_document(&document.id, Some(&payload)).await.map_err(unavailable)?;
             Ok(json_reply(StatusCode::ACCEPTED, &published(&document.id)))
         }
+        Target::Meili(meili) => {
+            let id = document.id.clone();
+            let passages = routes.apply_meili(meili, Update { doc_id: id.clone(), document: Some(document) }).await?;
+            let changed = DocumentChanged { id, status: "applied".into(), passages: Some(passages), generation: None };
+            Ok(json_reply(StatusCode::OK, &changed))
+        }
         Target::Local { .. } => {
             let (id, words) = (document.id.clone(), routes.passage_words);
             let (passages, generation) = routes.apply(move |writer| writer.upsert(&document, words)).await?;
@@ -181,25 +191,34 @@ pub async fn get_document(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     check_id(&id).map_err(refused)?;
-    let Target::Local { dir, .. } = &routes.target else {
-        return Err(ApiError::not_found(
-            "over Kafka this server publishes documents and holds no index: read them from a retrieve replica's",
-        ));
+    let (document, generation) = match &routes.target {
+        Target::Kafka(_) => {
+            return Err(ApiError::not_found(
+                "over Kafka this server publishes documents and holds no index: read them from a retrieve replica's",
+            ));
+        }
+        Target::Meili(meili) => {
+            let document = meili.document(&id).await.map_err(unavailable)?;
+            (document, meili.generation().await.unwrap_or_else(|| "meilisearch".into()))
+        }
+        Target::Local { dir, .. } => {
+            let (dir, id) = (dir.clone(), id.clone());
+            tokio::task::spawn_blocking(move || -> Result<_, SearchError> {
+                let search = TantivySearch::open(&dir)?;
+                let document = search.document(&id)?;
+                let document = document
+                    .map(|(passages, metadata)| (passages, serde_json::from_str(&metadata).unwrap_or_default()));
+                Ok((document, search.generation()))
+            })
+            .await
+            .map_err(unavailable)?
+            .map_err(unavailable)?
+        }
     };
-    let dir = dir.clone();
-    let found = tokio::task::spawn_blocking(move || -> Result<_, SearchError> {
-        let search = TantivySearch::open(&dir)?;
-        Ok((search.document(&id)?, search.generation(), id))
-    })
-    .await
-    .map_err(unavailable)?
-    .map_err(unavailable)?;
-    let (document, generation, id) = found;
     let Some((passages, metadata)) = document else {
         return Err(ApiError::not_found(format!("no document {id:?} in this server's index")));
     };
     let title = passages[0].title.clone();
-    let metadata = serde_json::from_str(&metadata).unwrap_or_default();
     let passages = passages.into_iter().map(|p| StoredPassage { id: p.id, text: p.text }).collect();
     Ok(json_reply(StatusCode::OK, &StoredDocument { id, title, metadata, passages, generation }))
 }
@@ -228,6 +247,13 @@ pub async fn delete_document(
         Target::Kafka(bus) => {
             bus.publish_document(&id, None).await.map_err(unavailable)?;
             Ok(json_reply(StatusCode::ACCEPTED, &published(&id)))
+        }
+        Target::Meili(meili) => {
+            routes.apply_meili(meili, Update { doc_id: id.clone(), document: None }).await?;
+            Ok(json_reply(
+                StatusCode::OK,
+                &DocumentChanged { id, status: "applied".into(), passages: Some(0), generation: None },
+            ))
         }
         Target::Local { .. } => {
             let deleted = id.clone();
@@ -262,6 +288,17 @@ impl DocumentRoutes {
         .await
         .map_err(unavailable)?
         .map_err(|e: SearchError| unavailable(e))
+    }
+}
+
+impl DocumentRoutes {
+    /// One change to the Meilisearch index, done; the passages the document has now.
+    async fn apply_meili(&self, meili: &MeiliSearch, update: Update) -> Result<usize, ApiError> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        meili.open_for_writing().await.map_err(unavailable)?;
+        let written =
+            meili.apply(&[update], self.passage_words, &format!("serve-{nanos}")).await.map_err(unavailable)?;
+        Ok(written.passages)
     }
 }
 

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::watch;
 
-use crate::config::Settings;
+use crate::actors::clients::MeiliSearch;
+use crate::config::{SearchBackend, Settings};
 use crate::pipelines::parts::Parts;
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::topics::kafka::KafkaBus;
@@ -174,6 +175,9 @@ pub async fn start(
     let documents = Arc::new(DocumentRoutes {
         token: documents_token,
         target: match options.transport {
+            Transport::InProcess if settings.search.backend == SearchBackend::Meilisearch => {
+                Target::Meili(MeiliSearch::new(settings.search.meilisearch.clone())?)
+            }
             Transport::InProcess => {
                 Target::Local { dir: settings.search.index_dir.clone(), writing: tokio::sync::Mutex::new(()) }
             }

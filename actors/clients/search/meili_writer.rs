@@ -1,7 +1,8 @@
 //! Writing a Meilisearch index as the live corpus: the documents `lacuna indexer` applies from the
 //! documents topic, `lacuna ingest` in process, and `lacuna index --backend meilisearch`'s corpus.
 //!
-//! Every passage is stored as `{"key", "id", "doc_id", "title", "text", "change"}`:
+//! Every passage is stored as `{"key", "id", "doc_id", "title", "text", "change"}`, and the document's
+//! `metadata` when it has any:
 //! - `key` is the primary key. Meilisearch takes only letters, digits, `-` and `_` in one, and passage
 //!   ids of split documents hold `#`, so an id it cannot take is stored under `sha256_<hex>` of itself
 //!   ([`key_of`]); `id` keeps the passage id that searches return.
@@ -16,6 +17,8 @@
 use meilisearch_sdk::documents::DocumentDeletionQuery;
 use meilisearch_sdk::errors::{Error as SdkError, ErrorCode};
 use meilisearch_sdk::settings::Settings as IndexSettings;
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -43,7 +46,7 @@ pub fn key_of(passage_id: &str) -> String {
 }
 
 /// A passage as Lacuna writes it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stored {
     pub key: String,
     pub id: String,
@@ -51,6 +54,8 @@ pub struct Stored {
     pub title: String,
     pub text: String,
     pub change: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl Stored {
@@ -62,6 +67,7 @@ impl Stored {
             title: passage.title,
             text: passage.text,
             change: change.to_string(),
+            metadata: BTreeMap::new(),
         }
     }
 }
@@ -199,6 +205,28 @@ impl MeiliSearch {
         Ok(Written { upserts, deletes: updates.len() - upserts, passages: passages.len() })
     }
 
+    /// A document's passages as the index holds them, in order, with its metadata; `None` when it has
+    /// none.
+    pub async fn document(
+        &self,
+        doc_id: &str,
+    ) -> Result<Option<(Vec<Passage>, BTreeMap<String, String>)>, SearchError> {
+        let index = self.index();
+        let filter = format!("doc_id IN [{}]", quoted(doc_id));
+        let mut query = meilisearch_sdk::documents::DocumentsQuery::new(&index);
+        // A document of search.max_document_bytes in passages of a few words stays under this.
+        query.with_filter(&filter).with_limit(100_000);
+        let mut stored = self.retrying("read a document", || query.execute::<Stored>()).await?.results;
+        if stored.is_empty() {
+            return Ok(None);
+        }
+        let number = |id: &str| id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0);
+        stored.sort_by_key(|s| number(&s.id));
+        let metadata = stored[0].metadata.clone();
+        let passages = stored.into_iter().map(|s| Passage { id: s.id, title: s.title, text: s.text }).collect();
+        Ok(Some((passages, metadata)))
+    }
+
     /// Deletes every passage, for an index rebuilt from the topic's start.
     pub async fn clear(&self) -> Result<(), SearchError> {
         let index = self.index();
@@ -244,8 +272,6 @@ pub fn generation(index: &str, applied: &Applied) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     #[test]
