@@ -18,27 +18,18 @@ use lacuna::pipelines::parts::Parts;
 use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::topics::{AnswerRecord, Answered, Bus, Event, QuestionEvent};
 use serde_json::json;
-use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+use support::fake_llm::{FakeLlm, Reply};
+use support::scripted::made_up_reader;
 
 const QUESTION: &str = "Which lighthouse keeper first charted the Varnholt shoals?";
 const MADE_UP: &str = "varnholt-shoals";
 
 /// A reader that answers from the made-up passage when it is shown one, and cannot otherwise.
-fn reader(prompt: &str) -> Reply {
-    match prompt_kind(prompt) {
-        Prompt::Reader if prompt.contains("Quillmoor") => {
-            Reply::Json(json!({"answer": "Ada Quillmoor", "confidence": 5, "explanation": "the passage says so"}))
-        }
-        Prompt::Reader => Reply::Json(json!({"answer": "unknown", "confidence": 1, "explanation": "not shown"})),
-        _ => Reply::Status(400),
-    }
-}
-
-/// [`reader`], holding its answer from the made-up passage for `HELD` while `hold` is set, and
+/// [`made_up_reader`], holding its answer from the made-up passage for `HELD` while `hold` is set, and
 /// saying so in `shown`: a question then stays in flight after retrieval read the passage.
 fn holding_reader(hold: Arc<AtomicBool>, shown: Arc<AtomicBool>) -> impl Fn(&str) -> Reply + Send + Sync {
     move |prompt| {
-        let reply = reader(prompt);
+        let reply = made_up_reader(prompt);
         if hold.load(Ordering::SeqCst) && prompt.contains("Quillmoor") {
             shown.store(true, Ordering::SeqCst);
             return Reply::Delayed(HELD, Box::new(reply));
@@ -249,7 +240,7 @@ async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survi
     use lacuna::pipelines::PipelineKind;
     use lacuna::topics::Topic;
     let dir = support::scratch_dir("live-corpus-kafka");
-    let llm = FakeLlm::start(reader).await;
+    let llm = FakeLlm::start(made_up_reader).await;
     let settings = support::cluster::settings("documents", &llm.base_url);
     let base = dir.join("base.jsonl");
     let real = std::fs::read_to_string(support::data_dir().join("hotpotqa/corpus.jsonl")).unwrap();
@@ -366,7 +357,7 @@ async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survi
 #[actix::test]
 async fn lacuna_run_following_the_documents_topic_answers_from_a_document_only_the_topic_holds() {
     let dir = support::scratch_dir("live-corpus-run");
-    let llm = FakeLlm::start(reader).await;
+    let llm = FakeLlm::start(made_up_reader).await;
     let settings = support::cluster::settings("documents-run", &llm.base_url);
     let documents = dir.join("documents.jsonl");
     let made_up = made_up_document();

@@ -18,21 +18,12 @@ use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::topics::kafka::KafkaBus;
 use lacuna::topics::{AnswerRecord, QuestionEvent};
 use serde_json::json;
-use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+use support::fake_llm::FakeLlm;
 use support::fake_meili::FakeMeili;
+use support::scripted::made_up_reader;
 
 const INDEX: &str = "live";
 const QUESTION: &str = "Which lighthouse keeper first charted the Varnholt shoals?";
-
-fn reader(prompt: &str) -> Reply {
-    match prompt_kind(prompt) {
-        Prompt::Reader if prompt.contains("Quillmoor") => {
-            Reply::Json(json!({"answer": "Ada Quillmoor", "confidence": 5, "explanation": "the passage says so"}))
-        }
-        Prompt::Reader => Reply::Json(json!({"answer": "unknown", "confidence": 1, "explanation": "not shown"})),
-        _ => Reply::Status(400),
-    }
-}
 
 fn env(settings: &Settings) -> Vec<(&'static str, String)> {
     vec![
@@ -113,7 +104,7 @@ async fn the_indexer_keeps_a_meilisearch_index_a_copy_of_the_documents_topic_thr
     let dir = support::scratch_dir("meili-indexer");
     let _ = std::fs::remove_file(dir.join("indexer.log"));
     let meili = FakeMeili::start();
-    let llm = FakeLlm::start(reader).await;
+    let llm = FakeLlm::start(made_up_reader).await;
     let mut settings = support::cluster::settings("meili-indexer", &llm.base_url);
     settings.search.backend = SearchBackend::Meilisearch;
     settings.search.meilisearch.url = meili.url.clone();

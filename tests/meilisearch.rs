@@ -145,7 +145,8 @@ async fn the_indexer_applies_the_documents_topic_to_a_real_server() {
     lacuna::cli::ingest::publish(&bus, &settings.retry, &[manual(3)]).await.unwrap();
     let dir = support::scratch_dir("meili-real-indexer");
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_lacuna"));
-    let mut indexer = Replica::start_indexer(binary, &settings, &dir.join("indexer.log"), free_port().unwrap()).unwrap();
+    let mut indexer =
+        Replica::start_indexer(binary, &settings, &dir.join("indexer.log"), free_port().unwrap()).unwrap();
     indexer.wait_ready(std::time::Duration::from_secs(60)).unwrap();
     let index = MeiliSearch::new(meili).unwrap();
     assert!(index.passage("manual#3").await.unwrap().is_some(), "ready means caught up");

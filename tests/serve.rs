@@ -44,6 +44,11 @@ fn vanilla_settings(llm: &FakeLlm) -> Settings {
     settings
 }
 
+/// A GET with a bearer token, its body as JSON.
+async fn get_json(client: &reqwest::Client, url: &str, token: &str) -> Value {
+    client.get(url).bearer_auth(token).send().await.unwrap().json().await.unwrap()
+}
+
 /// One Server-Sent Event as parsed by a client.
 #[derive(Debug, Clone, PartialEq)]
 struct Sse {
@@ -839,14 +844,7 @@ async fn cors_is_off_until_an_origin_is_listed() {
 /// The index is a scratch copy: these routes write it.
 #[actix::test]
 async fn the_document_routes_change_the_live_index_behind_a_token_of_their_own() {
-    let llm = FakeLlm::start(|prompt: &str| match prompt_kind(prompt) {
-        Prompt::Reader if prompt.contains("Quillmoor") => {
-            Reply::Json(json!({"answer": "Ada Quillmoor", "confidence": 5, "explanation": "the passage says so"}))
-        }
-        Prompt::Reader => Reply::Json(json!({"answer": "unknown", "confidence": 1, "explanation": "not shown"})),
-        _ => Reply::Status(400),
-    })
-    .await;
+    let llm = FakeLlm::start(support::scripted::made_up_reader).await;
     let mut settings = vanilla_settings(&llm);
     let index = support::scratch_dir("serve-documents").join("index");
     let _ = std::fs::remove_dir_all(&index);
@@ -905,15 +903,7 @@ async fn the_document_routes_change_the_live_index_behind_a_token_of_their_own()
     assert_eq!(posted.status(), 200);
     let posted: Value = posted.json().await.unwrap();
     assert_eq!((posted["status"].as_str(), posted["passages"].as_u64()), (Some("applied"), Some(1)));
-    let got: Value = client
-        .get(format!("{documents}/varnholt"))
-        .bearer_auth("write-token")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let got = get_json(&client, &format!("{documents}/varnholt"), "write-token").await;
     assert_eq!(got["metadata"]["url"], "https://example.org/varnholt");
     assert_eq!(got["passages"][0]["id"], "varnholt");
     // The running pipeline's reader follows commits within about a second.
@@ -988,18 +978,9 @@ async fn on_the_meilisearch_backend_the_document_routes_change_the_meilisearch_i
         ids
     };
     assert_eq!(ids(), ["manual#1", "manual#2"], "the Meilisearch index holds its passages");
-    let stored: Value = client
-        .get(url(&server, "/v1/documents/manual"))
-        .bearer_auth("write-token")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stored = get_json(&client, &url(&server, "/v1/documents/manual"), "write-token").await;
     assert_eq!(stored["passages"].as_array().map(Vec::len), Some(2), "{stored}");
-    let response =
-        client.delete(url(&server, "/v1/documents/manual")).bearer_auth("write-token").send().await.unwrap();
+    let response = client.delete(url(&server, "/v1/documents/manual")).bearer_auth("write-token").send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert!(ids().is_empty(), "the delete took it out of Meilisearch");
     server.stop();

@@ -62,3 +62,16 @@ pub fn hugo_script(prompt: &str) -> Reply {
         _ => Reply::Status(400),
     }
 }
+
+/// A VANILLA reader that answers "Ada Quillmoor" when it is shown the made-up passage about the
+/// Varnholt shoals (a document no corpus holds, which the live-corpus tests add), and "unknown"
+/// otherwise.
+pub fn made_up_reader(prompt: &str) -> Reply {
+    match prompt_kind(prompt) {
+        Prompt::Reader if prompt.contains("Quillmoor") => {
+            Reply::Json(json!({"answer": "Ada Quillmoor", "confidence": 5, "explanation": "the passage says so"}))
+        }
+        Prompt::Reader => Reply::Json(json!({"answer": "unknown", "confidence": 1, "explanation": "not shown"})),
+        _ => Reply::Status(400),
+    }
+}
