@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use lacuna::bench::replica::{Replica, free_port};
+use lacuna::bench::replica::{Replica, free_port, ready};
 use lacuna::config::{SearchBackend, Settings};
 use lacuna::pipelines::parts::Parts;
 use lacuna::pipelines::{Pipeline, PipelineKind};
@@ -93,7 +93,8 @@ fn manual(sentences: usize) -> serde_json::Value {
     json!({"id": "manual", "title": "Manual", "text": (0..sentences).map(sentence).collect::<Vec<_>>().join(" ")})
 }
 
-/// The indexer fills an empty server from the topic and is ready once caught up; a made-up document
+/// The indexer waits for a server that is not up yet, fills the empty server from the topic and is
+/// ready once caught up; a made-up document
 /// published while it runs is found and cited by the next answer, whose record names the
 /// generation; a shorter version leaves no stale passage, a delete takes a document back, and a
 /// record that is not a document is skipped. Killed with SIGKILL while a batch is published, it
@@ -120,8 +121,16 @@ async fn the_indexer_keeps_a_meilisearch_index_a_copy_of_the_documents_topic_thr
     published(publish(&settings, &dir, &documents, &[]));
     let mut live: Vec<String> = (0..30).map(|n| format!("doc-{n}")).collect();
 
+    // Started while the server is down (a pod that comes up before Meilisearch does): it waits, unready.
+    meili.set_down(true);
     let port = free_port().unwrap();
-    let mut child = indexer(&settings, &dir, port, 1);
+    let binary = Path::new(env!("CARGO_BIN_EXE_lacuna"));
+    let mut child = Replica::start_indexer(binary, &settings, &dir.join("indexer-1.log"), port).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(child.running(), "a server not up yet is waited for, not a reason to exit");
+    assert!(!ready(port), "not ready before it has caught up");
+    meili.set_down(false);
+    child.wait_ready(Duration::from_secs(60)).unwrap();
     let with_manual = |live: &[String], passages: usize| -> Vec<String> {
         let manual = (1..=passages).map(|n| if passages == 1 { "manual".into() } else { format!("manual#{n}") });
         live.iter().cloned().chain(manual).collect()
