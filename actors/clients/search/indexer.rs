@@ -7,7 +7,8 @@
 //! - an empty server (a new volume, a new index uid) is filled from the start of the topic, and so is
 //!   one whose offsets are another topic's, or older than what the topic still keeps;
 //! - it is ready once it has applied every record the topic held when it started;
-//! - a Meilisearch or broker outage is waited out with backoff, never skipped.
+//! - a Meilisearch or broker outage, or one not up yet when the indexer starts, is waited out with
+//!   backoff; nothing is skipped.
 //!
 //! A record that is not a document goes to the dead letters, as a replica's materialiser sends it.
 
@@ -55,21 +56,13 @@ impl Indexer {
     /// cures (a task Meilisearch refuses, an index keyed otherwise), for the process to end with it.
     pub async fn run(self, ready: Arc<AtomicBool>) -> Result<(), SearchError> {
         let topic = self.changelog.topic().to_string();
-        let changelog = self.changelog.clone();
-        let spans = blocking(move || changelog.spans()).await?;
-        self.meili.open_for_writing().await?;
-        let mut applied = match self.meili.applied().await? {
-            Some(stored) => match stored.clone().resumable(&topic, &spans) {
-                Some(applied) => applied,
-                None => {
-                    tracing::warn!(stored = ?stored.next, topic, "the index's offsets are not the topic's, or older than its earliest records: rebuilding from the topic");
-                    self.meili.clear().await?;
-                    Applied { topic: topic.clone(), next: BTreeMap::new() }
-                }
-            },
-            // Nothing applied yet: a corpus `lacuna index` wrote stays, the topic's documents go on top.
-            None => Applied { topic: topic.clone(), next: BTreeMap::new() },
-        };
+        // A broker or a server not up yet (pods start in any order) is waited for, as an outage is.
+        let spans = patiently("reading the topic's partitions", || {
+            let changelog = self.changelog.clone();
+            blocking(move || changelog.spans())
+        })
+        .await?;
+        let mut applied = patiently("opening the Meilisearch index", || self.resume(&topic, &spans)).await?;
         let Start { from, mut behind } = applied.start(&spans);
         let changelog = self.changelog.clone();
         blocking(move || changelog.start(&from)).await?;
@@ -106,6 +99,25 @@ impl Indexer {
         }
     }
 
+    /// The offsets to resume from: the stored ones, or none for an index to fill from the topic's
+    /// start (cleared first when it holds what other or lost offsets applied).
+    async fn resume(&self, topic: &str, spans: &[crate::topics::kafka::Span]) -> Result<Applied, SearchError> {
+        self.meili.open_for_writing().await?;
+        let fresh = || Applied { topic: topic.to_string(), next: BTreeMap::new() };
+        Ok(match self.meili.applied().await? {
+            Some(stored) => match stored.clone().resumable(topic, spans) {
+                Some(applied) => applied,
+                None => {
+                    tracing::warn!(stored = ?stored.next, topic, "the index's offsets are not the topic's, or older than its earliest records: rebuilding from the topic");
+                    self.meili.clear().await?;
+                    fresh()
+                }
+            },
+            // Nothing applied yet: a corpus `lacuna index` wrote stays, the topic's documents go on top.
+            None => fresh(),
+        })
+    }
+
     /// Each document's last valid change of the batch; the others are dead letters.
     fn latest(&self, changes: &[Change]) -> Vec<Update> {
         let mut latest: Vec<Update> = Vec::new();
@@ -136,34 +148,17 @@ impl Indexer {
         // Offsets only grow, so the offsets after this batch tag its passages apart from every
         // earlier batch's, and the same batch applied again gets the same tag.
         let change: String = applied.next.iter().map(|(p, o)| format!("{p}-{o}")).collect::<Vec<_>>().join("_");
-        let mut attempt = 0;
-        loop {
-            let started = Instant::now();
-            let outcome = async {
-                let written = self.meili.apply(updates, self.passage_words, &change).await?;
-                self.meili.store_applied(applied).await?;
-                Ok::<_, SearchError>(written)
-            }
-            .await;
-            match outcome {
-                Ok(written) => {
-                    METRICS.index_changes.with_label_values(&["upsert"]).inc_by(written.upserts as u64);
-                    METRICS.index_changes.with_label_values(&["delete"]).inc_by(written.deletes as u64);
-                    METRICS
-                        .index_commit_seconds
-                        .with_label_values::<&str>(&[])
-                        .observe(started.elapsed().as_secs_f64());
-                    return Ok(());
-                }
-                Err(error) if error.is_transient() => {
-                    attempt += 1;
-                    let wait = backoff(500, attempt).min(MAX_BACKOFF);
-                    tracing::warn!(%error, attempt, wait_ms = wait.as_millis() as u64, "Meilisearch did not take a batch: trying it again");
-                    tokio::time::sleep(wait).await;
-                }
-                Err(error) => return Err(error),
-            }
-        }
+        let started = Instant::now();
+        let written = patiently("applying a batch", || async {
+            let written = self.meili.apply(updates, self.passage_words, &change).await?;
+            self.meili.store_applied(applied).await?;
+            Ok(written)
+        })
+        .await?;
+        METRICS.index_changes.with_label_values(&["upsert"]).inc_by(written.upserts as u64);
+        METRICS.index_changes.with_label_values(&["delete"]).inc_by(written.deletes as u64);
+        METRICS.index_commit_seconds.with_label_values::<&str>(&[]).observe(started.elapsed().as_secs_f64());
+        Ok(())
     }
 
     /// The partitions' ends now, for the lag metric (the old ones where the broker does not answer).
@@ -179,6 +174,27 @@ impl Indexer {
         })
         .await
         .unwrap_or_default()
+    }
+}
+
+/// Tries `work` until it succeeds or fails in a way no retry cures (a task Meilisearch refuses, an
+/// index keyed otherwise), waiting longer each time, up to [`MAX_BACKOFF`].
+async fn patiently<T, F, Fut>(what: &str, mut work: F) -> Result<T, SearchError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, SearchError>>,
+{
+    let mut attempt = 0;
+    loop {
+        match work().await {
+            Err(error) if error.is_transient() => {
+                attempt += 1;
+                let wait = backoff(500, attempt).min(MAX_BACKOFF);
+                tracing::warn!(%error, attempt, wait_ms = wait.as_millis() as u64, "{what} failed: trying again");
+                tokio::time::sleep(wait).await;
+            }
+            outcome => return outcome,
+        }
     }
 }
 
