@@ -12,13 +12,18 @@ use clap::Args;
 use super::stage::wait_for_shutdown_signal;
 use crate::actors::clients::MeiliSearch;
 use crate::actors::clients::search::indexer::Indexer;
-use crate::config::Settings;
+use crate::config::{SearchBackend, Settings};
 use crate::topics::kafka::KafkaBus;
 
 #[derive(Args)]
 pub struct IndexerArgs {}
 
 pub async fn indexer(settings: &Settings, _args: IndexerArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        settings.search.backend == SearchBackend::Meilisearch,
+        "lacuna indexer writes the Meilisearch index the retrieve replicas search: set search.backend = \"meilisearch\" \
+         (with tantivy, each replica follows the documents topic itself: search.follow_documents)"
+    );
     let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
     let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus)?);
     bus.ensure_documents_topic().await?;

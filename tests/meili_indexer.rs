@@ -228,3 +228,18 @@ fn bench_stamp(meili: &FakeMeili) -> String {
     let uid = uids.iter().find(|uid| uid.ends_with("-new")).expect("the catch-up index");
     uid.trim_end_matches("-new").rsplit('-').next().unwrap().to_string()
 }
+
+/// On the tantivy backend there is nothing for an indexer to write: it says what to set instead of
+/// waiting for a Meilisearch nobody runs.
+#[test]
+fn the_indexer_refuses_to_start_on_the_tantivy_backend() {
+    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .env("LACUNA__SEARCH__BACKEND", "tantivy")
+        .env("LACUNA__METRICS__LISTEN", "")
+        .arg("indexer")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("search.backend = \"meilisearch\"") && error.contains("search.follow_documents"), "{error}");
+}
