@@ -964,7 +964,7 @@ async fn on_the_meilisearch_backend_the_document_routes_change_the_meilisearch_i
     let response = client
         .post(url(&server, "/v1/documents"))
         .bearer_auth("write-token")
-        .json(&json!({"id": "manual", "title": "Manual", "text": text}))
+        .json(&json!({"id": "manual", "title": "Manual", "text": text, "metadata": {"url": "https://example.org/manual"}}))
         .send()
         .await
         .unwrap();
@@ -980,6 +980,7 @@ async fn on_the_meilisearch_backend_the_document_routes_change_the_meilisearch_i
     assert_eq!(ids(), ["manual#1", "manual#2"], "the Meilisearch index holds its passages");
     let stored = get_json(&client, &url(&server, "/v1/documents/manual"), "write-token").await;
     assert_eq!(stored["passages"].as_array().map(Vec::len), Some(2), "{stored}");
+    assert_eq!(stored["metadata"]["url"], "https://example.org/manual", "the document's metadata is kept: {stored}");
     let response = client.delete(url(&server, "/v1/documents/manual")).bearer_auth("write-token").send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert!(ids().is_empty(), "the delete took it out of Meilisearch");
