@@ -185,7 +185,10 @@ impl MeiliSearch {
         for update in updates {
             if let Some(document) = &update.document {
                 passages.extend(
-                    document.passages(passage_words).into_iter().map(|p| Stored::new(p, &update.doc_id, change)),
+                    document.passages(passage_words).into_iter().map(|p| Stored {
+                        metadata: document.metadata.clone(),
+                        ..Stored::new(p, &update.doc_id, change)
+                    }),
                 );
             }
         }
