@@ -22,7 +22,7 @@ use meilisearch_sdk::task_info::TaskInfo;
 use meilisearch_sdk::tasks::Task;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::meili_writer::{Stored, generation, key_of, quoted};
+use super::meili_writer::{Stored, generation, key_of, of_documents};
 use super::{SearchError, for_each_passage};
 use crate::config::{MatchingStrategy, MeiliSettings};
 use crate::topics::Passage;
@@ -299,8 +299,7 @@ impl MeiliSearch {
             return Ok(Default::default());
         }
         let index = self.index();
-        let ids: Vec<String> = doc_ids.iter().map(|id| quoted(id)).collect();
-        let filter = format!("doc_id IN [{}]", ids.join(", "));
+        let filter = of_documents(doc_ids);
         let mut query = DocumentsQuery::new(&index);
         query.with_filter(&filter).with_fields(["doc_id"]).with_limit(doc_ids.len() * 16);
         let found = self.retrying("find documents", || query.execute::<serde_json::Value>()).await?;

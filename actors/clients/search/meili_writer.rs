@@ -14,11 +14,11 @@
 //! The changelog offsets the index holds are stored beside it, in the index `<index>-applied`, after
 //! each batch's tasks have succeeded. A batch applied again after a crash changes nothing.
 
+use std::collections::BTreeMap;
+
 use meilisearch_sdk::documents::DocumentDeletionQuery;
 use meilisearch_sdk::errors::{Error as SdkError, ErrorCode};
 use meilisearch_sdk::settings::Settings as IndexSettings;
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -89,7 +89,7 @@ struct AppliedDocument {
 
 const APPLIED_KEY: &str = "applied";
 
-/// Settings of an index Lacuna writes: [`super::meili::index_settings`], and the attributes that
+/// Settings of an index Lacuna writes: what is searched, what comes back, and the attributes that
 /// deletions filter on.
 fn writable_settings() -> IndexSettings {
     IndexSettings::new()
@@ -99,20 +99,24 @@ fn writable_settings() -> IndexSettings {
 }
 
 /// A string as a Meilisearch filter value: double-quoted, with `"` and `\` escaped.
-pub(super) fn quoted(value: &str) -> String {
+fn quoted(value: &str) -> String {
     format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// The filter for the passages of these documents: `doc_id IN [...]`.
+pub(super) fn of_documents<S: AsRef<str>>(doc_ids: &[S]) -> String {
+    let ids: Vec<String> = doc_ids.iter().map(|id| quoted(id.as_ref())).collect();
+    format!("doc_id IN [{}]", ids.join(", "))
 }
 
 /// The deletions that follow a batch's additions: the upserted documents' passages of any other
 /// `change`, and every passage of the deleted documents. A few hundred documents per filter.
 pub fn deletion_filters(updates: &[Update], change: &str) -> Vec<String> {
-    let list = |ids: &[&str]| ids.iter().map(|id| quoted(id)).collect::<Vec<_>>().join(", ");
     let upserted: Vec<&str> = updates.iter().filter(|u| u.document.is_some()).map(|u| u.doc_id.as_str()).collect();
     let deleted: Vec<&str> = updates.iter().filter(|u| u.document.is_none()).map(|u| u.doc_id.as_str()).collect();
-    let stale = upserted
-        .chunks(IDS_PER_FILTER)
-        .map(|ids| format!("doc_id IN [{}] AND change != {}", list(ids), quoted(change)));
-    let gone = deleted.chunks(IDS_PER_FILTER).map(|ids| format!("doc_id IN [{}]", list(ids)));
+    let stale =
+        upserted.chunks(IDS_PER_FILTER).map(|ids| format!("{} AND change != {}", of_documents(ids), quoted(change)));
+    let gone = deleted.chunks(IDS_PER_FILTER).map(of_documents);
     stale.chain(gone).collect()
 }
 
@@ -215,7 +219,7 @@ impl MeiliSearch {
         doc_id: &str,
     ) -> Result<Option<(Vec<Passage>, BTreeMap<String, String>)>, SearchError> {
         let index = self.index();
-        let filter = format!("doc_id IN [{}]", quoted(doc_id));
+        let filter = of_documents(&[doc_id]);
         let mut query = meilisearch_sdk::documents::DocumentsQuery::new(&index);
         // A document of search.max_document_bytes in passages of a few words stays under this.
         query.with_filter(&filter).with_limit(100_000);
