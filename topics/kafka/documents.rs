@@ -182,8 +182,13 @@ impl Changelog {
         }
     }
 
-    /// The partition's high watermark now (a broker round trip), for the lag metric.
-    pub fn high_watermark(&self, partition: i32) -> Option<i64> {
-        self.consumer.fetch_watermarks(&self.topic, partition, Duration::from_secs(1)).ok().map(|(_, high)| high)
+    /// Sets each partition's end in `ends` to its high watermark now (a broker round trip each), for
+    /// the lag metric; a partition the broker does not answer for keeps its old end.
+    pub fn refresh_ends(&self, ends: &mut HashMap<i32, i64>) {
+        for (&partition, end) in ends.iter_mut() {
+            if let Ok((_, high)) = self.consumer.fetch_watermarks(&self.topic, partition, Duration::from_secs(1)) {
+                *end = high;
+            }
+        }
     }
 }

@@ -165,11 +165,7 @@ impl Indexer {
     async fn ends(&self, mut ends: HashMap<i32, i64>) -> HashMap<i32, i64> {
         let changelog = self.changelog.clone();
         blocking(move || {
-            for (&partition, end) in ends.iter_mut() {
-                if let Some(high) = changelog.high_watermark(partition) {
-                    *end = high;
-                }
-            }
+            changelog.refresh_ends(&mut ends);
             Ok(ends)
         })
         .await
@@ -198,8 +194,8 @@ where
     }
 }
 
-/// Changes read within `interval` of the first one, at most `limit`; none after `interval` without any.
-/// A broker away is waited out: librdkafka reconnects.
+/// The changes read for `interval`, or until there are `limit` of them (none when none came). A
+/// broker away is waited out: librdkafka reconnects.
 fn gather(changelog: &Changelog, interval: Duration, limit: usize) -> Vec<Change> {
     let mut changes = Vec::new();
     let started = Instant::now();

@@ -167,11 +167,7 @@ impl Follower {
                 tracing::info!(passages = writer.passages(), "the index caught up with the documents topic");
             }
             if last_lag.elapsed() >= LAG_EVERY {
-                for (&partition, end) in ends.iter_mut() {
-                    if let Some(high) = self.changelog.high_watermark(partition) {
-                        *end = high;
-                    }
-                }
+                self.changelog.refresh_ends(&mut ends);
                 report_lag(&applied, &ends);
                 last_lag = Instant::now();
             }
