@@ -128,10 +128,10 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
     let stop = Arc::new(AtomicBool::new(false));
     let prober = {
         let (folders, pending, latencies, stop) = (folders.clone(), pending.clone(), latencies.clone(), stop.clone());
-        let index = MeiliSearch::new(settings.search.meilisearch.clone())?;
-        tokio::task::spawn_blocking(move || match meili {
-            true => tokio::runtime::Handle::current().block_on(probe_meili(&index, &pending, &latencies, &stop)),
-            false => probe(&folders, &pending, &latencies, &stop),
+        let index = meili.then(|| MeiliSearch::new(settings.search.meilisearch.clone())).transpose()?;
+        tokio::task::spawn_blocking(move || match index {
+            Some(index) => tokio::runtime::Handle::current().block_on(probe_meili(&index, &pending, &latencies, &stop)),
+            None => probe(&folders, &pending, &latencies, &stop),
         })
     };
     let publishing = {

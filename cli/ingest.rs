@@ -103,9 +103,8 @@ async fn ingest_meilisearch(
     // A deletion after the file's documents, as with tantivy: the same id's deletion wins.
     updates.retain(|u| !deletes.contains(&u.doc_id));
     updates.extend(deletes.iter().map(|id| Update { doc_id: id.clone(), document: None }));
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
     meili.open_for_writing().await?;
-    let written = meili.apply(&updates, settings.search.passage_words, &format!("ingest-{nanos}")).await?;
+    let written = meili.apply_now(&updates, settings.search.passage_words, "ingest").await?;
     eprintln!(
         "ingested {} documents ({} passages), deleted {} in Meilisearch index {:?} in {:.1}s",
         written.upserts,

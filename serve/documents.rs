@@ -8,9 +8,9 @@
 //! In process they change the local tantivy index through the same writer as `lacuna ingest`, one
 //! request at a time, and answer once the change is committed: the running pipelines search it
 //! within a second. On the Meilisearch backend they change its index as `lacuna ingest` does, and
-//! answer once Meilisearch has done the tasks. Over Kafka they publish to the `documents` topic, which every retrieve replica
-//! follows (`search.follow_documents`), and answer 202 once the broker has it; this server holds no
-//! index then, so GET answers 404 and says so.
+//! answer once Meilisearch has done the tasks. Over Kafka they publish to the `documents` topic,
+//! which every retrieve replica follows (`search.follow_documents`), and answer 202 once the broker
+//! has it; this server holds no index then, so GET answers 404 and says so.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -47,8 +47,9 @@ pub enum Target {
     Local { dir: PathBuf, writing: tokio::sync::Mutex<()> },
     /// The documents topic.
     Kafka(Arc<KafkaBus>),
-    /// The Meilisearch index the pipelines search (`search.backend = "meilisearch"`, in process).
-    Meili(MeiliSearch),
+    /// The Meilisearch index the pipelines search (`search.backend = "meilisearch"`, in process),
+    /// opened for writing (created, keyed, its settings set) by the first change, not by every one.
+    Meili { meili: MeiliSearch, opened: tokio::sync::OnceCell<()> },
 }
 
 /// What a change did.
@@ -157,9 +158,9 @@ pub async fn post_document(
             bus.publish_document(&document.id, Some(&payload)).await.map_err(unavailable)?;
             Ok(json_reply(StatusCode::ACCEPTED, &published(&document.id)))
         }
-        Target::Meili(meili) => {
+        Target::Meili { .. } => {
             let id = document.id.clone();
-            let passages = routes.apply_meili(meili, Update { doc_id: id.clone(), document: Some(document) }).await?;
+            let passages = routes.apply_meili(Update { doc_id: id.clone(), document: Some(document) }).await?;
             let changed = DocumentChanged { id, status: "applied".into(), passages: Some(passages), generation: None };
             Ok(json_reply(StatusCode::OK, &changed))
         }
@@ -197,7 +198,7 @@ pub async fn get_document(
                 "over Kafka this server publishes documents and holds no index: read them from a retrieve replica's",
             ));
         }
-        Target::Meili(meili) => {
+        Target::Meili { meili, .. } => {
             let document = meili.document(&id).await.map_err(unavailable)?;
             (document, meili.generation().await.unwrap_or_else(|| "meilisearch".into()))
         }
@@ -248,8 +249,8 @@ pub async fn delete_document(
             bus.publish_document(&id, None).await.map_err(unavailable)?;
             Ok(json_reply(StatusCode::ACCEPTED, &published(&id)))
         }
-        Target::Meili(meili) => {
-            routes.apply_meili(meili, Update { doc_id: id.clone(), document: None }).await?;
+        Target::Meili { .. } => {
+            routes.apply_meili(Update { doc_id: id.clone(), document: None }).await?;
             Ok(json_reply(
                 StatusCode::OK,
                 &DocumentChanged { id, status: "applied".into(), passages: Some(0), generation: None },
@@ -293,11 +294,10 @@ impl DocumentRoutes {
 
 impl DocumentRoutes {
     /// One change to the Meilisearch index, done; the passages the document has now.
-    async fn apply_meili(&self, meili: &MeiliSearch, update: Update) -> Result<usize, ApiError> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        meili.open_for_writing().await.map_err(unavailable)?;
-        let written =
-            meili.apply(&[update], self.passage_words, &format!("serve-{nanos}")).await.map_err(unavailable)?;
+    async fn apply_meili(&self, update: Update) -> Result<usize, ApiError> {
+        let Target::Meili { meili, opened } = &self.target else { unreachable!("called on Meilisearch only") };
+        opened.get_or_try_init(|| meili.open_for_writing()).await.map_err(unavailable)?;
+        let written = meili.apply_now(&[update], self.passage_words, "serve").await.map_err(unavailable)?;
         Ok(written.passages)
     }
 }

@@ -176,7 +176,8 @@ pub async fn start(
         token: documents_token,
         target: match options.transport {
             Transport::InProcess if settings.search.backend == SearchBackend::Meilisearch => {
-                Target::Meili(MeiliSearch::new(settings.search.meilisearch.clone())?)
+                let meili = MeiliSearch::new(settings.search.meilisearch.clone())?;
+                Target::Meili { meili, opened: tokio::sync::OnceCell::new() }
             }
             Transport::InProcess => {
                 Target::Local { dir: settings.search.index_dir.clone(), writing: tokio::sync::Mutex::new(()) }

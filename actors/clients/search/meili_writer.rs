@@ -212,6 +212,18 @@ impl MeiliSearch {
         Ok(Written { upserts, deletes: updates.len() - upserts, passages: passages.len() })
     }
 
+    /// A change made outside the documents topic (`lacuna ingest`, serve in process), as [`Self::apply`]
+    /// with a `change` of its own: where it came from and when. The index must be open for writing.
+    pub async fn apply_now(
+        &self,
+        updates: &[Update],
+        passage_words: usize,
+        source: &str,
+    ) -> Result<Written, SearchError> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        self.apply(updates, passage_words, &format!("{source}-{nanos}")).await
+    }
+
     /// A document's passages as the index holds them, in order, with its metadata; `None` when it has
     /// none.
     pub async fn document(
