@@ -32,7 +32,7 @@ pub struct Start {
 impl Applied {
     /// The offsets stored with an index, if they are this topic's and nothing since was lost to
     /// retention or compaction; `None` means the index must be rebuilt from the topic's start.
-    pub fn resumable(self, topic: &str, spans: &[Span]) -> Option<Applied> {
+    fn resumable(self, topic: &str, spans: &[Span]) -> Option<Applied> {
         (self.topic == topic && !outdated(&self, spans)).then_some(self)
     }
 
@@ -56,6 +56,26 @@ impl Applied {
         self.next.insert(change.partition, change.offset + 1);
         if behind.get(&change.partition).is_some_and(|end| change.offset + 1 >= *end) {
             behind.remove(&change.partition);
+        }
+    }
+}
+
+/// Where a follower resumes, given the offsets stored with its index: those offsets when they still
+/// hold, else none, and `true` when the index must be emptied first (it holds what another topic's
+/// records, or records since lost to retention or compaction, put there). With nothing stored, what
+/// the index holds (a corpus from `lacuna index`) stays, and the topic's documents go on top of it.
+pub fn resume(stored: Option<Applied>, topic: &str, spans: &[Span]) -> (Applied, bool) {
+    let fresh = || Applied { topic: topic.to_string(), next: BTreeMap::new() };
+    let Some(stored) = stored else { return (fresh(), false) };
+    let next = stored.next.clone();
+    match stored.resumable(topic, spans) {
+        Some(applied) => (applied, false),
+        None => {
+            tracing::warn!(
+                stored = ?next, topic,
+                "the index's offsets are not the topic's, or older than its earliest records: rebuilding from the topic"
+            );
+            (fresh(), true)
         }
     }
 }
@@ -144,7 +164,12 @@ mod tests {
         assert!(outdated(&applied, &[span(0, 0, 12), span(2, 1, 5)]), "a partition it never read lost its start");
         assert!(!outdated(&applied, &[span(2, 0, 5)]), "a new partition read from its start");
         assert!(applied.clone().resumable("t", &[span(0, 0, 12)]).is_some());
-        assert!(applied.resumable("other", &[span(0, 0, 12)]).is_none(), "another topic's offsets");
+        assert!(applied.clone().resumable("other", &[span(0, 0, 12)]).is_none(), "another topic's offsets");
+        let fresh = Applied { topic: "t".into(), next: BTreeMap::new() };
+        assert_eq!(resume(None, "t", &[span(0, 0, 12)]), (fresh.clone(), false), "nothing stored: keep what is there");
+        assert_eq!(resume(Some(applied.clone()), "t", &[span(0, 0, 12)]), (applied.clone(), false));
+        let other = Applied { topic: "other".into(), next: BTreeMap::new() };
+        assert_eq!(resume(Some(applied), "other", &[span(0, 0, 12)]), (other, true), "empty it and start over");
     }
 
     #[test]

@@ -12,12 +12,12 @@
 //!
 //! A record that is not a document goes to the dead letters, as a replica's materialiser sends it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::changes::{Applied, DeadLetters, Start, dead_letters, read_change, report_lag};
+use super::changes::{Applied, DeadLetters, Start, dead_letters, read_change, report_lag, resume};
 use super::materialiser::LAG_EVERY;
 use super::meili_writer::Update;
 use super::{MeiliSearch, SearchError};
@@ -99,23 +99,15 @@ impl Indexer {
         }
     }
 
-    /// The offsets to resume from: the stored ones, or none for an index to fill from the topic's
-    /// start (cleared first when it holds what other or lost offsets applied).
+    /// Opens the index for writing, and the offsets to resume from ([`resume`]; an index to rebuild
+    /// is emptied first).
     async fn resume(&self, topic: &str, spans: &[crate::topics::kafka::Span]) -> Result<Applied, SearchError> {
         self.meili.open_for_writing().await?;
-        let fresh = || Applied { topic: topic.to_string(), next: BTreeMap::new() };
-        Ok(match self.meili.applied().await? {
-            Some(stored) => match stored.clone().resumable(topic, spans) {
-                Some(applied) => applied,
-                None => {
-                    tracing::warn!(stored = ?stored.next, topic, "the index's offsets are not the topic's, or older than its earliest records: rebuilding from the topic");
-                    self.meili.clear().await?;
-                    fresh()
-                }
-            },
-            // Nothing applied yet: a corpus `lacuna index` wrote stays, the topic's documents go on top.
-            None => fresh(),
-        })
+        let (applied, clear) = resume(self.meili.applied().await?, topic, spans);
+        if clear {
+            self.meili.clear().await?;
+        }
+        Ok(applied)
     }
 
     /// Each document's last valid change of the batch; the others are dead letters.

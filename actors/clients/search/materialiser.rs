@@ -15,7 +15,7 @@
 //! letters` with why (`RejectedDocument`): `lacuna ingest` and `serve` check documents before publishing,
 //! so such a record came from another producer, who can read there what to mend.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::changes::{Applied, DeadLetters, Start, dead_letters, read_change, rejected, report_lag};
+use super::changes::{Applied, DeadLetters, Start, dead_letters, read_change, rejected, report_lag, resume};
 use super::{SearchError, TantivyWriter};
 use crate::config::SearchSettings;
 use crate::metrics::METRICS;
@@ -120,20 +120,11 @@ impl Follower {
         let spans = self.changelog.spans().map_err(bus_error)?;
         let mut writer = open_or_recreate(&self.dir)?;
         let stored: Option<Applied> = writer.payload()?.and_then(|p| serde_json::from_str(&p).ok());
-        let mut applied = match stored.map(|applied| (applied.next.clone(), applied.resumable(&topic, &spans))) {
-            Some((_, Some(applied))) => applied,
-            Some((stored, None)) => {
-                tracing::warn!(
-                    dir = %self.dir.display(), ?stored, topic,
-                    "the index's offsets are not the topic's, or older than its earliest records: rebuilding from the topic"
-                );
-                writer.clear()?;
-                Applied { topic: topic.clone(), next: BTreeMap::new() }
-            }
-            // Nothing applied yet: whatever the folder holds (a corpus from `lacuna index`) stays, and
-            // the topic's documents go on top of it.
-            None => Applied { topic: topic.clone(), next: BTreeMap::new() },
-        };
+        let (mut applied, clear) = resume(stored, &topic, &spans);
+        if clear {
+            tracing::warn!(dir = %self.dir.display(), "emptying the local index to rebuild it from the topic");
+            writer.clear()?;
+        }
         // The end offsets to reach before the replica is ready.
         let Start { from, mut behind } = applied.start(&spans);
         self.changelog.start(&from).map_err(bus_error)?;
