@@ -96,17 +96,6 @@ pub struct Price {
     pub cached: Option<f64>,
 }
 
-impl Price {
-    pub fn cost(&self, stats: &crate::actors::clients::CallStats) -> f64 {
-        let cached = stats.cached_tokens.min(stats.prompt_tokens);
-        let fresh = stats.prompt_tokens - cached;
-        (fresh as f64 * self.prompt
-            + cached as f64 * self.cached.unwrap_or(self.prompt)
-            + stats.completion_tokens as f64 * self.completion)
-            / 1e6
-    }
-}
-
 /// Per-question caps on LLM spending (0: none). Checked before each event: a question already over
 /// one ends in a `budget_exceeded` error record instead of making more calls.
 #[derive(Clone, Debug, Deserialize, Serialize)]

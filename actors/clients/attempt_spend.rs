@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::future::Future;
 
-use super::CallStats;
+use super::call_stats::CallStats;
 use crate::topics::Usage;
 
 tokio::task_local! {

@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::attempt_spend;
 use super::breaker::Breaker;
+use super::call_stats::CallStats;
 use super::llm_cache::{CachedResponse, ResponseCache};
 use super::schema::Schema;
 use crate::config::{CacheMode, LlmSettings};
@@ -62,36 +63,6 @@ impl LlmError {
             LlmError::Status { retry_after_ms, .. } => retry_after_ms.map(Duration::from_millis),
             _ => None,
         }
-    }
-}
-
-/// What one call cost, for the question's usage and trace.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct CallStats {
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub cached_tokens: u64,
-    pub latency_ms: u64,
-    pub attempts: u32,
-    /// Answered from the response cache: nothing was sent (the tokens are those of the first call).
-    pub cache_hit: bool,
-    /// The completion's token log-probabilities, when asked for and returned.
-    pub logprobs: Option<AnswerLogprobs>,
-    /// Unusable replies asked again before this one (`llm.max_reask`); their tokens are counted.
-    pub reasks: u32,
-    /// The reply stopped at `max_tokens` (free-text calls keep it as cut).
-    pub truncated: bool,
-    /// The tokens sent and written, re-asks included, at `llm.prices` for this model (0 without a
-    /// price, and for cache hits: nothing was sent).
-    pub cost: f64,
-}
-
-impl CallStats {
-    fn add(&mut self, other: &CallStats) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
-        self.cached_tokens += other.cached_tokens;
-        self.attempts += other.attempts;
     }
 }
 
@@ -374,7 +345,7 @@ impl LlmClient {
                 m.llm_cached_tokens.with_label_values(stage).inc_by(spent.cached_tokens);
                 let stats = CallStats {
                     latency_ms: started.elapsed().as_millis() as u64,
-                    cost: self.settings.prices.get(&self.settings.model).map_or(0.0, |price| price.cost(&spent)),
+                    cost: self.settings.prices.get(&self.settings.model).map_or(0.0, |price| spent.cost_at(price)),
                     reasks,
                     logprobs: stats.logprobs,
                     truncated: stats.truncated,

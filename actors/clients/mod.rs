@@ -3,6 +3,7 @@
 pub mod attempt_spend;
 pub mod backoff;
 pub mod breaker;
+pub mod call_stats;
 pub mod gpu;
 pub mod llm;
 pub mod llm_cache;
@@ -13,7 +14,8 @@ pub mod schema;
 pub mod search;
 
 pub use backoff::{backoff, jittered};
-pub use llm::{CallStats, Completion, LlmClient, LlmError};
+pub use call_stats::CallStats;
+pub use llm::{Completion, LlmClient, LlmError};
 pub use nli::{Nli, NliError, OnnxNli, Verdict};
 pub use onnx::{ModelError, PairClassifier};
 pub use rerank::Reranker;

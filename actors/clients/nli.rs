@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use super::llm::{CallStats, LlmClient, LlmError};
+use super::call_stats::CallStats;
+use super::llm::{LlmClient, LlmError};
 use super::onnx::{ModelError, PairClassifier};
 use super::schema::Schema;
 use crate::actors::prompts;
