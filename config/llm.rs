@@ -107,19 +107,3 @@ pub struct BudgetSettings {
     /// In the currency of `llm.prices`.
     pub max_cost: f64,
 }
-
-impl BudgetSettings {
-    /// Why `usage` is over budget, if it is.
-    pub fn exceeded(&self, usage: &crate::topics::Usage) -> Option<String> {
-        if self.max_llm_calls > 0 && usage.llm_calls >= self.max_llm_calls {
-            return Some(format!("{} LLM calls spent, budget.max_llm_calls = {}", usage.llm_calls, self.max_llm_calls));
-        }
-        if self.max_tokens > 0 && usage.tokens() >= self.max_tokens {
-            return Some(format!("{} tokens spent, budget.max_tokens = {}", usage.tokens(), self.max_tokens));
-        }
-        if self.max_cost > 0.0 && usage.cost >= self.max_cost {
-            return Some(format!("a cost of {:.4} spent, budget.max_cost = {}", usage.cost, self.max_cost));
-        }
-        None
-    }
-}

@@ -69,6 +69,23 @@ fn is_zero(cost: &f64) -> bool {
 }
 
 impl Usage {
+    /// Why this spending is over `budget`, if it is.
+    pub fn over_budget(&self, budget: &crate::config::BudgetSettings) -> Option<String> {
+        if budget.max_llm_calls > 0 && self.llm_calls >= budget.max_llm_calls {
+            return Some(format!(
+                "{} LLM calls spent, budget.max_llm_calls = {}",
+                self.llm_calls, budget.max_llm_calls
+            ));
+        }
+        if budget.max_tokens > 0 && self.tokens() >= budget.max_tokens {
+            return Some(format!("{} tokens spent, budget.max_tokens = {}", self.tokens(), budget.max_tokens));
+        }
+        if budget.max_cost > 0.0 && self.cost >= budget.max_cost {
+            return Some(format!("a cost of {:.4} spent, budget.max_cost = {}", self.cost, budget.max_cost));
+        }
+        None
+    }
+
     /// Adds a child's spending to its parent's.
     pub fn add(&mut self, other: &Usage) {
         self.llm_calls += other.llm_calls;

@@ -78,7 +78,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
         let over_budget = usage.as_ref().and_then(|usage| {
             let mut spent = usage.clone();
             spent.add(&failed_spend);
-            context.runner.budget.exceeded(&spent)
+            spent.over_budget(&context.runner.budget)
         });
         if let Some(reason) = over_budget {
             break Err(StageError::BudgetExceeded(reason));
