@@ -134,9 +134,6 @@ impl Settings {
         if self.qpaug.top_k < 2 {
             return Err("qpaug.top_k must be at least 2 (K-1 retrieved passages plus the generated one)".into());
         }
-        if self.bus.write_schema_version != 0 {
-            crate::topics::schema::check_write_version(self.bus.write_schema_version)?;
-        }
         if self.run.max_open_questions == 0 || self.run.max_open_questions >= self.bus.queue_capacity {
             return Err(format!(
                 "run.max_open_questions ({}) must be between 1 and bus.queue_capacity ({}) - 1",

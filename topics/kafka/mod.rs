@@ -95,6 +95,10 @@ fn publish_error(error: KafkaError) -> BusError {
 
 impl KafkaBus {
     pub fn new(settings: KafkaSettings, bus: &BusSettings) -> Result<Self, BusError> {
+        // Only Kafka carries records to other builds, so only it checks the version it is to write.
+        if bus.write_schema_version != 0 {
+            super::schema::check_write_version(bus.write_schema_version).map_err(BusError::Config)?;
+        }
         let base = client_config(&settings)?;
         let producer = producer(&base, &settings, bus.max_event_bytes)?;
         Ok(KafkaBus {
