@@ -190,7 +190,7 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
     };
     let settings = tune(configured.clone());
     // metrics.listen serves /metrics during the runs (scripts/dashboard-snapshot.py --scrape draws them).
-    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut runs = Vec::new();
     if args.before {

@@ -100,7 +100,7 @@ pub async fn eval(
     let progress = progress_bar(dataset.questions.len() as u64);
     // metrics.listen serves /metrics during the run, so a long evaluation can be watched (and drawn
     // by scripts/dashboard-snapshot.py).
-    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     let report = evaluate(&settings, &dataset, &options, &args.out, &mut |_| progress.inc(1)).await?;
     progress.finish_and_clear();

@@ -24,7 +24,7 @@ pub async fn indexer(settings: &Settings, _args: IndexerArgs) -> anyhow::Result<
         "lacuna indexer writes the Meilisearch index the retrieve replicas search: set search.backend = \"meilisearch\" \
          (with tantivy, each replica follows the documents topic itself: search.follow_documents)"
     );
-    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus)?);
     bus.ensure_documents_topic().await?;
     let meili = settings.search.meilisearch.clone();

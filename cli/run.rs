@@ -55,7 +55,7 @@ pub async fn run(settings: &Settings, args: RunArgs) -> anyhow::Result<()> {
             break;
         }
     }
-    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     let searches = args.pipeline.stages().iter().any(|stage| stage.needs(Part::Search));
     let mut materialiser = follow_documents(settings, searches, "run").await?;
     // Everything that can fail before the first question is checked before anything is written.

@@ -33,7 +33,7 @@ pub async fn serve(settings: &Settings, args: ServeArgs) -> anyhow::Result<()> {
         None
     };
     // /metrics, /healthz and /readyz on metrics.listen too, where every Lacuna pod serves them.
-    let probes = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    let probes = crate::serve::observe::start(&settings.metrics.listen).await?;
     let listen = args.listen.unwrap_or_else(|| settings.serve.listen.clone());
     let options = ServeOptions { transport: args.transport, pipelines: args.pipelines.clone(), listen };
     let loaded = settings.clone();

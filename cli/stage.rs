@@ -24,7 +24,7 @@ pub struct StageArgs {
 
 pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let stage = args.pipeline.stage(&args.name)?;
-    let ready = crate::pipelines::observe::start(&settings.metrics.listen).await?;
+    let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     let who = format!("stage {}", args.name);
     let mut materialiser = follow_documents(settings, stage.needs(Part::Search), &who).await?;
     let mut parts = Parts::load_for(settings, args.pipeline, [stage])?;

@@ -7,7 +7,6 @@ pub mod graph;
 pub mod input;
 pub mod kind;
 pub mod migres;
-pub mod observe;
 pub mod parts;
 pub mod provenance;
 pub mod qpaug;

@@ -9,6 +9,7 @@ pub mod api;
 pub mod bodies;
 pub mod documents;
 pub mod http;
+pub mod observe;
 pub mod openapi;
 pub mod registry;
 
@@ -211,12 +212,12 @@ pub async fn start(
         .map_err(|e| anyhow::anyhow!("serve.listen {}: {e}", options.listen))?;
     let address = listener.local_addr()?;
     let (router, _) = openapi::router(api, ready.clone());
-    let limits = crate::pipelines::observe::ConnectionLimits {
-        header_timeout: crate::pipelines::observe::HEADER_TIMEOUT,
+    let limits = observe::ConnectionLimits {
+        header_timeout: observe::HEADER_TIMEOUT,
         max_connections: settings.serve.max_connections,
         retry_after_s: settings.serve.retry_after_s,
     };
-    crate::pipelines::observe::serve_http(listener, router, limits);
+    observe::serve_http(listener, router, limits);
     let caught_up = ready.clone();
     if catching_up.is_empty() {
         ready.store(true, Ordering::Relaxed);

@@ -20,7 +20,7 @@ use utoipa_axum::routes;
 use super::api::{self, Api};
 use super::documents;
 use super::http::{self as plumbing, RouteLabel};
-use crate::pipelines::observe;
+use super::observe;
 
 #[derive(OpenApi)]
 #[openapi(

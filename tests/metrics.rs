@@ -38,7 +38,7 @@ async fn get(address: std::net::SocketAddr, path: &str) -> (u16, String) {
 #[actix::test]
 async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
     let ready = Arc::new(AtomicBool::new(false));
-    let address = lacuna::pipelines::observe::serve("127.0.0.1:0", ready.clone()).await.unwrap();
+    let address = lacuna::serve::observe::serve("127.0.0.1:0", ready.clone()).await.unwrap();
     assert_eq!(get(address, "/healthz").await.0, 200);
     assert_eq!(get(address, "/readyz").await.0, 503, "not ready before the stage runs");
 

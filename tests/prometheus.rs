@@ -155,7 +155,7 @@ impl Drop for Prometheus {
 }
 
 async fn metrics_endpoint() -> SocketAddr {
-    lacuna::pipelines::observe::serve("127.0.0.1:0", Arc::new(AtomicBool::new(true))).await.unwrap()
+    lacuna::serve::observe::serve("127.0.0.1:0", Arc::new(AtomicBool::new(true))).await.unwrap()
 }
 
 async fn ask(pipeline: &mut Pipeline, id: &str) -> AnswerRecord {

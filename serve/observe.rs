@@ -118,7 +118,7 @@ pub fn serve_http(listener: TcpListener, router: Router, limits: ConnectionLimit
 
 /// The reply to a connection past the cap: the API's own error, counted under its own reason.
 fn overloaded_reply(retry_after_s: u64) -> Response {
-    use crate::serve::http::{ApiError, ErrorCode};
+    use super::http::{ApiError, ErrorCode};
     let message = "too many open connections; retry later";
     let refused = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, message);
     ApiError { reason: "too_many_connections", retry_after: Some(retry_after_s), ..refused }.into_response()
