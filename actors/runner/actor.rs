@@ -10,51 +10,10 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 use super::dedupe::Window;
 use super::delivery::{Handling, handle_delivery};
+use super::health::{Health, StageState};
 use super::key_order::KeyOrder;
 use super::{RunnerSettings, Stage, StageCounters, Wiring};
-use crate::metrics::METRICS;
 use crate::topics::{Bus, BusError, Delivery};
-
-/// Where a started stage stands: what `/readyz`, `lacuna stage` and an in-process run watch.
-#[derive(Clone, Debug, PartialEq)]
-pub enum StageState {
-    Running,
-    /// Stopped or drained on request.
-    Stopped,
-    /// It can do no more work: its feed or actor died, or an outcome could not be published.
-    Failed(String),
-}
-
-/// The shared, watchable state of one running stage.
-#[derive(Clone)]
-pub(super) struct Health {
-    name: &'static str,
-    state: Arc<watch::Sender<StageState>>,
-}
-
-impl Health {
-    pub(super) fn fail(&self, reason: String) {
-        if self.leave_running(StageState::Failed(reason.clone())) {
-            METRICS.stage_failures.with_label_values(&[self.name]).inc();
-            tracing::error!(stage = self.name, %reason, "stage failed");
-        }
-    }
-
-    fn stop(&self) {
-        self.leave_running(StageState::Stopped);
-    }
-
-    /// Moves a running stage to `next`; a stage that already stopped or failed stays as it is.
-    fn leave_running(&self, next: StageState) -> bool {
-        self.state.send_if_modified(|state| {
-            let running = *state == StageState::Running;
-            if running {
-                *state = next;
-            }
-            running
-        })
-    }
-}
 
 /// Held by the stage's feeder for as long as it runs: a feeder that ends without saying why (a
 /// panic on the stage's thread, its arbiter stopped under it) fails the stage.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::actor::Health;
+use super::health::Health;
 use super::dedupe::{Window, fingerprint};
 use super::{RunnerSettings, Stage, StageCounters, StageError, Wiring, bump};
 use crate::actors::clients::{attempt_spend, backoff};

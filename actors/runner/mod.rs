@@ -5,11 +5,13 @@
 //!
 //! - `actor`: the actix actor a stage runs in, its feeder from the bus, and its health;
 //! - `delivery`: one delivery handled: budget, retries, publishing, acknowledgement, error records;
+//! - `health`: where a running stage stands (running, stopped, failed with why);
 //! - `key_order` and `dedupe`: one question's events one after the other, and finished events skipped.
 
 mod actor;
 pub mod dedupe;
 mod delivery;
+mod health;
 pub mod key_order;
 
 use std::sync::Arc;
@@ -18,7 +20,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use actor::{RunningStage, StageState, spawn_stage};
+pub use actor::{RunningStage, spawn_stage};
+pub use health::StageState;
 pub use delivery::{failure_records, publish_progress, publish_retrying, retrying};
 
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
