@@ -96,7 +96,7 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
             let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus)?);
             bus.ensure_documents_topic().await?;
             let base: Vec<Document> = corpus.iter().map(|(id, title, text)| document(id, title, text)).collect();
-            crate::cli::ingest::publish(&bus, &settings.retry, &base).await?;
+            crate::actors::runner::publish_documents(&bus, &settings.retry, &base).await?;
             let folders: Vec<PathBuf> = (0..options.replicas).map(|n| work.join(format!("replica-{n}"))).collect();
             let mut replicas = Vec::new();
             if meili {
@@ -379,7 +379,7 @@ async fn catch_up(
 ) -> anyhow::Result<f64> {
     eprintln!("freshness: publishing {n} passages for the catch-up");
     let documents: Vec<Document> = (0..n).map(|i| fresh(corpus, "catch-up", i)).collect();
-    crate::cli::ingest::publish(bus, &settings.retry, &documents).await?;
+    crate::actors::runner::publish_documents(bus, &settings.retry, &documents).await?;
     let folder = work.join("replica-new");
     let started = Instant::now();
     let binary = std::env::current_exe()?;

@@ -17,18 +17,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use futures::{StreamExt, TryStreamExt};
 
 use crate::actors::clients::search::documents::check_id;
 use crate::actors::clients::search::meili_writer::Update;
 use crate::actors::clients::{Document, MeiliSearch, TantivyWriter};
-use crate::actors::runner::retrying;
-use crate::config::{RetrySettings, SearchBackend, Settings};
+use crate::actors::runner::{publish_documents, retry_publish};
+use crate::config::{SearchBackend, Settings};
 use crate::pipelines::Transport;
 use crate::topics::kafka::KafkaBus;
-
-/// Documents published to Kafka at once.
-const IN_FLIGHT: usize = 256;
 
 #[derive(Args)]
 pub struct IngestArgs {
@@ -123,10 +119,10 @@ async fn publish_all(settings: &Settings, documents: &[Document], deletes: &[Str
     bus.ensure_documents_topic().await?;
     let started = Instant::now();
     // The deletions after every document, so that one never overtakes the same id's new version.
-    publish(&bus, &settings.retry, documents).await?;
+    publish_documents(&bus, &settings.retry, documents).await?;
     let topic = bus.documents_topic();
     for id in deletes {
-        retrying(&settings.retry, "ingest", &topic, || bus.publish_document(id, None)).await?;
+        retry_publish(&settings.retry, "ingest", &topic, || bus.publish_document(id, None)).await?;
     }
     eprintln!(
         "published {} documents and {} deletions to {} in {:.1}s",
@@ -135,20 +131,6 @@ async fn publish_all(settings: &Settings, documents: &[Document], deletes: &[Str
         bus.documents_topic(),
         started.elapsed().as_secs_f32()
     );
-    Ok(())
-}
-
-/// Publishes `documents` (distinct ids), many in flight at once, each retried on transient errors
-/// (`retry`); returns once the broker has them all.
-pub async fn publish(bus: &KafkaBus, retry: &RetrySettings, documents: &[Document]) -> anyhow::Result<()> {
-    let topic = bus.documents_topic();
-    let topic = topic.as_str();
-    let published = futures::stream::iter(documents.iter().map(|document| async move {
-        let payload = serde_json::to_vec(document).expect("documents serialise");
-        retrying(retry, "ingest", topic, || bus.publish_document(&document.id, Some(&payload))).await
-    }))
-    .buffer_unordered(IN_FLIGHT);
-    published.try_collect::<Vec<()>>().await?;
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::sink::{AnswerFile, drain};
-use crate::actors::runner::publish_retrying;
+use crate::actors::runner::publish_record;
 use crate::config::Settings;
 use crate::pipelines::PipelineKind;
 use crate::pipelines::input::{Input, InputReader};
@@ -39,12 +39,12 @@ pub async fn submit(settings: &Settings, args: SubmitArgs) -> anyhow::Result<()>
         }
         match reader.line(n + 1, &line?) {
             Some(Input::Question(question)) => {
-                publish_retrying(&*bus, &settings.retry, "submit", question.to_record()).await?;
+                publish_record(&*bus, &settings.retry, "submit", question.to_record()).await?;
                 submitted += 1;
             }
             Some(Input::Rejected(error)) => {
                 let record = VersionedAnswer::from(AnswerRecord::Error(error)).to_record();
-                publish_retrying(&*bus, &settings.retry, "submit", record).await?;
+                publish_record(&*bus, &settings.retry, "submit", record).await?;
                 rejected += 1;
             }
             None => {}

@@ -142,7 +142,7 @@ async fn the_indexer_applies_the_documents_topic_to_a_real_server() {
         text: (0..sentences).map(|n| format!("{} step {n}.", vec!["word"; 18].join(" "))).collect::<Vec<_>>().join(" "),
         metadata: Default::default(),
     };
-    lacuna::cli::ingest::publish(&bus, &settings.retry, &[manual(3)]).await.unwrap();
+    lacuna::actors::runner::publish_documents(&bus, &settings.retry, &[manual(3)]).await.unwrap();
     let dir = support::scratch_dir("meili-real-indexer");
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_lacuna"));
     let mut indexer =
@@ -167,7 +167,7 @@ async fn the_indexer_applies_the_documents_topic_to_a_real_server() {
             panic!("{what} within 30 s");
         }
     };
-    lacuna::cli::ingest::publish(&bus, &settings.retry, &[manual(1)]).await.unwrap();
+    lacuna::actors::runner::publish_documents(&bus, &settings.retry, &[manual(1)]).await.unwrap();
     until("the shorter version, and none of the older passages", |[one, two]| *one && !*two).await;
     bus.publish_document("manual", None).await.unwrap();
     until("the tombstone applied", |[one, two]| !*one && !*two).await;

@@ -3,12 +3,12 @@
 //! keeps failing ends its question in an error record and a dead letter.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::health::Health;
 use super::dedupe::{Window, fingerprint};
+use super::health::Health;
+use super::publish::{publish_progress, publish_record};
 use super::{RunnerSettings, Stage, StageCounters, StageError, Wiring, bump};
 use crate::actors::clients::{attempt_spend, backoff};
 use crate::actors::shared::answer::error_record;
@@ -176,17 +176,13 @@ async fn publish_all(stage: &'static str, context: &Handling<'_>, records: Vec<R
             Ok(record) => record,
             Err(reason) => return Published::Rejected(reason),
         };
-        match publish_with_retries(stage, context, record).await {
+        match publish_record(context.bus, &context.runner.retry, stage, record).await {
             Ok(()) => count += 1,
             Err(BusError::Rejected(reason)) => return Published::Rejected(reason),
             Err(error) => return Published::Failed(error.to_string()),
         }
     }
     Published::All(count)
-}
-
-async fn publish_with_retries(stage: &'static str, context: &Handling<'_>, record: Record) -> Result<(), BusError> {
-    publish_retrying(context.bus, &context.runner.retry, stage, record).await
 }
 
 /// An answer record with the provenance of the answer it holds (the index generations its own
@@ -203,69 +199,6 @@ fn stamped(record: Record, provenance: &Provenance) -> Record {
     }
     *stamp = Some(provenance.for_trace(trace));
     answer.to_record()
-}
-
-/// Publishes `record`, retrying a transient bus error (`retry.publish_attempts`, with backoff): a
-/// broker that restarts or elects a leader delays a record, it does not fail it. `stage` labels the
-/// retries' metric and log lines.
-pub async fn publish_retrying(
-    bus: &dyn Bus,
-    retry: &crate::config::RetrySettings,
-    stage: &str,
-    record: Record,
-) -> Result<(), BusError> {
-    retrying(retry, stage, record.topic.name(), || bus.publish(record.clone())).await
-}
-
-/// Runs `publish` until it succeeds, again after a transport error (`retry.publish_attempts` tries
-/// in all, with jittered exponential backoff from `retry.backoff_ms`). Anything else, such as a
-/// record too large or a topic that does not exist, is returned at once: a retry cannot mend it.
-pub async fn retrying<F, Fut>(
-    retry: &crate::config::RetrySettings,
-    stage: &str,
-    topic: &str,
-    mut publish: F,
-) -> Result<(), BusError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), BusError>>,
-{
-    let mut attempt = 1;
-    loop {
-        match publish().await {
-            Err(BusError::Transport(message)) if attempt < retry.publish_attempts => {
-                METRICS.publish_retries.with_label_values(&[stage]).inc();
-                tracing::warn!(stage, topic, attempt, %message, "publish failed, retrying");
-                tokio::time::sleep(backoff(retry.backoff_ms, attempt)).await;
-                attempt += 1;
-            }
-            outcome => return outcome,
-        }
-    }
-}
-
-/// Publishes progress records: each gets one try of at most `timeout`, and one that fails, is too
-/// large or too slow is counted and dropped, never failing or holding up the event for longer.
-/// Watchers lose a few steps; the question loses nothing (its answer record carries the whole trace).
-/// Steps published for an event whose outputs then fail are published again when it is redone;
-/// readers keep one copy per (node, index). The join, which publishes past the runner, calls it too.
-pub async fn publish_progress(
-    stage: &'static str,
-    bus: &dyn Bus,
-    max_event_bytes: usize,
-    records: Vec<Record>,
-    timeout: Duration,
-) {
-    for record in records {
-        let published = if record.payload.len() > max_event_bytes {
-            false
-        } else {
-            matches!(tokio::time::timeout(timeout, bus.publish(record)).await, Ok(Ok(())))
-        };
-        if !published {
-            METRICS.progress_dropped.with_label_values(&[stage]).inc();
-        }
-    }
 }
 
 /// The error record that ends the question, and the dead letter that keeps the failed event after

@@ -6,6 +6,7 @@
 //! - `actor`: the actix actor a stage runs in, its feeder from the bus, and its health;
 //! - `delivery`: one delivery handled: budget, retries, publishing, acknowledgement, error records;
 //! - `health`: where a running stage stands (running, stopped, failed with why);
+//! - `publish`: publishing with retries, for stages, `lacuna submit` and documents alike;
 //! - `key_order` and `dedupe`: one question's events one after the other, and finished events skipped.
 
 mod actor;
@@ -13,6 +14,7 @@ pub mod dedupe;
 mod delivery;
 mod health;
 pub mod key_order;
+mod publish;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +23,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use actor::{RunningStage, spawn_stage};
+pub use delivery::failure_records;
 pub use health::StageState;
-pub use delivery::{failure_records, publish_progress, publish_retrying, retrying};
+pub use publish::{publish_documents, publish_progress, publish_record, retry_publish};
 
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
 use crate::config::{BudgetSettings, RetrySettings, Settings, StageSettings};
