@@ -5,7 +5,6 @@ mod bench;
 mod calibrate;
 mod dlq;
 mod eval;
-mod follow;
 mod graph;
 mod index;
 mod indexer;

@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::follow::{follow_documents, while_following};
 use crate::config::Settings;
-use crate::pipelines::declaration::Part;
 use crate::pipelines::input::{Input, InputReader};
+use crate::pipelines::parts::Part;
 use crate::pipelines::parts::{Parts, check_llm};
+use crate::pipelines::startup::{follow_documents, while_following};
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::topics::{AnswerRecord, VersionedAnswer};
 

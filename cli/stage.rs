@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 
-use super::follow::{follow_documents, while_following};
 use crate::actors::runner::RunningStage;
 use crate::config::Settings;
 use crate::pipelines::PipelineKind;
-use crate::pipelines::declaration::Part;
+use crate::pipelines::parts::Part;
 use crate::pipelines::parts::{Parts, check_llm};
+use crate::pipelines::startup::{follow_documents, while_following};
 
 #[derive(Args)]
 pub struct StageArgs {

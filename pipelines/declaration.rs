@@ -12,32 +12,8 @@ use crate::actors::clients::{LlmClient, Nli};
 use crate::actors::runner::{RunnerSettings, RunningStage, Stage, Wiring, spawn_stage};
 use crate::actors::stages::sentence_filter::{FilterMode, SentenceFilter};
 use crate::config::{LlmOverride, Settings, StageSettings};
-use crate::pipelines::parts::Parts;
+use crate::pipelines::parts::{Part, Parts};
 use crate::topics::{Bus, BusError, Topic};
-
-/// What a stage needs besides the bus, loaded once per process before it starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Part {
-    /// The LLM endpoint (checked to answer before the stage starts).
-    Llm,
-    /// The search index.
-    Search,
-    /// The cross-encoder.
-    Reranker,
-    /// The ONNX NLI model, when `nli.backend = "onnx"`.
-    Nli,
-}
-
-impl Part {
-    pub fn name(self) -> &'static str {
-        match self {
-            Part::Llm => "LLM endpoint",
-            Part::Search => "search index",
-            Part::Reranker => "re-ranker",
-            Part::Nli => "NLI model",
-        }
-    }
-}
 
 /// How many replicas of a stage may run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

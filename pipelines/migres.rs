@@ -10,7 +10,8 @@ use crate::actors::stages::query_gen::QueryGen;
 use crate::actors::stages::sentence_filter::FilterMode;
 use crate::actors::stages::verify::Verify;
 use crate::config::StageSettings;
-use crate::pipelines::declaration::{Part, Replicas, StageDecl, Startable, retrieve, sentence_filter};
+use crate::pipelines::declaration::{Replicas, StageDecl, Startable, retrieve, sentence_filter};
+use crate::pipelines::parts::Part;
 use crate::topics::Topic;
 
 /// The MIGRES stages, in the order of the loop.

@@ -13,6 +13,7 @@ pub mod qpaug;
 pub mod raisf;
 pub mod rqrag;
 pub mod runner;
+pub mod startup;
 pub mod vanilla;
 
 pub use declaration::{StageDecl, StartError};

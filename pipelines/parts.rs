@@ -1,14 +1,36 @@
 //! The heavy parts a pipeline needs (search index, re-ranker, NLI model), loaded once at start-up
-//! with errors that say how to fix them.
+//! with errors that say how to fix them; `startup` loads those of a pipeline's stages.
 
 use std::time::Duration;
 
 use crate::actors::clients::breaker::Breaker;
 use crate::actors::clients::{ModelError, OnnxNli, Reranker, Search, SearchError};
 use crate::config::{NliBackend, Settings};
-use crate::pipelines::declaration::{Part, StageDecl};
-use crate::pipelines::kind::PipelineKind;
 use crate::topics::Provenance;
+
+/// What a stage needs besides the bus, loaded once per process before it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The LLM endpoint (checked to answer before the stage starts).
+    Llm,
+    /// The search index.
+    Search,
+    /// The cross-encoder.
+    Reranker,
+    /// The ONNX NLI model, when `nli.backend = "onnx"`.
+    Nli,
+}
+
+impl Part {
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Llm => "LLM endpoint",
+            Part::Search => "search index",
+            Part::Reranker => "re-ranker",
+            Part::Nli => "NLI model",
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PartsError {
@@ -35,18 +57,8 @@ pub struct Parts {
 }
 
 impl Parts {
-    /// Everything the stages of `pipeline` need.
-    pub fn load(settings: &Settings, pipeline: PipelineKind) -> Result<Parts, PartsError> {
-        Self::load_for(settings, pipeline, pipeline.stages())
-    }
-
-    /// What `stages` (of `pipeline`) declare they need.
-    pub fn load_for<'a>(
-        settings: &Settings,
-        pipeline: PipelineKind,
-        stages: impl IntoIterator<Item = &'a StageDecl>,
-    ) -> Result<Parts, PartsError> {
-        let needed: Vec<Part> = stages.into_iter().flat_map(|s| s.needs.iter().copied()).collect();
+    /// The parts in `needed`, without provenance (`Parts::load` adds it).
+    pub fn open(settings: &Settings, needed: &[Part]) -> Result<Parts, PartsError> {
         let mut parts = Parts::default();
         if needed.contains(&Part::Search) {
             parts.search = Some(Search::open(&settings.search)?);
@@ -57,8 +69,6 @@ impl Parts {
         if needed.contains(&Part::Nli) && settings.nli.backend == NliBackend::Onnx {
             parts.onnx_nli = Some(OnnxNli::load(&settings.nli, &settings.onnx).map_err(PartsError::Nli)?);
         }
-        let provenance = crate::pipelines::provenance::provenance(settings, pipeline, parts.search.as_ref());
-        parts.provenance = Some(std::sync::Arc::new(provenance));
         Ok(parts)
     }
 
