@@ -4,7 +4,7 @@
 
 use clap::{Args, ValueEnum};
 
-use crate::pipelines::{PipelineKind, graph};
+use crate::pipelines::{PipelineKind, render};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Format {
@@ -42,11 +42,11 @@ pub fn graph(args: GraphArgs) -> anyhow::Result<()> {
         None => PipelineKind::ALL.to_vec(),
     };
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&graph::json())?),
-        Format::Helm => print!("{}", graph::helm_values()),
-        Format::Text => kinds.iter().for_each(|k| print!("{}", graph::text(*k))),
-        Format::Mermaid => kinds.iter().for_each(|k| print!("{}", graph::mermaid(*k))),
-        Format::Dot => kinds.iter().for_each(|k| print!("{}", graph::dot(*k))),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&render::json())?),
+        Format::Helm => print!("{}", render::helm_values()),
+        Format::Text => kinds.iter().for_each(|k| print!("{}", render::text(*k))),
+        Format::Mermaid => kinds.iter().for_each(|k| print!("{}", render::mermaid(*k))),
+        Format::Dot => kinds.iter().for_each(|k| print!("{}", render::dot(*k))),
     }
     Ok(())
 }
@@ -55,14 +55,14 @@ pub fn graph(args: GraphArgs) -> anyhow::Result<()> {
 fn write(root: &std::path::Path) -> anyhow::Result<()> {
     use anyhow::Context;
     let helm = root.join("helm/lacuna/pipelines.yaml");
-    std::fs::write(&helm, graph::helm_values()).with_context(|| format!("writing {}", helm.display()))?;
-    let mermaid = |kind: PipelineKind| format!("```mermaid\n{}```", graph::mermaid(kind));
+    std::fs::write(&helm, render::helm_values()).with_context(|| format!("writing {}", helm.display()))?;
+    let mermaid = |kind: PipelineKind| format!("```mermaid\n{}```", render::mermaid(kind));
     let readme = root.join("README.md");
     let text = std::fs::read_to_string(&readme).with_context(|| format!("reading {}", readme.display()))?;
     std::fs::write(&readme, replace_block(&text, "", "```mermaid\n", &mermaid(PipelineKind::Migres))?)?;
     let page = root.join("docs/pipelines.md");
     let mut text = std::fs::read_to_string(&page).with_context(|| format!("reading {}", page.display()))?;
-    let all: String = PipelineKind::ALL.iter().map(|k| graph::text(*k)).collect();
+    let all: String = PipelineKind::ALL.iter().map(|k| render::text(*k)).collect();
     text = replace_block(&text, "$ lacuna graph\n", "", &format!("{all}```"))?;
     for kind in PipelineKind::ALL {
         text = replace_block(&text, &format!("### {kind}\n\n"), "```mermaid\n", &mermaid(kind))?;

@@ -11,6 +11,7 @@ pub mod parts;
 pub mod provenance;
 pub mod qpaug;
 pub mod raisf;
+pub mod render;
 pub mod rqrag;
 pub mod runner;
 pub mod startup;

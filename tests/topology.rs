@@ -6,7 +6,7 @@
 
 use lacuna::config::{Settings, StageSettings};
 use lacuna::pipelines::declaration::{Replicas, StageDecl, Startable};
-use lacuna::pipelines::{PipelineKind, graph};
+use lacuna::pipelines::{PipelineKind, graph, render};
 use lacuna::topics::Topic;
 
 #[test]
@@ -80,7 +80,7 @@ fn the_documented_diagrams_are_what_lacuna_graph_prints() {
     let root = env!("CARGO_MANIFEST_DIR");
     let docs = std::fs::read_to_string(format!("{root}/docs/pipelines.md")).unwrap();
     for kind in PipelineKind::ALL {
-        let diagram = format!("```mermaid\n{}```", graph::mermaid(kind));
+        let diagram = format!("```mermaid\n{}```", render::mermaid(kind));
         assert!(
             docs.contains(&diagram),
             "docs/pipelines.md lacks the current graph of {kind}: paste `lacuna graph --pipeline {kind} --format mermaid`"
@@ -92,10 +92,10 @@ fn the_documented_diagrams_are_what_lacuna_graph_prints() {
 fn the_readme_and_the_pipelines_page_show_what_lacuna_graph_prints() {
     let root = env!("CARGO_MANIFEST_DIR");
     let docs = std::fs::read_to_string(format!("{root}/docs/pipelines.md")).unwrap();
-    let all: String = PipelineKind::ALL.iter().map(|k| graph::text(*k)).collect();
+    let all: String = PipelineKind::ALL.iter().map(|k| render::text(*k)).collect();
     assert!(docs.contains(&format!("$ lacuna graph\n{all}```")), "docs/pipelines.md's `lacuna graph` output is stale");
     let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
-    let migres = format!("```mermaid\n{}```", graph::mermaid(PipelineKind::Migres));
+    let migres = format!("```mermaid\n{}```", render::mermaid(PipelineKind::Migres));
     assert!(readme.contains(&migres), "the README's MIGRES diagram is stale");
 }
 
@@ -360,12 +360,17 @@ mod layout {
         fn absolute(&self, file: &File, segments: &[String], children: &BTreeSet<String>) -> Option<Vec<String>> {
             let first = segments.first()?;
             // `super` of a file is its folder's module; of a mod.rs, the folder's parent.
-            let here: Vec<String> = if file.is_mod { file.module.clone() } else { file.module[..file.module.len() - 1].to_vec() };
+            let here: Vec<String> =
+                if file.is_mod { file.module.clone() } else { file.module[..file.module.len() - 1].to_vec() };
             match first.as_str() {
                 "crate" => Some(segments[1..].to_vec()),
                 "super" => {
                     let ups = segments.iter().take_while(|s| *s == "super").count();
-                    let base = if file.is_mod { &file.module[..file.module.len() - ups] } else { &here[..here.len() + 1 - ups] };
+                    let base = if file.is_mod {
+                        &file.module[..file.module.len() - ups]
+                    } else {
+                        &here[..here.len() + 1 - ups]
+                    };
                     Some(base.iter().chain(&segments[ups..]).cloned().collect())
                 }
                 "self" if file.is_mod => Some(here.iter().chain(&segments[1..]).cloned().collect()),
@@ -376,7 +381,10 @@ mod layout {
 
         /// The longest prefix of `path` that is one of our files' modules, and what follows it.
         fn module_of(&self, path: &[String]) -> Option<(Vec<String>, Vec<String>)> {
-            (1..=path.len()).rev().find(|n| self.by_module.contains_key(&path[..*n])).map(|n| (path[..n].to_vec(), path[n..].to_vec()))
+            (1..=path.len())
+                .rev()
+                .find(|n| self.by_module.contains_key(&path[..*n]))
+                .map(|n| (path[..n].to_vec(), path[n..].to_vec()))
         }
 
         /// The module whose file holds what `path` names, following re-exports.
@@ -490,7 +498,8 @@ mod layout {
     fn path_starts(code: &str, children: &BTreeSet<String>) -> Vec<usize> {
         let mut starts = Vec::new();
         for (at, _) in code.match_indices("::") {
-            let head: String = code[..at].chars().rev().take_while(|c| is_ident(*c)).collect::<Vec<_>>().into_iter().rev().collect();
+            let head: String =
+                code[..at].chars().rev().take_while(|c| is_ident(*c)).collect::<Vec<_>>().into_iter().rev().collect();
             let start = at - head.len();
             let before = code[..start].chars().next_back();
             if head.is_empty() || before.is_some_and(|c| c == ':' || is_ident(c)) {
@@ -530,7 +539,15 @@ mod layout {
             .iter()
             .filter(|i| !i.trim().is_empty())
             .flat_map(|i| flatten(i))
-            .map(|p| if prefix.is_empty() { p } else if p == "self" { prefix.to_string() } else { format!("{prefix}::{p}") })
+            .map(|p| {
+                if prefix.is_empty() {
+                    p
+                } else if p == "self" {
+                    prefix.to_string()
+                } else {
+                    format!("{prefix}::{p}")
+                }
+            })
             .collect()
     }
 
@@ -567,7 +584,8 @@ mod layout {
                 }
             }
         }
-        let mut state = State { graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), found: Vec::new() };
+        let mut state =
+            State { graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), found: Vec::new() };
         let nodes: BTreeSet<&str> =
             graph.iter().flat_map(|(k, vs)| std::iter::once(k.as_str()).chain(vs.iter().map(String::as_str))).collect();
         for node in nodes {
