@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use super::paired::Comparison;
+use super::paired::{Comparison, ordered};
 use super::report::Report;
 
 /// The accuracy the comparison plots: Acc† when every report has it, else lenient EM.
@@ -17,17 +17,6 @@ pub fn accuracy_metric(reports: &[Report]) -> (&'static str, fn(&Report) -> f64)
 /// Every run was scored by the judge (`--judge`), so Acc† can stand beside the others.
 fn all_judged(reports: &[Report]) -> bool {
     !reports.is_empty() && reports.iter().all(|r| r.acc_judged.is_some())
-}
-
-/// The values in order of first appearance, each once.
-pub(crate) fn ordered<'a>(values: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
-    let mut out: Vec<&str> = Vec::new();
-    for v in values {
-        if !out.contains(&v) {
-            out.push(v);
-        }
-    }
-    out
 }
 
 /// Rows are pipelines, columns datasets; each cell is "EM / lenient EM / cover EM (LLM calls)",
@@ -228,7 +217,8 @@ mod tests {
 
     #[test]
     fn comparison_md_keeps_the_means_table_and_adds_the_paired_sections() {
-        use crate::eval::paired::{Funnel, Run};
+        use crate::eval::funnel::Funnel;
+        use crate::eval::paired::Run;
         let reports = [report("migres", "hotpotqa", 0.5, 7.5), report("vanilla-s", "hotpotqa", 0.25, 1.0)];
         let run = |name: &str, right: [bool; 4]| Run {
             name: name.into(),

@@ -13,6 +13,7 @@ pub mod calibrate;
 pub mod compare;
 pub mod dataset;
 pub mod funnel;
+pub mod gold;
 pub mod judge;
 pub mod paired;
 pub mod recall;

@@ -18,7 +18,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-pub use super::funnel::Funnel;
+use super::funnel::Funnel;
 use super::report::{EvalRecord, Report};
 
 /// Bootstrap resamples per interval.
@@ -151,15 +151,10 @@ impl Run {
         Run {
             name: report.pipeline.clone(),
             dataset: report.dataset.clone(),
-            right: records.iter().map(|r| (key(r), is_right(r))).collect(),
+            right: records.iter().map(|r| (key(r), r.is_right())).collect(),
             funnel: Funnel::of(&report.pipeline, &report.dataset, records),
         }
     }
-}
-
-/// EM is 0 or 1 per question; compared with 0.5 rather than equality to 1.0 out of caution.
-pub(super) fn is_right(record: &EvalRecord) -> bool {
-    record.scores.em >= 0.5
 }
 
 /// One dataset's row of a pipeline pair.
@@ -206,7 +201,7 @@ impl Comparison {
     /// and A is always the one that appeared first.
     pub fn new(mut runs: Vec<Run>, mut notes: Vec<String>) -> Comparison {
         name_uniquely(&mut runs);
-        let names = super::compare::ordered(runs.iter().map(|r| r.name.as_str()));
+        let names = ordered(runs.iter().map(|r| r.name.as_str()));
         let mut pairs = Vec::new();
         for (i, a) in names.iter().enumerate() {
             for b in &names[i + 1..] {
@@ -350,6 +345,17 @@ fn pipeline_pair(runs: &[Run], a: &str, b: &str) -> Option<PipelinePair> {
     }
     let pooled = paired_em(&aligned(&pooled_a, &pooled_b))?;
     Some(PipelinePair { a: a.to_string(), b: b.to_string(), per_dataset, pooled })
+}
+
+/// The values in order of first appearance, each once.
+pub(super) fn ordered<'a>(values: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for v in values {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

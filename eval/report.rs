@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::dataset::EvalQuestion;
-use super::funnel::GoldReached;
+use super::gold::GoldReached;
 use super::score::{Scores, passage_recall, score, score_yes_no};
 use crate::topics::{AnswerRecord, VersionedAnswer};
 
@@ -53,6 +53,13 @@ pub struct EvalRecord {
     /// the two fields above, never written again. A run's `answers.jsonl` keeps whole records.
     #[serde(default, skip_serializing)]
     pub record: Option<Box<VersionedAnswer>>,
+}
+
+impl EvalRecord {
+    /// EM is 0 or 1 per question; compared with 0.5 rather than equality to 1.0 out of caution.
+    pub fn is_right(&self) -> bool {
+        self.scores.em >= 0.5
+    }
 }
 
 impl EvalRecord {
