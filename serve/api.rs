@@ -24,15 +24,15 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use super::bodies::{
     Accepted, AcceptedQuestion, AnswerRequest, Batch, IdempotencyKey, NeedsToken, Question, QuestionId, QuestionList,
     QuestionView, ResumeHeader, ResumeQuery, StageLoad, Stages, StillRunning, StreamEvent, Submission, SubmitRefused,
     TopicQueue,
 };
-use super::http::{ApiError, ErrorBody, ErrorCode, json_reply, parse_json, read_body, require_json, with_location};
+use super::http::{
+    ApiError, ErrorBody, ErrorCode, bearer_matches, json_reply, parse_json, read_body, require_json, with_location,
+};
 use super::registry::{AdmitError, Admitted, Events, NewQuestion, Registry};
 use crate::config::ServeSettings;
 use crate::metrics::METRICS;
@@ -81,17 +81,6 @@ pub async fn authorize(State(api): State<Arc<Api>>, request: Request, next: Next
     }
     ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, "this API needs Authorization: Bearer <token>")
         .into_response()
-}
-
-/// Whether the request's `Authorization: Bearer` is `token`, compared in constant time.
-pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let given = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    let (given, wanted) = (Sha256::digest(given.as_bytes()), Sha256::digest(token.as_bytes()));
-    bool::from(given.ct_eq(&wanted))
 }
 
 impl Api {

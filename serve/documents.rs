@@ -25,8 +25,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::api::bearer_matches;
-use super::http::{ApiError, ErrorBody, ErrorCode, json_reply, read_body, require_json};
+use super::http::{ApiError, ErrorBody, ErrorCode, bearer_matches, json_reply, read_body, require_json};
 use crate::actors::clients::search::documents::{Document, DocumentError, check_id};
 use crate::actors::clients::search::meili_writer::Update;
 use crate::actors::clients::{MeiliSearch, SearchError, TantivySearch, TantivyWriter};

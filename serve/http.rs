@@ -1,5 +1,6 @@
 //! The HTTP plumbing of `lacuna serve` on axum: JSON replies and errors, bodies read under a size
-//! and time limit, and the layers every route shares (CORS, request counting, JSON 405s).
+//! and time limit, the layers every route shares (CORS, request counting, JSON 405s), and the
+//! bearer-token check of the question and document routes.
 
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, Limited};
 use serde::Serialize;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::config::ServeSettings;
@@ -227,4 +230,15 @@ pub async fn method_not_allowed(request: Request, next: Next) -> Response {
         refused.headers_mut().insert("allow", allow);
     }
     refused
+}
+
+/// Whether the request's `Authorization: Bearer` is `token`, compared in constant time.
+pub fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let given = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let (given, wanted) = (Sha256::digest(given.as_bytes()), Sha256::digest(token.as_bytes()));
+    bool::from(given.ct_eq(&wanted))
 }
