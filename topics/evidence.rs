@@ -2,27 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Memory, Topic, memory_event};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EvidenceOrigin {
-    Passage,
-    /// Written by the LLM when no passage survived filtering (knowledge prompting, paper 4.5).
-    ModelKnowledge,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct EvidenceItem {
-    /// The passage id, or `knowledge-<iteration>` for model knowledge.
-    pub id: String,
-    pub title: String,
-    /// What the leaf module is shown: the kept sentences in their original order, or the whole
-    /// passage. The entailment check reads the same text (as the MIGRES code does).
-    pub text: String,
-    pub score: f32,
-    pub origin: EvidenceOrigin,
-}
+use super::{EvidenceItem, Memory, Topic, memory_event};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvidenceEvent {

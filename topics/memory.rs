@@ -1,11 +1,12 @@
 //! The question's memory: everything MIGRES remembers between iterations, carried inside each event
-//! so that stages are stateless (paper Section 3: known facts, earlier queries, passage use counts).
+//! so that stages are stateless (paper Section 3: known facts, earlier queries, passage use counts),
+//! and the values it holds that the events share: where a node sits in its question's tree
+//! ([`NodeRef`]), an RQ-RAG trajectory's steps, the evidence shown to an LLM, log-probabilities.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::node::{NodeRef, TrajectoryStep};
 use super::trace::{TraceKind, TraceStep};
 
 /// A passage of the corpus, as retrieved.
@@ -309,4 +310,111 @@ pub fn normalize_query(query: &str) -> String {
         .map(|w| w.to_lowercase())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Where a node sits in its root question's tree: the root id and the child index at each level.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeRef {
+    pub root_id: String,
+    /// Empty for the root question itself.
+    pub path: Vec<u32>,
+}
+
+impl NodeRef {
+    pub fn root(root_id: impl Into<String>) -> Self {
+        NodeRef { root_id: root_id.into(), path: Vec::new() }
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.path.is_empty()
+    }
+
+    /// Levels below the root: 0 for the root question.
+    pub fn depth(&self) -> u32 {
+        self.path.len() as u32
+    }
+
+    /// The `index`-th child (1-based, as people number sub-questions).
+    pub fn child(&self, index: u32) -> NodeRef {
+        let mut path = self.path.clone();
+        path.push(index);
+        NodeRef { root_id: self.root_id.clone(), path }
+    }
+
+    pub fn parent(&self) -> Option<NodeRef> {
+        let (_, rest) = self.path.split_last()?;
+        Some(NodeRef { root_id: self.root_id.clone(), path: rest.to_vec() })
+    }
+
+    /// The node's event key: the root id for the root, `<root>#1.2` below it.
+    pub fn key(&self) -> String {
+        if self.is_root() { self.root_id.clone() } else { format!("{}#{}", self.root_id, self.path_text()) }
+    }
+
+    /// "1.2" for the second child of the first child; "root" for the root.
+    pub fn path_text(&self) -> String {
+        if self.is_root() {
+            return "root".to_string();
+        }
+        self.path.iter().map(u32::to_string).collect::<Vec<_>>().join(".")
+    }
+
+    /// True when `self` lies in the subtree of `ancestor` (or is it).
+    pub fn is_within(&self, ancestor: &NodeRef) -> bool {
+        self.root_id == ancestor.root_id && self.path.starts_with(&ancestor.path)
+    }
+}
+/// The log-probabilities of the tokens of generated text.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AnswerLogprobs {
+    /// Sum over the tokens: paper 004's Conf when the text is the final answer.
+    pub sum: f64,
+    pub tokens: u32,
+}
+
+impl AnswerLogprobs {
+    /// exp(-mean log p) (paper 004's PPL): lower is better.
+    pub fn perplexity(&self) -> f64 {
+        if self.tokens == 0 { f64::INFINITY } else { (-self.sum / self.tokens as f64).exp() }
+    }
+
+    /// The probability of the whole text, exp(sum log p).
+    pub fn probability(&self) -> f64 {
+        self.sum.exp()
+    }
+
+    pub fn add(&mut self, other: &AnswerLogprobs) {
+        self.sum += other.sum;
+        self.tokens += other.tokens;
+    }
+}
+/// One step of an RQ-RAG trajectory: how the query was refined, and what was found with it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrajectoryStep {
+    /// "question" for the first retrieval, then "rewrite", "decompose" or "disambiguate".
+    pub action: String,
+    pub queries: Vec<String>,
+    pub evidence: Vec<EvidenceItem>,
+    /// Of the refinement the model wrote for this step, when the server returned them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<AnswerLogprobs>,
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceOrigin {
+    Passage,
+    /// Written by the LLM when no passage survived filtering (knowledge prompting, paper 4.5).
+    ModelKnowledge,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceItem {
+    /// The passage id, or `knowledge-<iteration>` for model knowledge.
+    pub id: String,
+    pub title: String,
+    /// What the leaf module is shown: the kept sentences in their original order, or the whole
+    /// passage. The entailment check reads the same text (as the MIGRES code does).
+    pub text: String,
+    pub score: f32,
+    pub origin: EvidenceOrigin,
 }

@@ -27,12 +27,15 @@ pub mod verified;
 
 pub use answer::{AnswerRecord, Answered, ErrorRecord, Outcome, VersionedAnswer};
 pub use bus::{Bus, BusError, Delivery, Record, Subscription};
-pub use evidence::{EvidenceEvent, EvidenceItem, EvidenceOrigin};
+pub use evidence::EvidenceEvent;
 pub use facts::{CandidateFact, FactsEvent};
 pub use joins::{JoinEvent, JoinedEvent};
-pub use memory::{FactSource, KnownFact, Memory, Passage, ScoredPassage, Usage};
+pub use memory::{
+    AnswerLogprobs, EvidenceItem, EvidenceOrigin, FactSource, KnownFact, Memory, NodeRef, Passage, ScoredPassage,
+    TrajectoryStep, Usage,
+};
 pub use missing::MissingEvent;
-pub use node::{AnswerLogprobs, Candidate, NodeEvent, NodeRef, NodeResult, TrajectoryStep};
+pub use node::{Candidate, NodeEvent, NodeResult};
 pub use passages::{PassagesEvent, RetrievedPassage};
 pub use progress::ProgressEvent;
 pub use provenance::Provenance;
