@@ -19,7 +19,8 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::{KafkaBus, transport};
+use super::KafkaBus;
+use super::wire::transport;
 use crate::topics::bus::BusError;
 
 const TIMEOUT: Duration = Duration::from_secs(10);

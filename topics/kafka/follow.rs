@@ -5,42 +5,18 @@
 //! started: until then it is not ready.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
+use super::KafkaBus;
+use super::catch_up::CatchUp;
 use super::rebalance::TrackingContext;
-use super::{KafkaBus, transport};
+use super::wire::transport;
 use crate::topics::Topic;
 use crate::topics::bus::{BusError, Subscription};
-
-/// The end offsets a follower must read up to; true in its watch once every one is acknowledged.
-pub struct CatchUp {
-    ends: Mutex<HashMap<(String, i32), i64>>,
-    done: watch::Sender<bool>,
-}
-
-impl CatchUp {
-    fn new(ends: HashMap<(String, i32), i64>) -> Arc<CatchUp> {
-        let done = watch::channel(ends.is_empty()).0;
-        Arc::new(CatchUp { ends: Mutex::new(ends), done })
-    }
-
-    /// A record was taken and acknowledged: its partition is caught up once it reached the end.
-    pub(super) fn acked(&self, topic: &str, partition: i32, offset: i64) {
-        let mut ends = self.ends.lock().unwrap();
-        let key = (topic.to_string(), partition);
-        if ends.get(&key).is_some_and(|end| offset + 1 >= *end) {
-            ends.remove(&key);
-            if ends.is_empty() {
-                self.done.send_replace(true);
-            }
-        }
-    }
-}
 
 impl KafkaBus {
     /// Every partition of `topics` from the first record at or after `since` (from their end where

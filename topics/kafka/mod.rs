@@ -14,11 +14,12 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::mpsc;
 
+mod catch_up;
 mod claims;
 mod config;
 mod documents;
@@ -27,21 +28,21 @@ mod offsets;
 mod poller;
 mod rebalance;
 mod table;
+mod wire;
 
+pub use catch_up::CatchUp;
 pub use config::client_config;
 pub use documents::{Change, Changelog, RejectedDocument, Span};
-pub use follow::CatchUp;
 use offsets::OffsetTracker;
 use poller::{KafkaSubscription, poll};
 use rebalance::TrackingContext;
 use table::read_whole_topic;
+pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER};
+use wire::{publish_error, transport};
 
 use super::Topic;
 use super::bus::{Bus, BusError, Record, Subscription};
 use crate::config::{BusSettings, KafkaSettings};
-
-pub const ATTEMPT_HEADER: &str = "lacuna-attempt";
-pub const QUESTION_HEADER: &str = "lacuna-question-id";
 
 pub struct KafkaBus {
     settings: KafkaSettings,
@@ -65,32 +66,6 @@ fn producer(base: &ClientConfig, settings: &KafkaSettings, max_event_bytes: usiz
         .set("message.max.bytes", (max_event_bytes + 64 * 1024).to_string())
         .create()
         .map_err(transport)
-}
-
-fn transport(error: impl std::fmt::Display) -> BusError {
-    BusError::Transport(error.to_string())
-}
-
-/// Errors no retry can fix are rejections; the rest (timeouts, leader changes, a broker away) are
-/// transient.
-fn publish_error(error: KafkaError) -> BusError {
-    use RDKafkaErrorCode::*;
-    match error.rdkafka_error_code() {
-        Some(
-            MessageSizeTooLarge
-            | InvalidMessageSize
-            | MessageBatchTooLarge
-            | InvalidMessage
-            | InvalidRecord
-            | UnknownTopic
-            | UnknownTopicOrPartition
-            | InvalidTopic
-            | TopicAuthorizationFailed
-            | ClusterAuthorizationFailed
-            | TransactionalIdAuthorizationFailed,
-        ) => BusError::Rejected(error.to_string()),
-        _ => transport(error),
-    }
 }
 
 impl KafkaBus {

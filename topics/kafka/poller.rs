@@ -12,11 +12,11 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
 use tokio::sync::mpsc;
 
+use super::catch_up::CatchUp;
 use super::claims::Claims;
-use super::follow::CatchUp;
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, is_no_offset};
-use super::{ATTEMPT_HEADER, transport};
+use super::wire::{ATTEMPT_HEADER, transport};
 use crate::topics::Topic;
 use crate::topics::bus::{BusError, Delivery, DeliveryHooks, Record, Subscription};
 

@@ -9,7 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::transport;
+use super::wire::transport;
 use crate::topics::Topic;
 use crate::topics::bus::{BusError, Record};
 
