@@ -19,7 +19,7 @@ use std::time::Instant;
 use clap::Args;
 
 use crate::actors::clients::search::documents::check_id;
-use crate::actors::clients::search::meili_writer::Update;
+use crate::actors::clients::search::meili::Update;
 use crate::actors::clients::{Document, MeiliSearch, TantivyWriter};
 use crate::actors::runner::{publish_documents, retry_publish};
 use crate::config::{SearchBackend, Settings};
@@ -85,7 +85,7 @@ pub async fn ingest(settings: &Settings, args: IngestArgs) -> anyhow::Result<()>
 }
 
 /// Applies the documents and deletions to the Meilisearch index directly, through the same batch
-/// `lacuna indexer` applies (`meili_writer.rs`), tagged with the time of this ingest.
+/// `lacuna indexer` applies (`meili/write.rs`), tagged with the time of this ingest.
 async fn ingest_meilisearch(
     settings: &Settings,
     documents: Vec<Document>,

@@ -27,7 +27,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::http::{ApiError, ErrorBody, ErrorCode, bearer_matches, json_reply, read_body, require_json};
 use crate::actors::clients::search::documents::{Document, DocumentError, check_id};
-use crate::actors::clients::search::meili_writer::Update;
+use crate::actors::clients::search::meili::Update;
 use crate::actors::clients::{MeiliSearch, SearchError, TantivySearch, TantivyWriter};
 use crate::topics::kafka::KafkaBus;
 

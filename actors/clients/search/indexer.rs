@@ -2,7 +2,7 @@
 //! retrieve replica, since they all search the same server. It reads every partition, gathers changes
 //! for up to `search.commit_interval_ms` (or `search.meilisearch.batch_size` changes), keeps each
 //! document's latest valid change, applies the batch and waits for Meilisearch's tasks
-//! (`meili_writer.rs`), and only then stores the offsets it applied beside the index. So:
+//! (`meili/write.rs`), and only then stores the offsets it applied beside the index. So:
 //! - a restart resumes from the stored offsets, and a batch applied twice changes nothing;
 //! - an empty server (a new volume, a new index uid) is filled from the start of the topic, and so is
 //!   one whose offsets are another topic's, or older than what the topic still keeps;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::changes::{Applied, DeadLetters, Start, dead_letters, read_change, report_lag, resume};
 use super::materialiser::LAG_EVERY;
-use super::meili_writer::Update;
+use super::meili::Update;
 use super::{MeiliSearch, SearchError};
 use crate::actors::clients::backoff;
 use crate::config::SearchSettings;

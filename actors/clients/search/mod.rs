@@ -1,7 +1,14 @@
-//! Passage retrieval. The embedded default is a tantivy BM25 index on local disk (`tantivy.rs`),
-//! built by `lacuna index --corpus FILE.jsonl` from `{"id", "title", "text"}` lines; `search.backend =
-//! "meilisearch"` reads a Meilisearch index instead (`meili.rs`). Stages hold a [`Search`] and cannot
-//! tell which. Both backends read corpora the same way (`corpus.rs`) and fail with one error type.
+//! Passage retrieval. The embedded default is a tantivy BM25 index on local disk, built by `lacuna
+//! index --corpus FILE.jsonl` from `{"id", "title", "text"}` lines; `search.backend = "meilisearch"`
+//! reads a Meilisearch index instead. Stages hold a [`Search`] and cannot tell which. Each backend is
+//! a folder in Vector's shape: its shared schema in `mod.rs`, then `read.rs` and `write.rs`.
+//! - `tantivy/`: the local index, read and written (`lacuna index`, `ingest`, serve, a replica);
+//! - `meili/`: a Meilisearch index, read and written the same ways;
+//! - `corpus`: corpus files as both backends index them, with one error type;
+//! - `documents`: documents of the live corpus, and the rule that splits one into passages;
+//! - `changes`: what both followers of the documents topic share (offsets applied, lag, dead letters);
+//! - `materialiser`: a retrieve replica's tantivy index following the documents topic;
+//! - `indexer`: `lacuna indexer`, a Meilisearch index following the documents topic.
 
 pub mod changes;
 mod corpus;
@@ -9,15 +16,12 @@ pub mod documents;
 pub mod indexer;
 pub mod materialiser;
 pub mod meili;
-pub mod meili_writer;
 pub mod tantivy;
-pub mod tantivy_writer;
 
 pub use corpus::{corpus_error, for_each_passage};
 pub use documents::{Document, DocumentError};
 pub use meili::MeiliSearch;
-pub use tantivy::TantivySearch;
-pub use tantivy_writer::TantivyWriter;
+pub use tantivy::{TantivySearch, TantivyWriter};
 
 use std::path::PathBuf;
 

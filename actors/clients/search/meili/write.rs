@@ -1,75 +1,28 @@
 //! Writing a Meilisearch index as the live corpus: the documents `lacuna indexer` applies from the
-//! documents topic, `lacuna ingest` in process, and `lacuna index --backend meilisearch`'s corpus.
-//!
-//! Every passage is stored as `{"key", "id", "doc_id", "title", "text", "change"}`, and the document's
-//! `metadata` when it has any:
-//! - `key` is the primary key. Meilisearch takes only letters, digits, `-` and `_` in one, and passage
-//!   ids of split documents hold `#`, so an id it cannot take is stored under `sha256_<hex>` of itself
-//!   ([`key_of`]); `id` keeps the passage id that searches return.
-//! - `doc_id` and `change` are filterable. A batch tags its passages with one `change`, adds them
-//!   (replacing by key), and then deletes its documents' passages of any other `change`: so a new,
-//!   shorter version leaves no stale passage behind, and a search never finds a document absent
-//!   between its two versions.
-//!
-//! The changelog offsets the index holds are stored beside it, in the index `<index>-applied`, after
-//! each batch's tasks have succeeded. A batch applied again after a crash changes nothing.
+//! documents topic, `lacuna ingest` and serve's document routes in process, and `lacuna index
+//! --backend meilisearch`'s corpus. How passages are stored is in `mod.rs`.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use meilisearch_sdk::documents::DocumentDeletionQuery;
-use meilisearch_sdk::errors::{Error as SdkError, ErrorCode};
+use meilisearch_sdk::errors::ErrorCode;
 use meilisearch_sdk::settings::Settings as IndexSettings;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use super::changes::Applied;
-use super::documents::Document;
-use super::meili::{FIELDS, SEARCHED, valid_document_id};
-use super::{MeiliSearch, SearchError};
+use super::{APPLIED_KEY, AppliedDocument, FIELDS, MeiliSearch, PRIMARY_KEY, SEARCHED, Stored, of_documents, quoted};
+use crate::actors::clients::search::changes::Applied;
+use crate::actors::clients::search::documents::Document;
+use crate::actors::clients::search::{SearchError, for_each_passage};
 use crate::topics::Passage;
-
-/// The primary key of every index Lacuna writes.
-pub const PRIMARY_KEY: &str = "key";
 
 /// Documents named in one deletion filter.
 const IDS_PER_FILTER: usize = 500;
 
-/// The Meilisearch document id of a passage: its own id where Meilisearch takes it, otherwise
-/// `sha256_` and the hex digest of it (never an id Meilisearch would take as written, so the two
-/// cannot meet).
-pub fn key_of(passage_id: &str) -> String {
-    if valid_document_id(passage_id) && !passage_id.starts_with("sha256_") {
-        return passage_id.to_string();
-    }
-    let digest = Sha256::digest(passage_id.as_bytes());
-    format!("sha256_{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
-}
-
-/// A passage as Lacuna writes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Stored {
-    pub key: String,
-    pub id: String,
-    pub doc_id: String,
-    pub title: String,
-    pub text: String,
-    pub change: String,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub metadata: BTreeMap<String, String>,
-}
-
-impl Stored {
-    pub fn new(passage: Passage, doc_id: &str, change: &str) -> Stored {
-        Stored {
-            key: key_of(&passage.id),
-            id: passage.id,
-            doc_id: doc_id.to_string(),
-            title: passage.title,
-            text: passage.text,
-            change: change.to_string(),
-            metadata: BTreeMap::new(),
-        }
-    }
+/// What an upload of a corpus did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexReport {
+    pub documents: usize,
+    pub batches: usize,
 }
 
 /// One document's latest change in a batch: its new version, or `None` to delete it.
@@ -79,16 +32,6 @@ pub struct Update {
     pub document: Option<Document>,
 }
 
-/// The offsets document in `<index>-applied` (nested, not flattened: serde reads a flattened map's
-/// keys only as strings).
-#[derive(Serialize, Deserialize)]
-struct AppliedDocument {
-    key: String,
-    applied: Applied,
-}
-
-const APPLIED_KEY: &str = "applied";
-
 /// Settings of an index Lacuna writes: what is searched, what comes back, and the attributes that
 /// deletions filter on.
 fn writable_settings() -> IndexSettings {
@@ -96,17 +39,6 @@ fn writable_settings() -> IndexSettings {
         .with_searchable_attributes(SEARCHED)
         .with_displayed_attributes(FIELDS)
         .with_filterable_attributes(["doc_id", "change"])
-}
-
-/// A string as a Meilisearch filter value: double-quoted, with `"` and `\` escaped.
-fn quoted(value: &str) -> String {
-    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
-/// The filter for the passages of these documents: `doc_id IN [...]`.
-pub(super) fn of_documents<S: AsRef<str>>(doc_ids: &[S]) -> String {
-    let ids: Vec<String> = doc_ids.iter().map(|id| quoted(id.as_ref())).collect();
-    format!("doc_id IN [{}]", ids.join(", "))
 }
 
 /// The deletions that follow a batch's additions: the upserted documents' passages of any other
@@ -129,10 +61,6 @@ pub struct Written {
 }
 
 impl MeiliSearch {
-    fn applied_index(&self) -> meilisearch_sdk::indexes::Index {
-        self.client.index(format!("{}-applied", self.settings.index))
-    }
-
     /// Creates `uid` with Lacuna's primary key unless it exists; an index that exists with another
     /// primary key (one `lacuna index` wrote before passages were keyed by `key`) is refused.
     async fn create_keyed(&self, uid: &str) -> Result<(), SearchError> {
@@ -254,24 +182,6 @@ impl MeiliSearch {
         Ok(())
     }
 
-    /// The changelog offsets the index holds, if any were stored.
-    pub async fn applied(&self) -> Result<Option<Applied>, SearchError> {
-        let index = self.applied_index();
-        let stored = self
-            .retrying("read the applied offsets", || async {
-                match index.get_document::<AppliedDocument>(APPLIED_KEY).await {
-                    Err(SdkError::Meilisearch(error))
-                        if matches!(error.error_code, ErrorCode::DocumentNotFound | ErrorCode::IndexNotFound) =>
-                    {
-                        Ok(None)
-                    }
-                    outcome => outcome.map(Some),
-                }
-            })
-            .await?;
-        Ok(stored.map(|document| document.applied))
-    }
-
     /// Stores the offsets the index now holds, once their batch's tasks have succeeded.
     pub async fn store_applied(&self, applied: &Applied) -> Result<(), SearchError> {
         let index = self.applied_index();
@@ -282,28 +192,37 @@ impl MeiliSearch {
         self.finished(&task).await??;
         Ok(())
     }
+
+    /// Creates the index if it does not exist, sets its attributes, and uploads the corpus in batches
+    /// of `batch_size`, waiting for every task. Passages replace those with the same id, so
+    /// re-indexing the same corpus leaves the index as it was.
+    pub async fn build(&self, corpus: &Path) -> Result<IndexReport, SearchError> {
+        let passages = read_corpus(corpus)?;
+        self.open_for_writing().await?;
+        self.write(&passages).await?;
+        let batches = passages.len().div_ceil(self.settings.batch_size.max(1));
+        Ok(IndexReport { documents: passages.len(), batches })
+    }
 }
 
-/// The generation a search of an index that stored `applied` reads: at least what it names.
-pub fn generation(index: &str, applied: &Applied) -> String {
-    format!("meilisearch:{index}:applied={}", applied.next.values().sum::<i64>())
+/// The corpus's passages as Lacuna stores them, each its own document.
+pub fn read_corpus(corpus: &Path) -> Result<Vec<Stored>, SearchError> {
+    let mut passages = Vec::new();
+    for_each_passage(corpus, |_, passage| {
+        let doc_id = passage.id.clone();
+        passages.push(Stored::new(passage, &doc_id, CORPUS_CHANGE));
+        Ok(())
+    })?;
+    Ok(passages)
 }
+
+/// The `change` of passages written from a corpus file.
+const CORPUS_CHANGE: &str = "corpus";
 
 #[cfg(test)]
 mod tests {
+    use super::super::{generation, key_of};
     use super::*;
-
-    #[test]
-    fn passage_ids_meilisearch_refuses_get_a_key_of_their_own() {
-        assert_eq!(key_of("hotpotqa-000001"), "hotpotqa-000001", "an id Meilisearch takes is its own key");
-        let numbered = key_of("kb-article#2");
-        assert!(numbered.starts_with("sha256_") && valid_document_id(&numbered), "{numbered}");
-        assert_ne!(numbered, key_of("kb-article#3"));
-        assert_eq!(numbered, key_of("kb-article#2"), "the same id, the same key");
-        let lookalike = key_of(&numbered);
-        assert_ne!(lookalike, numbered, "an id that looks like a hashed key is hashed again");
-        assert!(valid_document_id(&key_of(&"é".repeat(300))), "long and non-ASCII ids too");
-    }
 
     #[test]
     fn a_batch_deletes_what_its_documents_replace_and_what_was_deleted() {

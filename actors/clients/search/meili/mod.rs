@@ -1,58 +1,101 @@
-//! Passage retrieval from a Meilisearch server (`search.backend = "meilisearch"`), for users who keep
-//! their passages there, through Meilisearch's official client, `meilisearch-sdk`. The SDK builds every
-//! request (search parameters, index settings, document batches, task polling); what stays ours is the
-//! policy around it: a timeout on every call, retries with backoff on what is worth retrying, and the
-//! mapping of its errors onto [`SearchError`], so a stage cannot tell this backend from tantivy.
+//! Meilisearch as the search backend (`search.backend = "meilisearch"`), for users who keep their
+//! passages there, through Meilisearch's official client, `meilisearch-sdk`. The SDK builds every
+//! request; what stays ours is the policy around it: a timeout on every call, retries with backoff on
+//! what is worth retrying, and the mapping of its errors onto [`SearchError`], so a stage cannot tell
+//! this backend from tantivy. This file holds the client and the shape of what Lacuna stores:
+//! - `read`: searches, a passage by id, which documents the index holds, the generation it is at;
+//! - `write`: the live corpus (`lacuna indexer`, `lacuna ingest`, serve) and `lacuna index`'s corpus.
 //!
-//! Passages are read as `{"id", "title", "text"}`; `title` and `text` are the searchable attributes.
-//! Hits come back with Meilisearch's `_rankingScore` (0 to 1) as their score. How Lacuna writes an
-//! index (its `key`, `doc_id` and `change` attributes) is in `meili_writer.rs`.
+//! Every passage is stored as `{"key", "id", "doc_id", "title", "text", "change"}`, and the document's
+//! `metadata` when it has any:
+//! - `key` is the primary key. Meilisearch takes only letters, digits, `-` and `_` in one, and passage
+//!   ids of split documents hold `#`, so an id it cannot take is stored under `sha256_<hex>` of itself
+//!   ([`key_of`]); `id` keeps the passage id that searches return, with `title` and `text` searched.
+//! - `doc_id` and `change` are filterable. A batch tags its passages with one `change`, adds them
+//!   (replacing by key), and then deletes its documents' passages of any other `change`: so a new,
+//!   shorter version leaves no stale passage behind, and a search never finds a document absent
+//!   between its two versions.
+//!
+//! The changelog offsets the index holds are stored beside it, in the index `<index>-applied`, after
+//! each batch's tasks have succeeded. A batch applied again after a crash changes nothing.
 
+mod read;
+mod write;
+
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use meilisearch_sdk::client::Client;
-use meilisearch_sdk::documents::DocumentsQuery;
 use meilisearch_sdk::errors::{Error as SdkError, ErrorCode, ErrorType, MeilisearchError};
 use meilisearch_sdk::indexes::Index;
-use meilisearch_sdk::search::{MatchingStrategies, SearchQuery, SearchResult, Selectors};
 use meilisearch_sdk::task_info::TaskInfo;
 use meilisearch_sdk::tasks::Task;
 use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
 
-use super::meili_writer::{Stored, generation, key_of, of_documents};
-use super::{SearchError, for_each_passage};
-use crate::config::{MatchingStrategy, MeiliSettings};
+pub use write::{IndexReport, Update, Written};
+
+use super::SearchError;
+use super::changes::Applied;
+use crate::config::MeiliSettings;
 use crate::topics::Passage;
 
 /// The attributes a Lacuna index stores, searches (all but the id) and returns.
-pub(super) const FIELDS: [&str; 3] = ["id", "title", "text"];
-pub(super) const SEARCHED: [&str; 2] = ["title", "text"];
+const FIELDS: [&str; 3] = ["id", "title", "text"];
+const SEARCHED: [&str; 2] = ["title", "text"];
 
-#[derive(Clone)]
-pub struct MeiliSearch {
-    pub(super) client: Client,
-    pub(super) settings: Arc<MeiliSettings>,
-    /// The last generation read, and when (`generation`).
-    generation: Arc<std::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>>,
+/// The primary key of every index Lacuna writes.
+pub const PRIMARY_KEY: &str = "key";
+
+/// The Meilisearch document id of a passage: its own id where Meilisearch takes it, otherwise
+/// `sha256_` and the hex digest of it (never an id Meilisearch would take as written, so the two
+/// cannot meet).
+pub fn key_of(passage_id: &str) -> String {
+    if valid_document_id(passage_id) && !passage_id.starts_with("sha256_") {
+        return passage_id.to_string();
+    }
+    let digest = Sha256::digest(passage_id.as_bytes());
+    format!("sha256_{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
-/// How long a generation read from the server is reused: about the indexer's batch interval.
-const GENERATION_FOR: Duration = Duration::from_secs(1);
-
-/// What an upload of a corpus did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IndexReport {
-    pub documents: usize,
-    pub batches: usize,
-}
-
-/// A passage as Meilisearch stores it. Ids written by other tools may be numbers; they come back as
-/// strings, and a missing title or text as empty.
+/// A passage as Lacuna writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Document {
+pub struct Stored {
+    pub key: String,
+    pub id: String,
+    pub doc_id: String,
+    pub title: String,
+    pub text: String,
+    pub change: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Stored {
+    pub fn new(passage: Passage, doc_id: &str, change: &str) -> Stored {
+        Stored {
+            key: key_of(&passage.id),
+            id: passage.id,
+            doc_id: doc_id.to_string(),
+            title: passage.title,
+            text: passage.text,
+            change: change.to_string(),
+            metadata: BTreeMap::new(),
+        }
+    }
+}
+
+/// Meilisearch accepts document ids of letters, digits, `-` and `_`, at most 511 bytes.
+pub fn valid_document_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 511 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// A passage as a search of Meilisearch returns it: a hit. Ids written by other tools may be
+/// numbers; they come back as strings, and a missing title or text as empty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeiliHit {
     #[serde(deserialize_with = "id_as_string")]
     pub id: String,
     #[serde(default, deserialize_with = "null_as_empty")]
@@ -61,8 +104,8 @@ pub struct Document {
     pub text: String,
 }
 
-impl From<Document> for Passage {
-    fn from(document: Document) -> Passage {
+impl From<MeiliHit> for Passage {
+    fn from(document: MeiliHit) -> Passage {
         Passage { id: document.id, title: document.title, text: document.text }
     }
 }
@@ -79,45 +122,42 @@ fn null_as_empty<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D
     Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
 }
 
-/// The search a retrieve stage sends: the top `limit` documents (at least one) with their ranking
-/// scores and the passage fields, under the configured matching strategy.
-pub fn search_query<'a>(
-    index: &'a Index,
-    query: &'a str,
-    limit: usize,
-    strategy: MatchingStrategy,
-) -> SearchQuery<'a, meilisearch_sdk::DefaultHttpClient> {
-    let mut search = index.search();
-    search
-        .with_query(query)
-        .with_limit(limit.max(1))
-        .with_matching_strategy(match strategy {
-            MatchingStrategy::Last => MatchingStrategies::LAST,
-            MatchingStrategy::All => MatchingStrategies::ALL,
-            MatchingStrategy::Frequency => MatchingStrategies::FREQUENCY,
-        })
-        .with_show_ranking_score(true)
-        .with_attributes_to_retrieve(Selectors::Some(&FIELDS));
-    search
+/// The offsets document in `<index>-applied` (nested, not flattened: serde reads a flattened map's
+/// keys only as strings).
+#[derive(Serialize, Deserialize)]
+struct AppliedDocument {
+    key: String,
+    applied: Applied,
 }
 
-/// Search hits as passages with their ranking scores, best first (Meilisearch's order).
-pub fn passages(hits: Vec<SearchResult<Document>>) -> Result<Vec<(Passage, f32)>, SearchError> {
-    hits.into_iter()
-        .map(|hit| match hit.ranking_score {
-            Some(score) => Ok((hit.result.into(), score as f32)),
-            None => Err(SearchError::Remote {
-                message: format!("Meilisearch returned document {:?} without its _rankingScore", hit.result.id),
-                transient: false,
-            }),
-        })
-        .collect()
+const APPLIED_KEY: &str = "applied";
+
+/// A string as a Meilisearch filter value: double-quoted, with `"` and `\` escaped.
+fn quoted(value: &str) -> String {
+    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// Meilisearch accepts document ids of letters, digits, `-` and `_`, at most 511 bytes.
-pub fn valid_document_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 511 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+/// The filter for the passages of these documents: `doc_id IN [...]`.
+fn of_documents<S: AsRef<str>>(doc_ids: &[S]) -> String {
+    let ids: Vec<String> = doc_ids.iter().map(|id| quoted(id.as_ref())).collect();
+    format!("doc_id IN [{}]", ids.join(", "))
 }
+
+/// The generation a search of an index that stored `applied` reads: at least what it names.
+pub fn generation(index: &str, applied: &Applied) -> String {
+    format!("meilisearch:{index}:applied={}", applied.next.values().sum::<i64>())
+}
+
+#[derive(Clone)]
+pub struct MeiliSearch {
+    pub(super) client: Client,
+    pub(super) settings: Arc<MeiliSettings>,
+    /// The last generation read, and when (`generation`).
+    generation: Arc<std::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>>,
+}
+
+/// How long a generation read from the server is reused: about the indexer's batch interval.
+const GENERATION_FOR: Duration = Duration::from_secs(1);
 
 /// A finished task's outcome: a failed or canceled task is an error carrying Meilisearch's message and
 /// code; one still enqueued or processing is not finished (the SDK waits until it is, or times out).
@@ -212,7 +252,7 @@ impl MeiliSearch {
         Ok(MeiliSearch { client, settings: Arc::new(settings), generation: Default::default() })
     }
 
-    pub(super) fn index(&self) -> Index {
+    fn index(&self) -> Index {
         self.client.index(&self.settings.index)
     }
 
@@ -248,71 +288,8 @@ impl MeiliSearch {
         }
     }
 
-    /// The top `limit` passages for a free-text query, best first, scored by `_rankingScore`.
-    pub async fn search(&self, query: &str, limit: usize) -> Result<Vec<(Passage, f32)>, SearchError> {
-        let index = self.index();
-        let strategy = self.settings.matching_strategy;
-        let results = self
-            .retrying("search", || async { search_query(&index, query, limit, strategy).execute::<Document>().await })
-            .await?;
-        passages(results.hits)
-    }
-
-    /// The passage with this id, if the index has it (stored under [`key_of`] it).
-    pub async fn passage(&self, id: &str) -> Result<Option<Passage>, SearchError> {
-        let (index, key) = (self.index(), key_of(id));
-        let document = self
-            .retrying("get a document", || async {
-                match index.get_document::<Document>(&key).await {
-                    Err(SdkError::Meilisearch(error)) if error.error_code == ErrorCode::DocumentNotFound => Ok(None),
-                    outcome => outcome.map(Some),
-                }
-            })
-            .await?;
-        Ok(document.map(Passage::from))
-    }
-
-    /// The generation searches read now, from the offsets `lacuna indexer` stored (read at most once
-    /// a second); `None` for an index no indexer wrote, or when they cannot be read.
-    pub async fn generation(&self) -> Option<String> {
-        let now = tokio::time::Instant::now();
-        if let Some((read, generation)) = &*self.generation.lock().unwrap()
-            && now.duration_since(*read) < GENERATION_FOR
-        {
-            return generation.clone();
-        }
-        let generation = match self.applied().await {
-            Ok(applied) => applied.map(|applied| generation(&self.settings.index, &applied)),
-            Err(error) => {
-                tracing::warn!(%error, "cannot read the Meilisearch index's applied offsets");
-                None
-            }
-        };
-        *self.generation.lock().unwrap() = Some((now, generation.clone()));
-        generation
-    }
-
-    /// Which of these documents the index holds passages of (one request: Lacuna's indexes filter on
-    /// `doc_id`).
-    pub async fn holding(&self, doc_ids: &[String]) -> Result<std::collections::HashSet<String>, SearchError> {
-        if doc_ids.is_empty() {
-            return Ok(Default::default());
-        }
-        let index = self.index();
-        let filter = of_documents(doc_ids);
-        let mut query = DocumentsQuery::new(&index);
-        query.with_filter(&filter).with_fields(["doc_id"]).with_limit(doc_ids.len() * 16);
-        let found = self.retrying("find documents", || query.execute::<serde_json::Value>()).await?;
-        Ok(found.results.iter().filter_map(|d| d["doc_id"].as_str().map(str::to_string)).collect())
-    }
-
-    /// How many documents the index holds.
-    pub async fn documents(&self) -> Result<usize, SearchError> {
-        let index = self.index();
-        let mut query = DocumentsQuery::new(&index);
-        query.with_limit(0);
-        let documents = self.retrying("count documents", || query.execute::<Document>()).await?;
-        Ok(documents.total as usize)
+    fn applied_index(&self) -> meilisearch_sdk::indexes::Index {
+        self.client.index(format!("{}-applied", self.settings.index))
     }
 
     /// Waits for an enqueued task to end, up to `task_timeout_ms`; its failure is the caller's to judge.
@@ -322,38 +299,18 @@ impl MeiliSearch {
         let task = self.retrying("wait for a task", || self.client.wait_for_task(enqueued, poll, timeout)).await?;
         Ok(task_outcome(task))
     }
-
-    /// Creates the index if it does not exist, sets its attributes, and uploads the corpus in batches
-    /// of `batch_size`, waiting for every task. Passages replace those with the same id, so
-    /// re-indexing the same corpus leaves the index as it was.
-    pub async fn build(&self, corpus: &Path) -> Result<IndexReport, SearchError> {
-        let passages = read_corpus(corpus)?;
-        self.open_for_writing().await?;
-        self.write(&passages).await?;
-        let batches = passages.len().div_ceil(self.settings.batch_size.max(1));
-        Ok(IndexReport { documents: passages.len(), batches })
-    }
 }
-
-/// The corpus's passages as Lacuna stores them, each its own document.
-pub fn read_corpus(corpus: &Path) -> Result<Vec<Stored>, SearchError> {
-    let mut passages = Vec::new();
-    for_each_passage(corpus, |_, passage| {
-        let doc_id = passage.id.clone();
-        passages.push(Stored::new(passage, &doc_id, CORPUS_CHANGE));
-        Ok(())
-    })?;
-    Ok(passages)
-}
-
-/// The `change` of passages written from a corpus file.
-const CORPUS_CHANGE: &str = "corpus";
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
+    use meilisearch_sdk::search::SearchResult;
+
+    use super::read::{passages, search_query};
+    use super::write::read_corpus;
     use super::*;
+    use crate::config::MatchingStrategy;
     use crate::config::Settings;
 
     fn settings() -> MeiliSettings {
@@ -400,7 +357,7 @@ mod tests {
         assert_eq!((hits[1].0.id.as_str(), hits[1].0.title.as_str()), ("7", ""), "numeric ids come back as strings");
         let unscored = serde_json::from_value(json!([{"id": "p1", "text": "x"}])).unwrap();
         assert!(passages(unscored).is_err(), "a hit without a score is an error");
-        assert!(serde_json::from_value::<Vec<SearchResult<Document>>>(json!([{"id": [1]}])).is_err());
+        assert!(serde_json::from_value::<Vec<SearchResult<MeiliHit>>>(json!([{"id": [1]}])).is_err());
     }
 
     #[test]
@@ -490,5 +447,17 @@ mod tests {
         let error = read_corpus(&corpus).unwrap_err().to_string();
         assert!(error.contains("line 2"), "{error}");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn passage_ids_meilisearch_refuses_get_a_key_of_their_own() {
+        assert_eq!(key_of("hotpotqa-000001"), "hotpotqa-000001", "an id Meilisearch takes is its own key");
+        let numbered = key_of("kb-article#2");
+        assert!(numbered.starts_with("sha256_") && valid_document_id(&numbered), "{numbered}");
+        assert_ne!(numbered, key_of("kb-article#3"));
+        assert_eq!(numbered, key_of("kb-article#2"), "the same id, the same key");
+        let lookalike = key_of(&numbered);
+        assert_ne!(lookalike, numbered, "an id that looks like a hashed key is hashed again");
+        assert!(valid_document_id(&key_of(&"é".repeat(300))), "long and non-ASCII ids too");
     }
 }

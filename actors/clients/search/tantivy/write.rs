@@ -1,15 +1,25 @@
 //! Writes the local tantivy index: the one code path by which `lacuna index` (a bulk replace),
 //! `lacuna ingest` and `serve`'s document routes change a corpus. Changes become searchable at the
-//! commit, to every reader of the folder, in this process or another (`tantivy.rs` follows commits).
+//! commit, to every reader of the folder, in this process or another (`read` follows commits).
 //! Tantivy lets one writer hold a folder at a time: a second gets a clear error naming the first.
 
 use std::path::Path;
 
 use ::tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyError, Term, doc};
 
-use super::documents::Document;
-use super::tantivy::{Fields, generation, schema};
-use super::{SearchError, corpus_error, for_each_passage};
+use super::read::TantivySearch;
+use super::{Fields, generation, schema};
+use crate::actors::clients::search::documents::Document;
+use crate::actors::clients::search::{SearchError, corpus_error, for_each_passage};
+
+impl TantivySearch {
+    /// Replaces everything in the index at `dir` (created if need be) with a corpus JSONL file's
+    /// passages, in one commit: a running reader switches from the old generation to the new one at
+    /// once, and never finds the folder gone. Returns the number of passages.
+    pub fn build(dir: &Path, corpus: &Path) -> Result<usize, SearchError> {
+        bulk_build(dir, corpus)
+    }
+}
 
 /// Memory the live writer buffers before it must flush (one indexing thread: documents arrive a few
 /// at a time, and the readers are on the same cores).

@@ -1,50 +1,16 @@
-//! The embedded default: a tantivy BM25 index on local disk, with English stemming. Readers follow
-//! the index's commits (`ReloadPolicy::OnCommitWithDelay`), so passages that `lacuna ingest`, `lacuna
-//! index` or `serve` commit (`tantivy_writer.rs`) are searched within a second, without a restart.
+//! Searching the local tantivy index: BM25 over titles and texts, the passage by id, and the
+//! generation a search read (with what the commit says it applied from the documents topic).
 
 use std::path::Path;
 
 use ::tantivy::collector::TopDocs;
 use ::tantivy::query::{QueryParser, TermQuery};
-use ::tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value};
+use ::tantivy::schema::{IndexRecordOption, Value};
 use ::tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
 
-use super::SearchError;
+use super::{Fields, generation, schema};
+use crate::actors::clients::search::SearchError;
 use crate::topics::Passage;
-
-impl From<tantivy::TantivyError> for SearchError {
-    fn from(e: tantivy::TantivyError) -> Self {
-        SearchError::Index(e.to_string())
-    }
-}
-
-#[derive(Clone, Copy)]
-pub(super) struct Fields {
-    pub(super) id: Field,
-    pub(super) title: Field,
-    pub(super) text: Field,
-    /// The document a passage belongs to: what replacing or deleting a document deletes by. Added
-    /// after the others, so indexes built before it still read (they cannot be written).
-    pub(super) doc: Field,
-    /// The document's metadata as JSON, stored only.
-    pub(super) metadata: Field,
-}
-
-pub(super) fn schema() -> (Schema, Fields) {
-    let mut builder = Schema::builder();
-    // English stemming, as BM25 baselines (pyserini) do; positions are not needed for bag-of-words BM25.
-    let text_options = TextOptions::default()
-        .set_indexing_options(
-            TextFieldIndexing::default().set_tokenizer("en_stem").set_index_option(IndexRecordOption::WithFreqs),
-        )
-        .set_stored();
-    let id = builder.add_text_field("id", STRING | STORED);
-    let title = builder.add_text_field("title", text_options.clone());
-    let text = builder.add_text_field("text", text_options);
-    let doc = builder.add_text_field("doc", STRING | STORED);
-    let metadata = builder.add_text_field("metadata", STORED);
-    (builder.build(), Fields { id, title, text, doc, metadata })
-}
 
 #[derive(Clone)]
 pub struct TantivySearch {
@@ -57,13 +23,6 @@ pub struct TantivySearch {
 }
 
 impl TantivySearch {
-    /// Replaces everything in the index at `dir` (created if need be) with a corpus JSONL file's
-    /// passages, in one commit: a running reader switches from the old generation to the new one at
-    /// once, and never finds the folder gone. Returns the number of passages.
-    pub fn build(dir: &Path, corpus: &Path) -> Result<usize, SearchError> {
-        super::tantivy_writer::bulk_build(dir, corpus)
-    }
-
     pub fn open(dir: &Path) -> Result<Self, SearchError> {
         if !dir.join("meta.json").exists() {
             return Err(SearchError::MissingIndex(dir.to_path_buf()));
@@ -165,22 +124,6 @@ impl TantivySearch {
         let get = |field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string();
         Passage { id: get(self.fields.id), title: get(self.fields.title), text: get(self.fields.text) }
     }
-}
-
-/// A searcher's generation, `tantivy:<live passages>:<hash>`: the hash covers its segments and their
-/// deletes, so any commit that changes what a search can return changes the generation, and two
-/// replicas that built or applied the same commits agree on it.
-pub(super) fn generation(searcher: &::tantivy::Searcher) -> String {
-    use sha2::{Digest, Sha256};
-    let mut segments: Vec<String> = searcher
-        .segment_readers()
-        .iter()
-        .map(|r| format!("{}-{}", r.segment_id().uuid_string(), r.num_deleted_docs()))
-        .collect();
-    segments.sort();
-    let digest = Sha256::digest(segments.join(",").as_bytes());
-    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-    format!("tantivy:{}:{short}", searcher.num_docs())
 }
 
 /// The changelog records the commit that `searcher` reads says it applied, if it says so.
