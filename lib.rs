@@ -1,7 +1,9 @@
 //! Lacuna answers streams of hard questions by finding what is missing and going to get it: the
 //! MIGRES method (and its sibling methods) as a dataflow of actors exchanging events over a bus.
 //!
-//! Layout (a map of the architecture), each layer using only those below it:
+//! Layout (a map of the architecture), each layer using only those below it, in this order:
+//! `metrics`, `config` < `topics` < `actors` < `pipelines` < `eval` < `bench` < `serve` < `cli`
+//! (`tests/topology.rs` checks it, and that no files of a folder import each other in a circle):
 //! - `config/`: `default.toml` and the typed settings, one file per group of sections, and the
 //!   evaluation profiles (`paper`).
 //! - `topics/`: the event of each topic, the question's memory and trace, the bus trait, the
@@ -13,12 +15,13 @@
 //!   `prompts/`; and `clients/` for the LLM, re-ranker, NLI and search index.
 //! - `pipelines/`: one file per pipeline declaring its stages (`migres.rs`, `vanilla.rs`, `qpaug.rs`,
 //!   `raisf.rs`, `rqrag.rs`), what a declaration is (`declaration.rs`), the topology read off it
-//!   (`graph.rs`), the runner of a whole pipeline in one process (`runner.rs`), and the operators'
-//!   HTTP endpoints (`observe.rs`).
+//!   (`graph.rs`, drawn by `render.rs`), what a process loads before its first question
+//!   (`startup.rs`), and the runner of a whole pipeline in one process (`runner.rs`).
 //! - `eval/`: `lacuna eval`, `lacuna calibrate` and `lacuna recall`: scoring, reports, comparisons.
 //! - `bench/`: `lacuna bench`: a pipeline's throughput and the re-ranker's speed, with a fake LLM.
 //! - `serve/`: `lacuna serve` on axum: the handlers, their bodies, the OpenAPI document built from
-//!   them, the registry of questions and their event streams, and the live page.
+//!   them, the registry of questions and their event streams, the live page, and every process's
+//!   operator endpoints (`observe.rs`: `/metrics`, `/healthz`, `/readyz`).
 //! - `cli/`: the `lacuna` command line on top of all of them.
 //! - `metrics.rs`: every metric's name.
 

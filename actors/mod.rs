@@ -9,8 +9,9 @@
 //!   and dead letters), and the per-key order and de-duplication it keeps. It imports no stage.
 //! - `shared/`: what several stages use: final answers and records (`answer`), fan-out records and
 //!   node paths (`fanout`), documents shown to the LLM and citations (`evidence`), choosing among
-//!   candidate answers (`selection`), two-option questions settled in code (`two_options`), and
-//!   LLM calls and degraded steps in the trace (`accounting`).
+//!   candidate answers (`selection`), two-option questions settled in code (`two_options`), answers
+//!   spelled as the evidence writes them (`span`), and LLM calls and degraded steps in the trace
+//!   (`accounting`).
 //! - `prompts/`: the prompt templates, one text file each.
 //! - `clients/`: the LLM (with its cache, circuit breaker and backoff), the re-ranker, the NLI
 //!   model and the search index.

@@ -1,4 +1,21 @@
-//! The `lacuna` command line.
+//! The `lacuna` command line, a file per command: its arguments, and the work done with them.
+//!
+//! - `index`: builds the search index (tantivy BM25, or Meilisearch) from a corpus file.
+//! - `ingest`: adds, replaces or deletes documents of the live corpus, searchable without a restart.
+//! - `indexer`: keeps a Meilisearch index a copy of the documents topic, for retrieve replicas.
+//! - `ask`: one question through the whole loop, printed for a person (or as JSON).
+//! - `run`: a questions file streamed through the actors, one output line per input line.
+//! - `serve`: the HTTP API and live page in front of the pipelines.
+//! - `stage`: one stage as its own process and consumer group on Kafka.
+//! - `submit`: `lacuna submit` (questions onto Kafka) and `lacuna answers` (the answers topic drained).
+//! - `sink`: the answers sink behind `lacuna answers`, one JSONL record per question, across restarts.
+//! - `dlq`: dead letters replayed to the topic they came from, once the cause is fixed.
+//! - `topics`: creates a pipeline's Kafka topics and prints who writes and reads each.
+//! - `graph`: a pipeline's topology from its declaration (the README's diagrams, the Helm chart's lists).
+//! - `eval`: scores a pipeline on a dataset folder, or compares earlier runs.
+//! - `calibrate`: the re-ranker threshold, by the paper's recipe.
+//! - `recall`: recall@5/20/50 of gold passages and indexing time, per dataset and backend.
+//! - `bench`: throughput figures and ratios for a pipeline, the re-ranker and document freshness.
 
 mod ask;
 mod bench;

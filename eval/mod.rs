@@ -6,7 +6,13 @@
 //! - `judge`: Acc†, an LLM judging whether the prediction implies the gold answer.
 //! - `report`: per-question records and the run's report.
 //! - `compare`: several reports as one table and one plot.
+//! - `paired`: runs compared question by question: wins, losses, and bootstrap intervals of the EM gap.
+//! - `gold`: which gold passages a question's trace shows retrieved, shown and cited, read once at scoring.
+//! - `funnel`: where a run's gold passages got lost, counted over its records: retrieved, shown, cited.
+//! - `spans`: the `answer_span` lever applied to stored runs, each scored again as a `+spans` twin.
+//! - `split`: the tuning half and the check half of a dataset, cut by a hash of each question's id.
 //! - `calibrate`: the re-ranker threshold from the paper's recipe.
+//! - `recall`: `lacuna recall`: recall@5/20/50 of gold passages per backend, and indexing time.
 //! - `resume`: going on with an interrupted run.
 
 pub mod calibrate;

@@ -1,6 +1,8 @@
 //! Pipelines: which stages run, connected by which topics. Each pipeline declares its stages once
 //! (`migres`, `vanilla`, `qpaug`, `raisf`, `rqrag`; see `declaration`); `graph` reads the topology
-//! off those declarations, `kind` names the pipelines, `runner` runs one in this process.
+//! off those declarations and `render` draws it, `kind` names the pipelines, `runner` runs one in
+//! this process. Before it does, `startup` loads the `parts` its stages need (index, models) with the
+//! `provenance` of their answers, and follows the documents topic; `input` checks the questions.
 
 pub mod declaration;
 pub mod graph;

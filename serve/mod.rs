@@ -4,6 +4,16 @@
 //! held in memory and a restart loses it. Over Kafka it publishes to each pipeline's questions topic
 //! (202 only once the broker acknowledged the question) and reads the answers and progress topics,
 //! every partition, in consumer groups of its own: any replica can answer for any question.
+//!
+//! - `api`: the routes, each a typed handler carrying its part of the OpenAPI document.
+//! - `bodies`: what a client sends and gets back, each a type its OpenAPI schema is derived from.
+//! - `documents`: the live corpus's routes (add, read, delete a document), behind a token of their own.
+//! - `http`: JSON replies and errors, bodies under size and time limits, the layers every route shares.
+//! - `openapi`: the router and its OpenAPI document, both built from the handlers (`openapi.json` is
+//!   the committed copy); `page.html` is the live page.
+//! - `registry`: each question's state, its numbered event stream (for SSE resumes) and its record.
+//! - `observe`: the process's own HTTP listener: /metrics, /healthz, /readyz, and the connection limits
+//!   serve shares.
 
 pub mod api;
 pub mod bodies;

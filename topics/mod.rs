@@ -3,6 +3,30 @@
 //! Every event is JSON with a `schema_version`, keyed by question id, so the same bytes travel over
 //! the in-process bus and over Kafka. Events that continue a question carry its whole [`Memory`]:
 //! stages keep no state and any replica can take any event.
+//!
+//! The topics, one event each, in MIGRES's order:
+//! - `question`: what users submit, the only event without memory.
+//! - `passages`: BM25 hits for each query of the iteration, retrieve -> sentence_filter.
+//! - `evidence`: the top-k filtered passages or sentences, sentence_filter -> leaf.
+//! - `facts`: the facts the leaf extracted, each citing evidence, leaf -> verify.
+//! - `verified`: a memory ready to be answered from (entailed facts added), verify -> main.
+//! - `missing`: what main found missing, main -> query_gen.
+//! - `queries`: new single-hop queries for the next iteration, query_gen -> retrieve.
+//! - `answer`: exactly one record per question: an answer with its facts and passages, or an error.
+//! - `dead_letter`: events a stage gave up on, with the reason, to inspect and replay.
+//! - `node`: sub-questions (RA-ISF) and trajectories (RQ-RAG), each an event of its own.
+//! - `joins`: fan-out registrations and children's results for the join, and its `join_state`.
+//! - `progress`: the trace steps a stage just added, best effort, for `lacuna serve` to stream.
+//!
+//! What the events carry, and what carries them:
+//! - `memory`: the question's memory between iterations: known facts, queries, passages, usage.
+//! - `trace`: every query, score, fact, verdict and LLM call of a question, in order.
+//! - `provenance`: what made an answer: build, pipeline, configuration and prompt hashes, models.
+//! - `schema`: the event schema version this build writes and the ones it reads (rolling upgrades).
+//! - `size`: an event trimmed under `bus.max_event_bytes`, its bulkiest trace parts first.
+//! - `bus`: the [`Bus`] trait: publishes awaited (backpressure), deliveries acked once their outputs are.
+//! - `in_process`: the embedded bus: a bounded channel per topic inside the process.
+//! - `kafka/`: the production bus on Kafka, and the documents topic (the corpus's changelog).
 
 pub mod answer;
 pub mod bus;

@@ -1,4 +1,18 @@
 //! What the stages talk to: the LLM endpoint, the cross-encoder, the NLI check and the search index.
+//!
+//! - `llm`: the client of any OpenAI-compatible chat-completions endpoint, structured replies parsed.
+//! - `call_stats`: what one LLM call spent (tokens, cost) and what it costs at a price.
+//! - `llm_cache`: LLM responses cached on disk, keyed by the hash of endpoint and request.
+//! - `breaker`: a circuit breaker per LLM endpoint, so an outage waits on the bus, not in error records.
+//! - `backoff`: how long a client waits before trying again: doubling with jitter, or jitter alone.
+//! - `schema`: the JSON schema of an LLM reply, derived from the type it is parsed into.
+//! - `attempt_spend`: what one attempt at an event spent on LLM calls, charged to the question when it
+//!   fails.
+//! - `onnx`: the text-pair classifier on ONNX Runtime (worker threads, batches) the next two share.
+//! - `rerank`: the cross-encoder re-ranker, scoring (query, passage) pairs.
+//! - `nli`: does a passage entail a fact: the LLM as a judge, or an ONNX NLI model.
+//! - `gpu`: the provider ONNX sessions run on: CUDA when there is one, else the CPU, saying so.
+//! - `search/`: the search index: tantivy BM25 on local disk or Meilisearch, read and written.
 
 pub mod attempt_spend;
 pub mod backoff;

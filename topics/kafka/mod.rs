@@ -4,6 +4,17 @@
 //! partition, so a crash replays whatever was not finished. Stored offsets are committed every second,
 //! before a rebalance takes partitions away, and on shutdown. A stage that is full pauses its
 //! partitions and keeps polling, so it stays in its group however long the LLM takes.
+//!
+//! - `config`: the librdkafka configuration every client starts from: brokers, properties, secrets.
+//! - `poller`: the consumer's poller and a stage's subscription; a full channel pauses the partitions.
+//! - `offsets`: which offsets are done, so each is stored only after all before it (in order).
+//! - `claims`: each record's starts, kept on the broker, so one that keeps crashing its stage is ended.
+//! - `rebalance`: the consumer context: drains and commits before a revocation; logs and statistics.
+//! - `table`: a compacted topic read whole, outside any group (how the join reads its state back).
+//! - `follow`: topics followed from a point in time, outside any group (a serve replica's answers).
+//! - `documents`: the corpus's changelog: one compacted documents topic, a record per whole document.
+//! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
+//! - `wire`: what every file here shares: our records' headers, and librdkafka errors as `BusError`s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
