@@ -3,10 +3,10 @@
 //! document (a route reads its body itself, so that a bad one gets the JSON 400 every refusal has).
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::http::ErrorBody;
-use super::registry::{Progress, Summary};
 
 /// One question as a client sends it.
 #[derive(Deserialize, ToSchema)]
@@ -241,4 +241,52 @@ pub enum NeedsToken {
     /// A token is configured and the request does not carry it.
     #[response(status = 401)]
     Unauthorized(ErrorBody),
+}
+
+/// Where a question stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QuestionStatus {
+    /// Accepted, no step seen yet.
+    Queued,
+    Running,
+    Answered,
+    Error,
+}
+
+/// One line of `GET /v1/questions`.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct Summary {
+    pub id: String,
+    /// Empty for a question another replica accepted, until its record comes.
+    pub question: String,
+    pub pipeline: String,
+    pub status: QuestionStatus,
+    /// The stage of the latest step.
+    pub stage: String,
+    /// The answer, once answered.
+    pub answer: Option<String>,
+    /// Events in its stream so far.
+    pub events: usize,
+}
+
+/// A question not done yet: where it stands and the steps so far.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct Progress {
+    pub id: String,
+    pub question: String,
+    pub pipeline: String,
+    pub status: QuestionStatus,
+    /// The stage of the latest step.
+    pub stage: String,
+    pub steps: Vec<NodeStep>,
+}
+
+/// One trace step of one node of the question's tree ("root", "1", "1.2").
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct NodeStep {
+    pub node: String,
+    /// The step: stage, iteration and a `kind` with its fields (the record's `trace[]` items).
+    #[schema(value_type = Object)]
+    pub step: Value,
 }

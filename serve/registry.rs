@@ -6,10 +6,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::bodies::{NodeStep, Progress, QuestionStatus, Summary};
 use crate::metrics::METRICS;
 use crate::topics::{AnswerRecord, ProgressEvent, QuestionEvent, TraceStep, VersionedAnswer};
 
@@ -153,54 +153,6 @@ impl Entry {
             events: self.events.len(),
         }
     }
-}
-
-/// Where a question stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum QuestionStatus {
-    /// Accepted, no step seen yet.
-    Queued,
-    Running,
-    Answered,
-    Error,
-}
-
-/// One line of `GET /v1/questions`.
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
-pub struct Summary {
-    pub id: String,
-    /// Empty for a question another replica accepted, until its record comes.
-    pub question: String,
-    pub pipeline: String,
-    pub status: QuestionStatus,
-    /// The stage of the latest step.
-    pub stage: String,
-    /// The answer, once answered.
-    pub answer: Option<String>,
-    /// Events in its stream so far.
-    pub events: usize,
-}
-
-/// A question not done yet: where it stands and the steps so far.
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
-pub struct Progress {
-    pub id: String,
-    pub question: String,
-    pub pipeline: String,
-    pub status: QuestionStatus,
-    /// The stage of the latest step.
-    pub stage: String,
-    pub steps: Vec<NodeStep>,
-}
-
-/// One trace step of one node of the question's tree ("root", "1", "1.2").
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
-pub struct NodeStep {
-    pub node: String,
-    /// The step: stage, iteration and a `kind` with its fields (the record's `trace[]` items).
-    #[schema(value_type = Object)]
-    pub step: Value,
 }
 
 /// The size of `value` as JSON.
