@@ -9,6 +9,7 @@ use std::sync::Arc;
 use futures::future::LocalBoxFuture;
 
 use crate::actors::clients::{LlmClient, Nli};
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{RunnerSettings, RunningStage, Stage, Wiring, spawn_stage};
 use crate::actors::stages::sentence_filter::{FilterMode, SentenceFilter};
 use crate::config::{LlmOverride, Settings, StageSettings};
@@ -38,20 +39,24 @@ pub struct StageDecl {
     pub replicas: Replicas,
     /// How it runs unless `[stages.NAME]` says otherwise.
     pub runs: StageSettings,
+    /// The prompts it can ask with under the settings: the stage type's own declaration
+    /// ([`Stage::prompts`]), which provenance hashes.
+    pub prompts: fn(&Settings) -> Vec<NamedPrompt>,
     /// Builds the stage from the settings and the loaded parts.
     pub build: fn(&StageStart<'_>) -> Result<Startable, StartError>,
 }
 
 impl StageDecl {
-    /// A scaled stage that needs only the LLM, the commonest kind.
-    pub const fn llm(
-        name: &'static str,
+    /// A scaled stage of type `S` that needs only the LLM, the commonest kind: its name and prompts
+    /// are the type's.
+    pub const fn llm<S: Stage>(
         inputs: &'static [Topic],
         outputs: &'static [Topic],
         build: fn(&StageStart<'_>) -> Result<Startable, StartError>,
     ) -> StageDecl {
         StageDecl {
-            name,
+            name: S::NAME,
+            prompts: S::prompts,
             inputs,
             outputs,
             needs: &[Part::Llm],
@@ -172,6 +177,7 @@ impl StageStart<'_> {
 pub const fn retrieve(inputs: &'static [Topic]) -> StageDecl {
     StageDecl {
         name: crate::actors::stages::retrieve::Retrieve::NAME,
+        prompts: crate::actors::stages::retrieve::Retrieve::prompts,
         inputs,
         outputs: &[Topic::Passages],
         needs: &[Part::Search],
@@ -188,6 +194,7 @@ pub const fn retrieve(inputs: &'static [Topic]) -> StageDecl {
 pub const fn sentence_filter(build: fn(&StageStart<'_>) -> Result<Startable, StartError>) -> StageDecl {
     StageDecl {
         name: SentenceFilter::NAME,
+        prompts: SentenceFilter::prompts,
         inputs: &[Topic::Passages],
         outputs: &[Topic::Evidence],
         // The LLM writes what it knows when nothing passes the filter (MIGRES's knowledge prompting).
@@ -202,6 +209,7 @@ pub const fn sentence_filter(build: fn(&StageStart<'_>) -> Result<Startable, Sta
 /// The join of the pipelines that fan out; one replica, as it reads its whole state on start.
 pub const JOIN: StageDecl = StageDecl {
     name: crate::actors::stages::join::Join::NAME,
+    prompts: crate::actors::stages::join::Join::prompts,
     inputs: &[Topic::Joins],
     outputs: &[Topic::Joined, Topic::JoinState],
     needs: &[],

@@ -19,9 +19,10 @@ pub const STAGES: &[StageDecl] = &[
     // Loop queries first: questions already in flight finish before new ones start.
     retrieve(&[Topic::Queries, Topic::Questions]),
     sentence_filter(|s| s.sentence_filter(FilterMode::MIGRES, s.settings.migres.top_k)),
-    StageDecl::llm(Leaf::NAME, &[Topic::Evidence], &[Topic::Facts], |s| Ok(Startable::new(Leaf::new(s.llm())))),
+    StageDecl::llm::<Leaf>(&[Topic::Evidence], &[Topic::Facts], |s| Ok(Startable::new(Leaf::new(s.llm())))),
     StageDecl {
         name: Verify::NAME,
+        prompts: Verify::prompts,
         inputs: &[Topic::Facts],
         outputs: &[Topic::Verified],
         // The LLM judges entailment unless nli.backend = "onnx".
@@ -39,11 +40,11 @@ pub const STAGES: &[StageDecl] = &[
             ))
         },
     },
-    StageDecl::llm(Main::NAME, &[Topic::Verified], &[Topic::Answers, Topic::Missing], |s| {
+    StageDecl::llm::<Main>(&[Topic::Verified], &[Topic::Answers, Topic::Missing], |s| {
         Ok(Startable::new(Main::new(s.llm(), s.settings.migres.clone())))
     }),
     // With no new query to write, the question goes back to main to be answered (`verified`).
-    StageDecl::llm(QueryGen::NAME, &[Topic::Missing], &[Topic::Queries, Topic::Verified], |s| {
+    StageDecl::llm::<QueryGen>(&[Topic::Missing], &[Topic::Queries, Topic::Verified], |s| {
         Ok(Startable::new(QueryGen::new(s.llm(), s.settings.migres.clone())))
     }),
 ];

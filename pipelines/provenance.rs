@@ -11,7 +11,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::actors::clients::Search;
-use crate::actors::prompts;
 use crate::config::Settings;
 use crate::pipelines::kind::PipelineKind;
 use crate::topics::Provenance;
@@ -25,7 +24,7 @@ pub const COMMIT: &str = env!("LACUNA_COMMIT");
 pub fn provenance(settings: &Settings, pipeline: PipelineKind, search: Option<&Search>) -> Provenance {
     let mut prompts_sha256 = BTreeMap::new();
     for stage in pipeline.stages() {
-        for (name, text) in prompts::used_by(stage.name, settings) {
+        for (name, text) in (stage.prompts)(settings) {
             prompts_sha256.insert(name.to_string(), sha256_hex(text.as_bytes()));
         }
     }

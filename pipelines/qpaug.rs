@@ -5,7 +5,6 @@
 //! augment writes the step-by-step decomposition that is searched with the question, and the model's
 //! own passage, which the reader shows after the K-1 retrieved ones as "Your knowledge".
 
-use crate::actors::runner::Stage;
 use crate::actors::stages::augment::Augment;
 use crate::actors::stages::sentence_filter::FilterMode;
 use crate::pipelines::declaration::{StageDecl, Startable, retrieve, sentence_filter};
@@ -13,9 +12,7 @@ use crate::pipelines::vanilla::READER;
 use crate::topics::Topic;
 
 pub const STAGES: &[StageDecl] = &[
-    StageDecl::llm(Augment::NAME, &[Topic::Questions], &[Topic::Queries], |s| {
-        Ok(Startable::new(Augment::new(s.llm())))
-    }),
+    StageDecl::llm::<Augment>(&[Topic::Questions], &[Topic::Queries], |s| Ok(Startable::new(Augment::new(s.llm())))),
     // augment starts every question, so retrieve takes queries only.
     retrieve(&[Topic::Queries]),
     sentence_filter(|s| s.sentence_filter(FilterMode::TOP_K, s.settings.qpaug.top_k - 1)),

@@ -11,7 +11,6 @@
 
 use std::time::Duration;
 
-use crate::actors::runner::Stage;
 use crate::actors::stages::compose::Compose;
 use crate::actors::stages::decompose::Decompose;
 use crate::actors::stages::relevance::Relevance;
@@ -22,8 +21,7 @@ use crate::topics::Topic;
 
 pub const STAGES: &[StageDecl] = &[
     // Sub-questions before new questions: a question already split finishes first.
-    StageDecl::llm(
-        SelfKnowledge::NAME,
+    StageDecl::llm::<SelfKnowledge>(
         &[Topic::Nodes, Topic::Questions],
         &[Topic::Answers, Topic::Joins, Topic::Queries],
         |s| {
@@ -34,16 +32,16 @@ pub const STAGES: &[StageDecl] = &[
     ),
     retrieve(&[Topic::Queries]),
     sentence_filter(|s| s.sentence_filter(FilterMode::TOP_K, s.settings.raisf.top_k)),
-    StageDecl::llm(Relevance::NAME, &[Topic::Evidence], &[Topic::Answers, Topic::Joins, Topic::Missing], |s| {
+    StageDecl::llm::<Relevance>(&[Topic::Evidence], &[Topic::Answers, Topic::Joins, Topic::Missing], |s| {
         Ok(Startable::new(Relevance::new(s.llm_with(&s.settings.raisf.relevance), s.llm())))
     }),
-    StageDecl::llm(Decompose::NAME, &[Topic::Missing], &[Topic::Answers, Topic::Joins, Topic::Nodes], |s| {
+    StageDecl::llm::<Decompose>(&[Topic::Missing], &[Topic::Answers, Topic::Joins, Topic::Nodes], |s| {
         let raisf = &s.settings.raisf;
         let deadline = Duration::from_millis(s.settings.join.deadline_ms);
         Ok(Startable::new(Decompose::new(s.llm_with(&raisf.decompose), s.llm(), raisf.clone(), deadline)))
     }),
     JOIN,
-    StageDecl::llm(Compose::NAME, &[Topic::Joined], &[Topic::Answers, Topic::Joins], |s| {
+    StageDecl::llm::<Compose>(&[Topic::Joined], &[Topic::Answers, Topic::Joins], |s| {
         Ok(Startable::new(Compose::new(s.llm())))
     }),
 ];

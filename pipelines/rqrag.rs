@@ -24,17 +24,18 @@ use crate::topics::Topic;
 pub const STAGES: &[StageDecl] = &[
     retrieve(&[Topic::Queries, Topic::Questions]),
     sentence_filter(|s| s.sentence_filter(FilterMode::TOP_K, s.settings.rqrag.top_k)),
-    StageDecl::llm(Refine::NAME, &[Topic::Evidence], &[Topic::Joins, Topic::Queries, Topic::Verified], |s| {
+    StageDecl::llm::<Refine>(&[Topic::Evidence], &[Topic::Joins, Topic::Queries, Topic::Verified], |s| {
         let deadline = Duration::from_millis(s.settings.join.deadline_ms);
         Ok(Startable::new(Refine::new(s.llm(), s.settings.rqrag.clone(), deadline)))
     }),
-    StageDecl::llm(TrajectoryAnswer::NAME, &[Topic::Verified], &[Topic::Answers, Topic::Joins], |s| {
+    StageDecl::llm::<TrajectoryAnswer>(&[Topic::Verified], &[Topic::Answers, Topic::Joins], |s| {
         Ok(Startable::new(TrajectoryAnswer::new(s.llm(), s.settings.rqrag.selection)))
     }),
     JOIN,
     // Chooses from log-probabilities the trajectories brought: no LLM call of its own.
     StageDecl {
         name: Select::NAME,
+        prompts: Select::prompts,
         inputs: &[Topic::Joined],
         outputs: &[Topic::Answers, Topic::Joins],
         needs: &[],

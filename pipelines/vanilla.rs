@@ -5,7 +5,6 @@
 //! VANILLA shows the k best re-ranked passages whole; VANILLA-s cuts each to its sentences scoring at
 //! or above the re-ranker threshold. One LLM call per question, no loop.
 
-use crate::actors::runner::Stage;
 use crate::actors::stages::reader::Reader;
 use crate::actors::stages::sentence_filter::FilterMode;
 use crate::pipelines::declaration::{StageDecl, Startable, retrieve, sentence_filter};
@@ -24,6 +23,6 @@ pub const VANILLA_S: &[StageDecl] = &[
 ];
 
 /// One answer call over the evidence shown (QPaug's answer step too).
-pub const READER: StageDecl = StageDecl::llm(Reader::NAME, &[Topic::Evidence], &[Topic::Answers], |s| {
+pub const READER: StageDecl = StageDecl::llm::<Reader>(&[Topic::Evidence], &[Topic::Answers], |s| {
     Ok(Startable::new(Reader::new(s.llm(), s.settings.reader.compare_options)))
 });

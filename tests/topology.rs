@@ -29,6 +29,7 @@ const fn decl(name: &'static str, inputs: &'static [Topic], outputs: &'static [T
         needs: &[],
         replicas: Replicas::Scaled,
         runs: StageSettings::LLM,
+        prompts: |_| Vec::new(),
         build: never_built,
     }
 }
@@ -97,6 +98,39 @@ fn the_readme_and_the_pipelines_page_show_what_lacuna_graph_prints() {
     let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
     let migres = format!("```mermaid\n{}```", render::mermaid(PipelineKind::Migres));
     assert!(readme.contains(&migres), "the README's MIGRES diagram is stale");
+}
+
+/// Provenance hashes the prompts the stages declare (`Stage::prompts`), so a template no stage
+/// declares could change without changing any answer's provenance: every file of actors/prompts/ is
+/// declared by some stage of some pipeline, under the defaults or the setting that turns it on.
+#[test]
+fn every_prompt_template_is_declared_by_a_stage() {
+    let variants = [
+        "",
+        "[migres]\ndecision_prompt = \"attempt\"",
+        "[migres]\nqueries_from_main = true",
+        "[nli]\nentailment_prompt = \"strict\"\ncalls = \"per_leaf\"",
+    ];
+    let mut declared = std::collections::BTreeMap::new();
+    for variant in variants {
+        let settings = Settings::load_with(None, &[variant.to_string()]).unwrap();
+        for kind in PipelineKind::ALL {
+            for stage in kind.stages() {
+                for (name, text) in (stage.prompts)(&settings) {
+                    declared.insert(name, text);
+                }
+            }
+        }
+    }
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("actors/prompts");
+    for file in std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().path()) {
+        if file.extension().is_none_or(|e| e != "txt") {
+            continue;
+        }
+        let name = file.file_stem().unwrap().to_str().unwrap();
+        let text = declared.get(name).unwrap_or_else(|| panic!("no stage declares the prompt {name}.txt"));
+        assert_eq!(*text, std::fs::read_to_string(&file).unwrap(), "{name} is declared with another text");
+    }
 }
 
 #[test]

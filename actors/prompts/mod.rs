@@ -33,49 +33,9 @@ pub const DECOMPOSE: &str = include_str!("decompose.txt");
 pub const REFINE: &str = include_str!("refine.txt");
 pub const TRAJECTORY_ANSWER: &str = include_str!("trajectory_answer.txt");
 
-/// The templates stage `stage` asks with under `settings`, by name (a file's name without `.txt`),
-/// for the `prompts_sha256` of an answer's provenance. A stage that calls no LLM has none.
-pub fn used_by(stage: &str, settings: &crate::config::Settings) -> Vec<(&'static str, &'static str)> {
-    use crate::config::{DecisionPrompt, EntailmentPrompt, NliBackend, NliCalls};
-    let migres = &settings.migres;
-    let per_fact = match settings.nli.entailment_prompt {
-        EntailmentPrompt::Strict => ("entailment", ENTAILMENT),
-        EntailmentPrompt::Lenient => ("entailment_lenient", ENTAILMENT_LENIENT),
-    };
-    match stage {
-        "main" => {
-            let decision = match migres.decision_prompt {
-                DecisionPrompt::Flag if migres.queries_from_main => ("main_queries", MAIN_QUERIES),
-                DecisionPrompt::Flag => ("main", MAIN),
-                DecisionPrompt::Attempt => ("main_attempt", MAIN_ATTEMPT),
-            };
-            let mut used = vec![decision, ("final_answer", FINAL_ANSWER)];
-            if migres.compare_options {
-                used.push(("compare_options", COMPARE_OPTIONS));
-            }
-            if migres.reader_fallback {
-                used.push(("reader", READER));
-            }
-            used
-        }
-        "query_gen" => vec![("query_gen", QUERY_GEN)],
-        "leaf" => vec![("leaf", LEAF)],
-        "verify" if settings.nli.backend == NliBackend::Onnx => Vec::new(),
-        // The per-leaf judge falls back to the per-fact one where it cannot judge (a re-cite).
-        "verify" if settings.nli.calls == NliCalls::PerLeaf => vec![("entailment_quotes", ENTAILMENT_QUOTES), per_fact],
-        "verify" => vec![per_fact],
-        "sentence_filter" if migres.knowledge_prompting => vec![("knowledge", KNOWLEDGE)],
-        "reader" if settings.reader.compare_options => vec![("reader", READER), ("compare_options", COMPARE_OPTIONS)],
-        "reader" | "compose" => vec![("reader", READER)],
-        "self_knowledge" => vec![("self_knowledge", SELF_KNOWLEDGE), ("reader", READER)],
-        "relevance" => vec![("relevance", RELEVANCE), ("reader", READER)],
-        "decompose" => vec![("decompose", DECOMPOSE), ("reader", READER)],
-        "augment" => vec![("augment", AUGMENT), ("generate_passage", GENERATE_PASSAGE)],
-        "refine" => vec![("refine", REFINE)],
-        "trajectory_answer" => vec![("trajectory_answer", TRAJECTORY_ANSWER)],
-        _ => Vec::new(),
-    }
-}
+/// A template and its name (its file's name without `.txt`): what a stage declares it can ask with
+/// ([`crate::actors::runner::Stage::prompts`]), and what an answer's provenance hashes.
+pub type NamedPrompt = (&'static str, &'static str);
 
 /// Replaces each `{name}` with its value. Plain replacement, not a template engine: the prompts contain
 /// literal JSON braces. Values are inserted in one pass so a value containing `{x}` is not expanded.

@@ -28,6 +28,7 @@ pub use health::StageState;
 pub use publish::{publish_documents, publish_progress, publish_record, retry_publish};
 
 use crate::actors::clients::{LlmError, ModelError, NliError, SearchError};
+use crate::actors::prompts::NamedPrompt;
 use crate::config::{BudgetSettings, RetrySettings, Settings, StageSettings};
 use crate::topics::{Bus, BusError, DecodeError, Event, Record, Topic};
 
@@ -91,6 +92,12 @@ impl StageError {
 pub trait Stage: Send + 'static {
     /// The stage's name: its config section, consumer group, metric label and Deployment.
     const NAME: &'static str;
+
+    /// The prompt templates the stage can ask with under `settings`, for the `prompts_sha256` of
+    /// an answer's provenance. Declared beside the stage's code, with no default: a new stage says
+    /// what it asks (a stage that calls no LLM says so with an empty list), so no prompt a pipeline
+    /// can send is left out of the hash.
+    fn prompts(settings: &Settings) -> Vec<NamedPrompt>;
 
     /// Reads what the stage needs before it takes its first event (the join's state); most need
     /// nothing.

@@ -8,8 +8,10 @@ use async_trait::async_trait;
 
 use crate::actors::clients::LlmClient;
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
+use crate::config::Settings;
 use crate::topics::{Event, QueriesEvent, QuestionEvent, Record, SCHEMA_VERSION, TraceKind};
 
 pub struct Augment {
@@ -28,6 +30,10 @@ pub const NONE: &str = "[NONE]";
 #[async_trait(?Send)]
 impl Stage for Augment {
     const NAME: &'static str = "augment";
+
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        vec![("augment", prompts::AUGMENT), ("generate_passage", prompts::GENERATE_PASSAGE)]
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let mut memory = decode::<QuestionEvent>(record)?.memory();

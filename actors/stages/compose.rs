@@ -5,10 +5,13 @@
 use async_trait::async_trait;
 
 use crate::actors::clients::LlmClient;
+use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::answer::deadline_error;
 use crate::actors::shared::evidence::{documents, read};
 use crate::actors::shared::fanout::{answer_node, is_root};
+use crate::config::Settings;
 use crate::topics::{JoinedEvent, Outcome, Record};
 
 pub struct Compose {
@@ -24,6 +27,10 @@ impl Compose {
 #[async_trait(?Send)]
 impl Stage for Compose {
     const NAME: &'static str = "compose";
+
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        vec![("reader", prompts::READER)]
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let JoinedEvent { mut memory, results, missing, .. } = decode(record)?;

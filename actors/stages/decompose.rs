@@ -10,11 +10,13 @@ use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::read;
 use crate::actors::shared::fanout::{answer_node, expect_record};
 use crate::config::RaisfSettings;
+use crate::config::Settings;
 use crate::topics::memory::normalize_query;
 use crate::topics::{Event, Memory, MissingEvent, NodeEvent, Outcome, Record, SCHEMA_VERSION, TraceKind};
 
@@ -72,6 +74,10 @@ impl Decompose {
 #[async_trait(?Send)]
 impl Stage for Decompose {
     const NAME: &'static str = "decompose";
+
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        vec![("decompose", prompts::DECOMPOSE), ("reader", prompts::READER)]
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let MissingEvent { mut memory, .. } = decode(record)?;

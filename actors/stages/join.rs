@@ -16,8 +16,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode, failure_records, publish_progress};
 use crate::actors::shared::fanout::now_ms;
+use crate::config::Settings;
 use crate::metrics::METRICS;
 use crate::topics::joins::state_tombstone;
 use crate::topics::{
@@ -234,6 +236,11 @@ fn merge_child(memory: &mut Memory, result: &NodeResult) {
 #[async_trait(?Send)]
 impl Stage for Join {
     const NAME: &'static str = "join";
+
+    /// The join asks no LLM.
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        Vec::new()
+    }
 
     /// Reads back the state kept in `join_state`: a restarted join carries on where it stopped.
     async fn open(&self, bus: &Arc<dyn Bus>) -> Result<(), BusError> {

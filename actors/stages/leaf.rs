@@ -7,8 +7,10 @@ use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, LlmError, Schema};
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
+use crate::config::Settings;
 use crate::topics::{CandidateFact, Event, EvidenceEvent, EvidenceItem, FactsEvent, Record, SCHEMA_VERSION, TraceKind};
 
 /// At most this many facts per call: small models otherwise list every sentence.
@@ -104,6 +106,10 @@ impl Leaf {
 #[async_trait(?Send)]
 impl Stage for Leaf {
     const NAME: &'static str = "leaf";
+
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        vec![("leaf", prompts::LEAF)]
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: EvidenceEvent = decode(record)?;

@@ -11,9 +11,11 @@ use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::config::MigresSettings;
+use crate::config::Settings;
 use crate::topics::memory::normalize_query;
 use crate::topics::{Event, Memory, MissingEvent, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
 
@@ -160,6 +162,10 @@ fn known_words(memory: &Memory) -> HashSet<String> {
 #[async_trait(?Send)]
 impl Stage for QueryGen {
     const NAME: &'static str = "query_gen";
+
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        vec![("query_gen", prompts::QUERY_GEN)]
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: MissingEvent = decode(record)?;

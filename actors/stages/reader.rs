@@ -8,10 +8,13 @@
 use async_trait::async_trait;
 
 use crate::actors::clients::LlmClient;
+use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::answer::{FinalAnswer, given_answer};
 use crate::actors::shared::evidence::{YOUR_KNOWLEDGE, cite_shown, documents, read};
 use crate::actors::shared::two_options::settle;
+use crate::config::Settings;
 use crate::topics::{EvidenceEvent, Outcome, Record};
 
 pub struct Reader {
@@ -29,6 +32,14 @@ impl Reader {
 #[async_trait(?Send)]
 impl Stage for Reader {
     const NAME: &'static str = "reader";
+
+    fn prompts(settings: &Settings) -> Vec<NamedPrompt> {
+        let mut used = vec![("reader", prompts::READER)];
+        if settings.reader.compare_options {
+            used.push(("compare_options", prompts::COMPARE_OPTIONS));
+        }
+        used
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let EvidenceEvent { mut memory, evidence, .. } = decode(record)?;

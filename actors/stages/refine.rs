@@ -9,11 +9,13 @@ use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::{cite_shown, documents};
 use crate::actors::shared::fanout::expect_record;
 use crate::config::RqragSettings;
+use crate::config::Settings;
 use crate::topics::{
     Event, EvidenceEvent, Memory, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, TrajectoryStep, VerifiedEvent,
 };
@@ -102,6 +104,10 @@ impl Refine {
 #[async_trait(?Send)]
 impl Stage for Refine {
     const NAME: &'static str = "refine";
+
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        vec![("refine", prompts::REFINE)]
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let EvidenceEvent { mut memory, queries, evidence, .. } = decode(record)?;

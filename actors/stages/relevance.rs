@@ -8,10 +8,12 @@ use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::{cite_shown, documents, read};
 use crate::actors::shared::fanout::answer_node;
+use crate::config::Settings;
 use crate::topics::{
     Event, EvidenceEvent, EvidenceItem, Memory, MissingEvent, Outcome, Record, SCHEMA_VERSION, TraceKind,
 };
@@ -50,6 +52,10 @@ impl Relevance {
 #[async_trait(?Send)]
 impl Stage for Relevance {
     const NAME: &'static str = "relevance";
+
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        vec![("relevance", prompts::RELEVANCE), ("reader", prompts::READER)]
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let EvidenceEvent { mut memory, evidence, .. } = decode(record)?;

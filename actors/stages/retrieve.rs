@@ -6,8 +6,10 @@ use std::collections::HashSet;
 use async_trait::async_trait;
 
 use crate::actors::clients::Search;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::config::MigresSettings;
+use crate::config::Settings;
 use crate::topics::{
     Event, Memory, PassagesEvent, QueriesEvent, QuestionEvent, Record, RetrievedPassage, SCHEMA_VERSION, Topic,
     TraceKind,
@@ -54,6 +56,11 @@ impl Retrieve {
 #[async_trait(?Send)]
 impl Stage for Retrieve {
     const NAME: &'static str = "retrieve";
+
+    /// Retrieval asks no LLM.
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        Vec::new()
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let (memory, queries) = match record.topic {

@@ -6,11 +6,13 @@
 
 use async_trait::async_trait;
 
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::answer::deadline_error;
 use crate::actors::shared::fanout::{is_root, result_record};
 use crate::actors::shared::selection::choose_answer;
 use crate::config::Selection;
+use crate::config::Settings;
 use crate::topics::{Candidate, JoinedEvent, Outcome, Record};
 
 pub struct Select {
@@ -26,6 +28,11 @@ impl Select {
 #[async_trait(?Send)]
 impl Stage for Select {
     const NAME: &'static str = "select";
+
+    /// Selection reads log-probabilities the trajectories brought; it asks no LLM.
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        Vec::new()
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let JoinedEvent { memory, results, missing, .. } = decode(record)?;

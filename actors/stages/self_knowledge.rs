@@ -8,10 +8,12 @@ use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, Schema};
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::read;
 use crate::actors::shared::fanout::answer_node;
+use crate::config::Settings;
 use crate::topics::{Event, NodeEvent, Outcome, QueriesEvent, QuestionEvent, Record, SCHEMA_VERSION, Topic, TraceKind};
 
 pub struct SelfKnowledge {
@@ -39,6 +41,10 @@ impl SelfKnowledge {
 #[async_trait(?Send)]
 impl Stage for SelfKnowledge {
     const NAME: &'static str = "self_knowledge";
+
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        vec![("self_knowledge", prompts::SELF_KNOWLEDGE), ("reader", prompts::READER)]
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let mut memory = match record.topic {

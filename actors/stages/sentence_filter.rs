@@ -10,9 +10,11 @@ use async_trait::async_trait;
 use crate::actors::clients::rerank::titled;
 use crate::actors::clients::{LlmClient, Reranker};
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::config::MigresSettings;
+use crate::config::Settings;
 use crate::topics::{
     Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, PassagesEvent, Record, SCHEMA_VERSION, TraceKind,
 };
@@ -224,6 +226,11 @@ impl SentenceFilter {
 #[async_trait(?Send)]
 impl Stage for SentenceFilter {
     const NAME: &'static str = "sentence_filter";
+
+    /// Knowledge prompting's, when it is on.
+    fn prompts(settings: &Settings) -> Vec<NamedPrompt> {
+        if settings.migres.knowledge_prompting { vec![("knowledge", prompts::KNOWLEDGE)] } else { Vec::new() }
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: PassagesEvent = decode(record)?;

@@ -8,12 +8,14 @@ use async_trait::async_trait;
 
 use crate::actors::clients::LlmClient;
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::documents;
 use crate::actors::shared::fanout::{is_root, result_record};
 use crate::actors::shared::selection::choose_answer;
 use crate::config::Selection;
+use crate::config::Settings;
 use crate::topics::{Candidate, Memory, Outcome, Record, VerifiedEvent};
 
 pub struct TrajectoryAnswer {
@@ -63,6 +65,10 @@ impl TrajectoryAnswer {
 #[async_trait(?Send)]
 impl Stage for TrajectoryAnswer {
     const NAME: &'static str = "trajectory_answer";
+
+    fn prompts(_: &Settings) -> Vec<NamedPrompt> {
+        vec![("trajectory_answer", prompts::TRAJECTORY_ANSWER)]
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let VerifiedEvent { mut memory, .. } = decode(record)?;

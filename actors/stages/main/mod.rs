@@ -16,11 +16,13 @@ use std::collections::{BTreeSet, HashSet};
 
 use crate::actors::clients::{CallStats, LlmClient, LlmError};
 use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::actors::shared::answer::{FinalAnswer, answer_record, final_schema, given_answer, normalize_answer};
 use crate::actors::shared::evidence::{documents, read};
 use crate::actors::shared::{span, two_options};
+use crate::config::Settings;
 use crate::config::{Acceptance, DecisionPrompt, MigresSettings};
 use crate::metrics::METRICS;
 use crate::topics::{Event, Memory, MissingEvent, Outcome, Passage, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
@@ -321,6 +323,25 @@ fn grounded(memory: &Memory, answer: &str, min_passages: usize) -> bool {
 #[async_trait(?Send)]
 impl Stage for Main {
     const NAME: &'static str = "main";
+
+    /// The decision prompt the settings choose, the final answer's, and the comparison and reader
+    /// prompts where their levers are on.
+    fn prompts(settings: &Settings) -> Vec<NamedPrompt> {
+        let migres = &settings.migres;
+        let decision = match migres.decision_prompt {
+            DecisionPrompt::Flag if migres.queries_from_main => ("main_queries", prompts::MAIN_QUERIES),
+            DecisionPrompt::Flag => ("main", prompts::MAIN),
+            DecisionPrompt::Attempt => ("main_attempt", prompts::MAIN_ATTEMPT),
+        };
+        let mut used = vec![decision, ("final_answer", prompts::FINAL_ANSWER)];
+        if migres.compare_options {
+            used.push(("compare_options", prompts::COMPARE_OPTIONS));
+        }
+        if migres.reader_fallback {
+            used.push(("reader", prompts::READER));
+        }
+        used
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: VerifiedEvent = decode(record)?;

@@ -17,8 +17,12 @@ use async_trait::async_trait;
 use futures::future::join_all;
 
 use crate::actors::clients::{CallStats, LlmClient, LlmError, Nli, NliError, Verdict};
+use crate::actors::prompts;
+use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
+use crate::config::Settings;
+use crate::config::{EntailmentPrompt, NliBackend};
 use crate::config::{NliCalls, QuoteMatch, Unjudged};
 use crate::topics::{
     CandidateFact, Event, EvidenceItem, EvidenceOrigin, FactSource, FactsEvent, KnownFact, Passage, Record,
@@ -301,6 +305,22 @@ fn premise(item: &EvidenceItem) -> String {
 #[async_trait(?Send)]
 impl Stage for Verify {
     const NAME: &'static str = "verify";
+
+    /// None when the ONNX model judges; the per-leaf judge falls back to the per-fact one where it
+    /// cannot judge (a re-cite).
+    fn prompts(settings: &Settings) -> Vec<NamedPrompt> {
+        let per_fact = match settings.nli.entailment_prompt {
+            EntailmentPrompt::Strict => ("entailment", prompts::ENTAILMENT),
+            EntailmentPrompt::Lenient => ("entailment_lenient", prompts::ENTAILMENT_LENIENT),
+        };
+        if settings.nli.backend == NliBackend::Onnx {
+            Vec::new()
+        } else if settings.nli.calls == NliCalls::PerLeaf {
+            vec![("entailment_quotes", prompts::ENTAILMENT_QUOTES), per_fact]
+        } else {
+            vec![per_fact]
+        }
+    }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let event: FactsEvent = decode(record)?;
