@@ -20,36 +20,36 @@ pub(super) enum Progress {
 #[derive(Default)]
 pub(super) struct OffsetTracker {
     partitions: HashMap<(String, i32), Partition>,
-    /// Never reused: a partition revoked and assigned back starts a generation no older delivery has.
-    next_generation: u64,
+    /// Never reused: a partition revoked and assigned back starts an assignment no older delivery has.
+    next_assignment: u64,
 }
 
 #[derive(Default)]
 struct Partition {
-    /// Acknowledgements and claims of deliveries from another generation are ignored.
-    generation: u64,
+    /// Acknowledgements and claims of deliveries from another assignment are ignored.
+    assignment: u64,
     offsets: BTreeMap<i64, Progress>,
 }
 
 impl OffsetTracker {
     fn partition(&mut self, topic: &str, partition: i32) -> &mut Partition {
-        let next = &mut self.next_generation;
+        let next = &mut self.next_assignment;
         self.partitions.entry((topic.to_string(), partition)).or_insert_with(|| {
             *next += 1;
-            Partition { generation: *next, offsets: BTreeMap::new() }
+            Partition { assignment: *next, offsets: BTreeMap::new() }
         })
     }
 
     pub(super) fn register(&mut self, topic: &str, partition: i32, offset: i64) -> u64 {
         let partition = self.partition(topic, partition);
         partition.offsets.insert(offset, Progress::Fetched);
-        partition.generation
+        partition.assignment
     }
 
     /// The stage takes the offset on; false when its partition was revoked since it was fetched.
-    pub(super) fn claim(&mut self, topic: &str, partition: i32, offset: i64, generation: u64) -> bool {
+    pub(super) fn claim(&mut self, topic: &str, partition: i32, offset: i64, assignment: u64) -> bool {
         match self.partitions.get_mut(&(topic.to_string(), partition)) {
-            Some(p) if p.generation == generation && p.offsets.contains_key(&offset) => {
+            Some(p) if p.assignment == assignment && p.offsets.contains_key(&offset) => {
                 p.offsets.insert(offset, Progress::Started);
                 true
             }
@@ -58,9 +58,9 @@ impl OffsetTracker {
     }
 
     /// Marks an offset done; returns the offset to store when the partition's lowest offsets are done.
-    pub(super) fn ack(&mut self, topic: &str, partition: i32, offset: i64, generation: u64) -> Option<i64> {
+    pub(super) fn ack(&mut self, topic: &str, partition: i32, offset: i64, assignment: u64) -> Option<i64> {
         let partition = self.partitions.get_mut(&(topic.to_string(), partition))?;
-        if partition.generation != generation {
+        if partition.assignment != assignment {
             return None;
         }
         partition.offsets.insert(offset, Progress::Done);
@@ -99,10 +99,10 @@ mod tests {
     #[test]
     fn offsets_are_stored_in_order_per_partition() {
         let mut tracker = OffsetTracker::default();
-        let generation = (0..3).map(|o| tracker.register("t", 0, o)).last().unwrap();
-        assert_eq!(tracker.ack("t", 0, 2, generation), None, "offset 2 waits for 0 and 1");
-        assert_eq!(tracker.ack("t", 0, 0, generation), Some(1));
-        assert_eq!(tracker.ack("t", 0, 1, generation), Some(3), "1 done: everything through 2 is done");
+        let assignment = (0..3).map(|o| tracker.register("t", 0, o)).last().unwrap();
+        assert_eq!(tracker.ack("t", 0, 2, assignment), None, "offset 2 waits for 0 and 1");
+        assert_eq!(tracker.ack("t", 0, 0, assignment), Some(1));
+        assert_eq!(tracker.ack("t", 0, 1, assignment), Some(3), "1 done: everything through 2 is done");
     }
 
     #[test]

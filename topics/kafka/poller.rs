@@ -122,13 +122,13 @@ fn to_delivery(
         .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok())
         .unwrap_or(1);
     let payload = message.payload().unwrap_or_default().to_vec();
-    let generation = tracker.lock().unwrap().register(&name, partition, offset);
+    let assignment = tracker.lock().unwrap().register(&name, partition, offset);
     let (consumer, claim_tracker, tracker, claim_name) =
         (consumer.clone(), tracker.clone(), tracker.clone(), name.clone());
     let (claims, start_claims, done_claims) = (claims.clone(), claims.clone(), claims.clone());
     let start_name = name.clone();
     let claim = Box::new(move || {
-        if !claim_tracker.lock().unwrap().claim(&claim_name, partition, offset, generation) {
+        if !claim_tracker.lock().unwrap().claim(&claim_name, partition, offset, assignment) {
             return None;
         }
         Some(claims.as_ref().map_or(0, |claims| claims.earlier(&claim_name, partition, offset)))
@@ -147,7 +147,7 @@ fn to_delivery(
         if let Some(claims) = &done_claims {
             claims.done(&name, partition, offset);
         }
-        let store = tracker.lock().unwrap().ack(&name, partition, offset, generation);
+        let store = tracker.lock().unwrap().ack(&name, partition, offset, assignment);
         if let Some(next) = store
             && let Err(error) = consumer.store_offset(&name, partition, next - 1)
         {

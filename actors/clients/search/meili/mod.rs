@@ -144,7 +144,7 @@ fn of_documents<S: AsRef<str>>(doc_ids: &[S]) -> String {
 }
 
 /// The generation a search of an index that stored `applied` reads: at least what it names.
-pub fn generation(index: &str, applied: &Applied) -> String {
+pub fn applied_generation(index: &str, applied: &Applied) -> String {
     format!("meilisearch:{index}:applied={}", applied.next.values().sum::<i64>())
 }
 
@@ -153,7 +153,7 @@ pub struct MeiliSearch {
     pub(super) client: Client,
     pub(super) settings: Arc<MeiliSettings>,
     /// The last generation read, and when (`generation`).
-    generation: Arc<std::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>>,
+    generation_cache: Arc<std::sync::Mutex<Option<(tokio::time::Instant, Option<String>)>>>,
 }
 
 /// How long a generation read from the server is reused: about the indexer's batch interval.
@@ -249,7 +249,7 @@ impl MeiliSearch {
         let key = api_key(&settings.api_key_env, std::env::var(&settings.api_key_env).ok())?;
         let client =
             Client::new(settings.url.trim_end_matches('/'), key).map_err(|error| search_error(error, &settings))?;
-        Ok(MeiliSearch { client, settings: Arc::new(settings), generation: Default::default() })
+        Ok(MeiliSearch { client, settings: Arc::new(settings), generation_cache: Default::default() })
     }
 
     fn index(&self) -> Index {

@@ -8,7 +8,8 @@ use meilisearch_sdk::indexes::Index;
 use meilisearch_sdk::search::{MatchingStrategies, SearchQuery, SearchResult, Selectors};
 
 use super::{
-    APPLIED_KEY, AppliedDocument, FIELDS, GENERATION_FOR, MeiliHit, MeiliSearch, generation, key_of, of_documents,
+    APPLIED_KEY, AppliedDocument, FIELDS, GENERATION_FOR, MeiliHit, MeiliSearch, applied_generation, key_of,
+    of_documents,
 };
 use crate::actors::clients::search::SearchError;
 use crate::actors::clients::search::changes::Applied;
@@ -79,19 +80,19 @@ impl MeiliSearch {
     /// a second); `None` for an index no indexer wrote, or when they cannot be read.
     pub async fn generation(&self) -> Option<String> {
         let now = tokio::time::Instant::now();
-        if let Some((read, generation)) = &*self.generation.lock().unwrap()
+        if let Some((read, generation)) = &*self.generation_cache.lock().unwrap()
             && now.duration_since(*read) < GENERATION_FOR
         {
             return generation.clone();
         }
         let generation = match self.applied().await {
-            Ok(applied) => applied.map(|applied| generation(&self.settings.index, &applied)),
+            Ok(applied) => applied.map(|applied| applied_generation(&self.settings.index, &applied)),
             Err(error) => {
                 tracing::warn!(%error, "cannot read the Meilisearch index's applied offsets");
                 None
             }
         };
-        *self.generation.lock().unwrap() = Some((now, generation.clone()));
+        *self.generation_cache.lock().unwrap() = Some((now, generation.clone()));
         generation
     }
 

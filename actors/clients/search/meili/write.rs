@@ -221,7 +221,7 @@ const CORPUS_CHANGE: &str = "corpus";
 
 #[cfg(test)]
 mod tests {
-    use super::super::{generation, key_of};
+    use super::super::{applied_generation, key_of};
     use super::*;
 
     #[test]
@@ -257,6 +257,6 @@ mod tests {
         assert_eq!(json, serde_json::json!({"key": "applied", "applied": {"topic": "t", "next": {"0": 4, "1": 6}}}));
         let read: AppliedDocument = serde_json::from_str(&json.to_string()).unwrap();
         assert_eq!(read.applied, applied, "as the SDK reads it");
-        assert_eq!(generation("lacuna", &applied), "meilisearch:lacuna:applied=10");
+        assert_eq!(applied_generation("lacuna", &applied), "meilisearch:lacuna:applied=10");
     }
 }

@@ -52,7 +52,7 @@ pub(super) fn schema() -> (Schema, Fields) {
 /// A searcher's generation, `tantivy:<live passages>:<hash>`: the hash covers its segments and their
 /// deletes, so any commit that changes what a search can return changes the generation, and two
 /// replicas that built or applied the same commits agree on it.
-pub(super) fn generation(searcher: &::tantivy::Searcher) -> String {
+pub(super) fn commit_generation(searcher: &::tantivy::Searcher) -> String {
     use sha2::{Digest, Sha256};
     let mut segments: Vec<String> = searcher
         .segment_readers()

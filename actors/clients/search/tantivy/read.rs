@@ -8,7 +8,7 @@ use ::tantivy::query::{QueryParser, TermQuery};
 use ::tantivy::schema::{IndexRecordOption, Value};
 use ::tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
 
-use super::{Fields, generation, schema};
+use super::{Fields, commit_generation, schema};
 use crate::actors::clients::search::SearchError;
 use crate::topics::Passage;
 
@@ -66,7 +66,7 @@ impl TantivySearch {
     /// (its commit stores them). The commit read from disk is taken only when its segments are the
     /// searcher's own, so a newer commit never lends its offsets to an older searcher.
     fn generation_of(&self, searcher: &::tantivy::Searcher) -> String {
-        let base = generation(searcher);
+        let base = commit_generation(searcher);
         let mut cached = self.applied.lock().unwrap();
         if cached.0 != base {
             *cached = (base.clone(), applied(&self.index, searcher));

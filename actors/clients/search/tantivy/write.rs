@@ -8,7 +8,7 @@ use std::path::Path;
 use ::tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyError, Term, doc};
 
 use super::read::TantivySearch;
-use super::{Fields, generation, schema};
+use super::{Fields, commit_generation, schema};
 use crate::actors::clients::search::documents::Document;
 use crate::actors::clients::search::{SearchError, corpus_error, for_each_passage};
 
@@ -84,7 +84,7 @@ impl TantivyWriter {
     pub fn commit(&mut self) -> Result<String, SearchError> {
         self.writer.commit()?;
         self.reader.reload()?;
-        Ok(generation(&self.reader.searcher()))
+        Ok(commit_generation(&self.reader.searcher()))
     }
 
     /// [`commit`](Self::commit), with `payload` stored in the same commit: the changelog offsets a
@@ -94,7 +94,7 @@ impl TantivyWriter {
         prepared.set_payload(payload);
         prepared.commit()?;
         self.reader.reload()?;
-        Ok(generation(&self.reader.searcher()))
+        Ok(commit_generation(&self.reader.searcher()))
     }
 
     /// What the last commit stored with [`commit_with`](Self::commit_with), if anything.
