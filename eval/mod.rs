@@ -76,7 +76,10 @@ pub async fn evaluate(
     // The loop of bounded queues needs room for every open question (see run.max_open_questions).
     settings.bus.queue_capacity = settings.bus.queue_capacity.max(settings.run.max_open_questions + 1);
     let parts = Parts::load(&settings, options.pipeline)?;
-    let served = check_llm(&settings).await.map_err(anyhow::Error::msg)?;
+    // A replay sends nothing (a call the cache lacks is an `llm_cache_miss`), so it needs no endpoint:
+    // the golden replays run where no model is served.
+    let replay = settings.llm.cache && settings.llm.cache_mode == crate::config::CacheMode::Replay;
+    let served = if replay { None } else { check_llm(&settings).await.map_err(anyhow::Error::msg)? };
     let model = served.clone().unwrap_or_else(|| settings.llm.model.clone());
     let parts = parts.with_served_model(served);
 
