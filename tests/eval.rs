@@ -16,24 +16,9 @@ use support::scripted::{HUGO_QUESTION_ID, hugo_script};
 const SPURS_ID: &str = "5ab48ec25542991779162cdc";
 const WRONG: &str = "a wrong answer";
 
-/// A dataset folder holding the given HotpotQA questions, its corpus the real one (linked, so the
-/// cached index is built once).
+/// A dataset folder holding the given HotpotQA questions, its corpus the real one.
 fn dataset(name: &str, ids: &[&str]) -> PathBuf {
-    let dir = support::scratch_dir(name);
-    let all = std::fs::read_to_string(support::data_dir().join("hotpotqa/questions.jsonl")).unwrap();
-    let lines: Vec<&str> = ids
-        .iter()
-        .map(|id| all.lines().find(|l| l.contains(&format!("\"id\": \"{id}\""))).expect("question in hotpotqa"))
-        .collect();
-    std::fs::write(dir.join("questions.jsonl"), lines.join("\n") + "\n").unwrap();
-    let corpus = dir.join("corpus.jsonl");
-    // A link left by an earlier run may point into a checkout that is gone: make it afresh.
-    if corpus.symlink_metadata().is_ok() {
-        std::fs::remove_file(&corpus).unwrap();
-    }
-    std::os::unix::fs::symlink(support::data_dir().join("hotpotqa/corpus.jsonl").canonicalize().unwrap(), corpus)
-        .unwrap();
-    dir
+    support::dataset_folder(name, "hotpotqa", ids)
 }
 
 /// Answers the baselines' reader by question (right for two, wrong for the rest), judges every

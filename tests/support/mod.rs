@@ -48,6 +48,25 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// A dataset folder named `name` holding the questions `ids` of the shared/data set `dataset`, with
+/// that set's real corpus linked (so `lacuna eval`'s cached index of it is built once).
+pub fn dataset_folder(name: &str, dataset: &str, ids: &[&str]) -> PathBuf {
+    let dir = scratch_dir(name);
+    let all = std::fs::read_to_string(data_dir().join(dataset).join("questions.jsonl")).unwrap();
+    let lines: Vec<&str> = ids
+        .iter()
+        .map(|id| all.lines().find(|l| l.contains(&format!("\"id\": \"{id}\""))).expect("question in the set"))
+        .collect();
+    std::fs::write(dir.join("questions.jsonl"), lines.join("\n") + "\n").unwrap();
+    let corpus = dir.join("corpus.jsonl");
+    // A link left by an earlier run may point into a checkout that is gone: make it afresh.
+    if corpus.symlink_metadata().is_ok() {
+        std::fs::remove_file(&corpus).unwrap();
+    }
+    std::os::unix::fs::symlink(data_dir().join(dataset).join("corpus.jsonl").canonicalize().unwrap(), corpus).unwrap();
+    dir
+}
+
 /// A real BM25 index of the HotpotQA corpus, built once per test binary.
 pub fn hotpot_index() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
