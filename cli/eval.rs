@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::cli::run::progress_bar;
 use crate::config::Settings;
+use crate::eval::builds::Build;
 use crate::eval::compare::{Cost, comparison_markdown, svg_plot};
 use crate::eval::dataset::Dataset;
 use crate::eval::paired::{Comparison, Run};
@@ -123,6 +124,7 @@ fn compare(inputs: &[PathBuf], out: &Path, half: Option<Half>, spans: Option<&Pa
     let mut reports = Vec::new();
     let mut runs = Vec::new();
     let mut notes = Vec::new();
+    let mut builds = Vec::new();
     for input in inputs {
         let Some(path) = report_path(input)? else {
             eprintln!("{}: a comparison's output, not a run; skipped", input.display());
@@ -169,7 +171,12 @@ fn compare(inputs: &[PathBuf], out: &Path, half: Option<Half>, spans: Option<&Pa
                 notes.push(format!("{} on {}: {e}, left out of the paired sections", report.pipeline, report.dataset));
             }
         }
+        builds.extend(Build::of(&format!("{} on {}", report.pipeline, report.dataset), &path));
         reports.push(report);
+    }
+    for difference in crate::eval::builds::differences(&builds) {
+        eprintln!("warning: {difference}");
+        notes.push(format!("warning: {difference}"));
     }
     reports.extend(twins);
     let paired = Comparison::new(runs, notes);

@@ -14,7 +14,9 @@
 //! - `calibrate`: the re-ranker threshold from the paper's recipe.
 //! - `recall`: `lacuna recall`: recall@5/20/50 of gold passages per backend, and indexing time.
 //! - `resume`: going on with an interrupted run.
+//! - `builds`: which build made each run, and a warning when compared runs' builds answer differently.
 
+pub mod builds;
 pub mod calibrate;
 pub mod compare;
 pub mod dataset;
@@ -97,6 +99,7 @@ pub async fn evaluate(
         model: model.clone(),
         settings: Some(resume::answer_settings(&settings)),
         provenance: parts.provenance.as_deref().cloned(),
+        golden_sha256: Some(builds::golden_sha256()),
     };
     resume::claim_folder(out, &identity, options.resume)?;
     let answers_path = out.join("answers.jsonl");

@@ -29,6 +29,10 @@ pub struct RunIdentity {
     /// settings above decide whether the parts are one run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<crate::topics::Provenance>,
+    /// The golden records the build was checked against, hashed (`builds`): two builds with the same
+    /// answer the golden questions alike. Noted on a resume, as the provenance is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub golden_sha256: Option<String>,
 }
 
 /// The settings a pipeline's answers depend on: the methods' own sections, the LLM call's sampling
@@ -82,8 +86,9 @@ pub fn claim_folder(out: &Path, identity: &RunIdentity, resume: bool) -> anyhow:
     if resume && let Ok(text) = std::fs::read_to_string(&path) {
         let earlier: RunIdentity =
             serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{} is unreadable: {e}", path.display()))?;
-        let (noted, differences): (Vec<String>, Vec<String>) =
-            differences(&earlier, identity).into_iter().partition(|d| d.starts_with("provenance."));
+        let (noted, differences): (Vec<String>, Vec<String>) = differences(&earlier, identity)
+            .into_iter()
+            .partition(|d| d.starts_with("provenance.") || d.starts_with("golden_sha256"));
         for difference in &noted {
             eprintln!("resuming {} under another provenance: {difference}", out.display());
         }

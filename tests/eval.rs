@@ -131,6 +131,24 @@ async fn eval_scores_every_question_judges_and_compares_pipelines() {
     let output = compare(&again, &[&vanilla_out, &interrupted]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("an interrupted run, which `lacuna eval --resume"));
+
+    // Both runs' builds asked with one reader prompt: no warning. Runs whose builds asked with
+    // another text of it are named, with why, on stderr and in comparison.md.
+    let output = compare(&compare_out, &[&vanilla_out, &migres_out]);
+    assert!(
+        !String::from_utf8_lossy(&output.stderr).contains("warning"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut run: Value = serde_json::from_slice(&std::fs::read(vanilla_out.join("run.json")).unwrap()).unwrap();
+    assert!(run["golden_sha256"].is_string(), "a run names the golden records its build was checked against");
+    run["provenance"]["prompts_sha256"]["reader"] = json!("another text");
+    std::fs::write(vanilla_out.join("run.json"), run.to_string()).unwrap();
+    let output = compare(&compare_out, &[&vanilla_out, &migres_out]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("warning: vanilla on eval-three") && stderr.contains("prompt reader differs"), "{stderr}");
+    let markdown = std::fs::read_to_string(compare_out.join("comparison.md")).unwrap();
+    assert!(markdown.contains("prompt reader differs"), "{markdown}");
 }
 
 #[tokio::test]

@@ -1,0 +1,114 @@
+//! Which build made each run, and whether two runs' builds answer alike. A paired difference between
+//! runs of two builds is partly the builds': `--compare` warns when the runs it pairs were made with
+//! other texts of the same prompt, or by builds whose golden replays differ (tests/golden_replay.rs
+//! pins what the default and the profiles answer on a fixed set of questions; a commit that changes
+//! what they answer records them again, so two builds with the same golden records answer alike).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::resume::RunIdentity;
+
+/// The golden records this build was checked against, hashed.
+pub fn golden_sha256() -> String {
+    let mut hash = Sha256::new();
+    for records in [
+        include_str!("../tests/golden/replay/default.jsonl"),
+        include_str!("../tests/golden/replay/fast.jsonl"),
+        include_str!("../tests/golden/replay/paper.jsonl"),
+    ] {
+        hash.update(records.as_bytes());
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a run's run.json says of the build that made it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Build {
+    /// The run's name in the comparison.
+    pub run: String,
+    pub commit: Option<String>,
+    /// Prompt template name -> sha256 of its text.
+    pub prompts: BTreeMap<String, String>,
+    pub golden: Option<String>,
+}
+
+impl Build {
+    /// The build of the run whose report is `report` (its run.json beside it); `None` for runs made
+    /// before run.json recorded provenance.
+    pub fn of(run: &str, report: &Path) -> Option<Build> {
+        let text = std::fs::read_to_string(report.with_file_name("run.json")).ok()?;
+        let identity: RunIdentity = serde_json::from_str(&text).ok()?;
+        let provenance = identity.provenance?;
+        Some(Build {
+            run: run.to_string(),
+            commit: Some(provenance.commit).filter(|c| !c.is_empty() && c != "unknown"),
+            prompts: provenance.prompts_sha256,
+            golden: identity.golden_sha256,
+        })
+    }
+}
+
+/// One line per pair of runs whose builds answer differently: a prompt both use with other texts,
+/// or other golden records. Empty when every pair was made alike (or cannot tell).
+pub fn differences(builds: &[Build]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (i, a) in builds.iter().enumerate() {
+        for b in &builds[i + 1..] {
+            let mut why: Vec<String> = a
+                .prompts
+                .iter()
+                .filter(|(name, hash)| b.prompts.get(*name).is_some_and(|other| other != *hash))
+                .map(|(name, _)| format!("prompt {name} differs"))
+                .collect();
+            if let (Some(x), Some(y)) = (&a.golden, &b.golden)
+                && x != y
+            {
+                why.push("their golden replays differ".into());
+            }
+            if !why.is_empty() {
+                let commit =
+                    |build: &Build| build.commit.as_deref().map_or("?".to_string(), |c| c.chars().take(9).collect());
+                lines.push(format!(
+                    "{} ({}) and {} ({}) come from builds that answer differently: {}; part of their difference is the build's",
+                    a.run,
+                    commit(a),
+                    b.run,
+                    commit(b),
+                    why.join(", ")
+                ));
+            }
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(run: &str, prompts: &[(&str, &str)], golden: Option<&str>) -> Build {
+        Build {
+            run: run.into(),
+            commit: Some("0123456789abcdef".into()),
+            prompts: prompts.iter().map(|(n, h)| (n.to_string(), h.to_string())).collect(),
+            golden: golden.map(String::from),
+        }
+    }
+
+    #[test]
+    fn runs_of_builds_with_other_prompt_texts_or_golden_records_are_named() {
+        let default = build("migres", &[("main", "aa"), ("reader", "bb")], Some("g1"));
+        let vanilla = build("vanilla-s", &[("reader", "bb")], Some("g1"));
+        assert!(differences(&[default.clone(), vanilla.clone()]).is_empty(), "other prompts are other pipelines");
+        let edited = build("migres-new", &[("main", "cc"), ("reader", "bb")], Some("g1"));
+        let lines = differences(&[default.clone(), edited]);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].contains("prompt main differs") && lines[0].contains("(012345678)"), "{}", lines[0]);
+        let regolded = build("vanilla-s-new", &[("reader", "bb")], Some("g2"));
+        let lines = differences(&[default, regolded]);
+        assert!(lines[0].contains("golden replays differ"), "{lines:?}");
+    }
+}
