@@ -61,6 +61,9 @@ pub struct MigresSettings {
     /// With `decision_prompt = "flag"`, the main module writes the next queries in its decision's
     /// reply, and query_gen asks the LLM only when none of them is new.
     pub queries_from_main: bool,
+    /// query_gen drops a query that names a capitalised word of the prompts' worked examples which
+    /// nothing the question knows holds (05037f1).
+    pub drop_example_names: bool,
 }
 
 /// When the main module's decision ends the loop.

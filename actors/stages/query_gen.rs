@@ -50,7 +50,7 @@ impl QueryGen {
             let query = query.trim().to_string();
             let fresh = query.chars().count() >= self.settings.min_query_chars
                 && !memory.has_asked(&query)
-                && !names_an_example(&query, &known)
+                && !(self.settings.drop_example_names && names_an_example(&query, &known))
                 && batch.insert(normalize_query(&query));
             if fresh && kept.len() < self.settings.max_new_queries {
                 kept.push(query);
