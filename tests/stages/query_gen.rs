@@ -1,6 +1,6 @@
 use lacuna::actors::runner::Stage;
 use lacuna::actors::stages::query_gen::QueryGen;
-use lacuna::config::Settings;
+use lacuna::config::{MigresSettings, Settings};
 use lacuna::topics::{Event, MissingEvent, QueriesEvent, SCHEMA_VERSION, VerifiedEvent};
 use serde_json::json;
 
@@ -100,16 +100,18 @@ async fn queries_the_main_module_wrote_are_taken_without_a_call_unless_none_is_n
 }
 
 /// A small model copies names from the prompts' worked examples into its queries ("Who was born
-/// first, Ann Hui or Dorrin Maskell?" for a question about two other films). Such a query asks about
-/// nobody the question knows: it is dropped, whether main or the query generator wrote it. A name the
-/// examples share with the question is the question's own, and stays.
+/// first, Ann Hui or Dorrin Maskell?" for a question about two other films). With
+/// `migres.drop_example_names` such a query asks about nobody the question knows: it is dropped,
+/// whether main or the query generator wrote it. A name the examples share with the question is the
+/// question's own, and stays. The setting is off by default, and then the copy is asked.
 #[tokio::test]
-async fn a_query_naming_someone_only_the_prompt_examples_know_is_dropped() {
+async fn with_drop_example_names_a_query_naming_someone_only_the_prompt_examples_know_is_dropped() {
     let llm = FakeLlm::start(|_| {
         Reply::Json(json!({"queries": ["When was Dorrin Maskell born?", "When was Fred Guiol born?"]}))
     })
     .await;
-    let stage = QueryGen::new(support::llm(&llm.base_url), Settings::defaults().migres);
+    let dropping = MigresSettings { drop_example_names: true, ..Settings::defaults().migres };
+    let stage = QueryGen::new(support::llm(&llm.base_url), dropping);
     let event = |question: &str, proposed: &[&str]| {
         let mut m = memory(question);
         m.proposed_queries = proposed.iter().map(|q| q.to_string()).collect();
@@ -127,4 +129,8 @@ async fn a_query_naming_someone_only_the_prompt_examples_know_is_dropped() {
     let own = event("Who directed the film Quillfeather?", &["When was the director of Quillfeather born?"]);
     let out: QueriesEvent = single(stage.process(&own.to_record()).await.unwrap());
     assert_eq!(out.queries, vec!["When was the director of Quillfeather born?".to_string()]);
+
+    let by_default = QueryGen::new(support::llm(&llm.base_url), Settings::defaults().migres);
+    let out: QueriesEvent = single(by_default.process(&copied.to_record()).await.unwrap());
+    assert_eq!(out.queries.len(), 2, "off by default: the copy is asked too");
 }
