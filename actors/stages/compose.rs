@@ -5,8 +5,7 @@
 use async_trait::async_trait;
 
 use crate::actors::clients::LlmClient;
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::answer::deadline_error;
 use crate::actors::shared::evidence::{documents, read};

@@ -9,14 +9,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, Schema};
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::read;
 use crate::actors::shared::fanout::{answer_node, expect_record};
-use crate::config::RaisfSettings;
-use crate::config::Settings;
+use crate::config::{RaisfSettings, Settings};
 use crate::topics::memory::normalize_query;
 use crate::topics::{Event, Memory, MissingEvent, NodeEvent, Outcome, Record, SCHEMA_VERSION, TraceKind};
 

@@ -6,8 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, LlmError, Schema};
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::config::Settings;

@@ -10,12 +10,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, Schema};
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
-use crate::config::MigresSettings;
-use crate::config::Settings;
+use crate::config::{MigresSettings, Settings};
 use crate::topics::memory::normalize_query;
 use crate::topics::{Event, Memory, MissingEvent, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
 

@@ -8,14 +8,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, Schema};
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::{cite_shown, documents};
 use crate::actors::shared::fanout::expect_record;
-use crate::config::RqragSettings;
-use crate::config::Settings;
+use crate::config::{RqragSettings, Settings};
 use crate::topics::{
     Event, EvidenceEvent, Memory, QueriesEvent, Record, SCHEMA_VERSION, TraceKind, TrajectoryStep, VerifiedEvent,
 };

@@ -7,8 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::actors::clients::{LlmClient, Schema};
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::{cite_shown, documents, read};

@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use crate::actors::clients::Search;
 use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
-use crate::config::MigresSettings;
-use crate::config::Settings;
+use crate::config::{MigresSettings, Settings};
 use crate::topics::{
     Event, Memory, PassagesEvent, QueriesEvent, QuestionEvent, Record, RetrievedPassage, SCHEMA_VERSION, Topic,
     TraceKind,

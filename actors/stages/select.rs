@@ -11,8 +11,7 @@ use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::answer::deadline_error;
 use crate::actors::shared::fanout::{is_root, result_record};
 use crate::actors::shared::selection::choose_answer;
-use crate::config::Selection;
-use crate::config::Settings;
+use crate::config::{Selection, Settings};
 use crate::topics::{Candidate, JoinedEvent, Outcome, Record};
 
 pub struct Select {

@@ -9,12 +9,10 @@ use async_trait::async_trait;
 
 use crate::actors::clients::rerank::titled;
 use crate::actors::clients::{LlmClient, Reranker};
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
-use crate::config::MigresSettings;
-use crate::config::Settings;
+use crate::config::{MigresSettings, Settings};
 use crate::topics::{
     Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, PassagesEvent, Record, SCHEMA_VERSION, TraceKind,
 };

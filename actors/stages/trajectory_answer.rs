@@ -7,15 +7,13 @@
 use async_trait::async_trait;
 
 use crate::actors::clients::LlmClient;
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::evidence::documents;
 use crate::actors::shared::fanout::{is_root, result_record};
 use crate::actors::shared::selection::choose_answer;
-use crate::config::Selection;
-use crate::config::Settings;
+use crate::config::{Selection, Settings};
 use crate::topics::{Candidate, Memory, Outcome, Record, VerifiedEvent};
 
 pub struct TrajectoryAnswer {

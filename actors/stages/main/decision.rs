@@ -7,9 +7,9 @@ use serde::Deserialize;
 
 use crate::actors::clients::schema::Confidence;
 use crate::actors::clients::{Completion, LlmClient, LlmError, Schema};
-use crate::actors::prompts;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::shared::answer::normalize_answer;
-use crate::config::DecisionPrompt;
+use crate::config::{DecisionPrompt, MigresSettings};
 
 /// What the decision says, from either prompt's reply.
 pub(super) struct Decision {
@@ -98,12 +98,20 @@ pub(super) enum Reply {
 }
 
 impl Reply {
-    /// The prompt that asks for this reply.
-    pub(super) fn template(self) -> &'static str {
+    /// The reply `settings` ask for.
+    pub(super) fn of(settings: &MigresSettings) -> Reply {
+        match settings.decision_prompt {
+            DecisionPrompt::Flag if settings.queries_from_main => Reply::FlagWithQueries(settings.max_new_queries),
+            prompt => Reply::Prompt(prompt),
+        }
+    }
+
+    /// The prompt that asks for this reply, by name: what the stage sends and what provenance hashes.
+    pub(super) fn prompt(self) -> NamedPrompt {
         match self {
-            Reply::Prompt(DecisionPrompt::Flag) => prompts::MAIN,
-            Reply::Prompt(DecisionPrompt::Attempt) => prompts::MAIN_ATTEMPT,
-            Reply::FlagWithQueries(_) => prompts::MAIN_QUERIES,
+            Reply::Prompt(DecisionPrompt::Flag) => ("main", prompts::MAIN),
+            Reply::Prompt(DecisionPrompt::Attempt) => ("main_attempt", prompts::MAIN_ATTEMPT),
+            Reply::FlagWithQueries(_) => ("main_queries", prompts::MAIN_QUERIES),
         }
     }
 }

@@ -15,15 +15,13 @@ use async_trait::async_trait;
 use std::collections::{BTreeSet, HashSet};
 
 use crate::actors::clients::{CallStats, LlmClient, LlmError};
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::actors::shared::answer::{FinalAnswer, answer_record, final_schema, given_answer, normalize_answer};
 use crate::actors::shared::evidence::{documents, read};
 use crate::actors::shared::{span, two_options};
-use crate::config::Settings;
-use crate::config::{Acceptance, DecisionPrompt, MigresSettings};
+use crate::config::{Acceptance, MigresSettings, Settings};
 use crate::metrics::METRICS;
 use crate::topics::{Event, Memory, MissingEvent, Outcome, Passage, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
 use decision::{Decision, Reply, decide_once, is_non_answer, says_answerable, vote};
@@ -59,7 +57,7 @@ impl Main {
         }
 
         let information = self.information(&memory, false);
-        let template = self.reply().template();
+        let template = self.reply().prompt().1;
         let previous_queries = memory.queries.join(" ");
         let prompt = prompts::fill(
             template,
@@ -116,12 +114,7 @@ impl Main {
     }
 
     fn reply(&self) -> Reply {
-        match self.settings.decision_prompt {
-            DecisionPrompt::Flag if self.settings.queries_from_main => {
-                Reply::FlagWithQueries(self.settings.max_new_queries)
-            }
-            prompt => Reply::Prompt(prompt),
-        }
+        Reply::of(&self.settings)
     }
 
     /// The decision: one call, or with `decision_samples` > 1 the vote of that many samples, each
@@ -328,12 +321,7 @@ impl Stage for Main {
     /// prompts where their levers are on.
     fn prompts(settings: &Settings) -> Vec<NamedPrompt> {
         let migres = &settings.migres;
-        let decision = match migres.decision_prompt {
-            DecisionPrompt::Flag if migres.queries_from_main => ("main_queries", prompts::MAIN_QUERIES),
-            DecisionPrompt::Flag => ("main", prompts::MAIN),
-            DecisionPrompt::Attempt => ("main_attempt", prompts::MAIN_ATTEMPT),
-        };
-        let mut used = vec![decision, ("final_answer", prompts::FINAL_ANSWER)];
+        let mut used = vec![Reply::of(migres).prompt(), ("final_answer", prompts::FINAL_ANSWER)];
         if migres.compare_options {
             used.push(("compare_options", prompts::COMPARE_OPTIONS));
         }

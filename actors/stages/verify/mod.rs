@@ -17,8 +17,7 @@ use async_trait::async_trait;
 use futures::future::join_all;
 
 use crate::actors::clients::{CallStats, LlmClient, LlmError, Nli, NliError, Verdict};
-use crate::actors::prompts;
-use crate::actors::prompts::NamedPrompt;
+use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::config::Settings;
