@@ -43,6 +43,12 @@ pub struct EvalArgs {
     /// Questions inside the pipeline at once (default: run.max_open_questions).
     #[arg(long)]
     concurrency: Option<usize>,
+    /// One question and one LLM call at a time, against a server with one slot: two runs of one build
+    /// then answer alike, where concurrent requests batched by the server make answers differ from run
+    /// to run (docs/evaluation.md, "The noise floor"). Costs wall time; refused when the server says it
+    /// has more slots.
+    #[arg(long, conflicts_with_all = ["concurrency", "compare"])]
+    deterministic: bool,
     #[arg(long, default_value = "in-process")]
     transport: Transport,
     /// Also score Acc† with the LLM judge (eval.judge_*; default: the pipeline's own endpoint).
@@ -88,10 +94,17 @@ pub async fn eval(
         None => settings.clone(),
     };
     settings.llm.cache |= args.llm_cache;
+    if args.deterministic {
+        // Each stage's client sends one call at a time, so the one slot sees a question's calls in one
+        // order; with one question open, that order is the run's.
+        settings.llm.max_concurrency = 1;
+    }
+    let concurrency = if args.deterministic { 1 } else { args.concurrency.unwrap_or(settings.run.max_open_questions) };
     let options = EvalOptions {
         pipeline: args.pipeline,
         transport: args.transport,
-        concurrency: args.concurrency.unwrap_or(settings.run.max_open_questions),
+        concurrency,
+        deterministic: args.deterministic,
         judge: args.judge,
         label: args.label.clone(),
         profile,

@@ -39,7 +39,7 @@ use std::time::Instant;
 use futures::StreamExt;
 
 use crate::config::Settings;
-use crate::pipelines::parts::{Parts, check_llm};
+use crate::pipelines::parts::{Parts, check_llm, served_slots};
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::topics::{AnswerRecord, QuestionEvent, VersionedAnswer};
 use dataset::Dataset;
@@ -51,6 +51,9 @@ pub struct EvalOptions {
     pub transport: Transport,
     /// Questions inside the pipeline at once.
     pub concurrency: usize,
+    /// One call at a time against a one-slot server (`lacuna eval --deterministic`): checked before the
+    /// run starts, and recorded in run.json.
+    pub deterministic: bool,
     /// Ask the judge for Acc†.
     pub judge: bool,
     /// The run's name in reports (default: the pipeline's).
@@ -82,6 +85,9 @@ pub async fn evaluate(
     // the golden replays run where no model is served.
     let replay = settings.llm.cache && settings.llm.cache_mode == crate::config::CacheMode::Replay;
     let served = if replay { None } else { check_llm(&settings).await.map_err(anyhow::Error::msg)? };
+    if options.deterministic && !replay {
+        one_slot(&settings).await?;
+    }
     let model = served.clone().unwrap_or_else(|| settings.llm.model.clone());
     let parts = parts.with_served_model(served);
 
@@ -100,6 +106,7 @@ pub async fn evaluate(
         settings: Some(resume::answer_settings(&settings)),
         provenance: parts.provenance.as_deref().cloned(),
         golden_sha256: Some(builds::golden_sha256()),
+        deterministic: options.deterministic,
     };
     resume::claim_folder(out, &identity, options.resume)?;
     let answers_path = out.join("answers.jsonl");
@@ -188,6 +195,27 @@ pub async fn evaluate(
     std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
     std::fs::write(out.join("report.md"), report.markdown())?;
     Ok(report)
+}
+
+/// `--deterministic` holds only where the server decodes one request at a time: with two slots it
+/// batches concurrent calls, and a call's reply then depends on its neighbours.
+async fn one_slot(settings: &Settings) -> anyhow::Result<()> {
+    match served_slots(settings).await {
+        Some(1) => Ok(()),
+        Some(slots) => anyhow::bail!(
+            "--deterministic needs an LLM server with one slot, and {} has {slots}: restart it with \
+             `LACUNA_LLM_PARALLEL=1 scripts/llm-server.sh start`",
+            settings.llm.base_url
+        ),
+        None => {
+            eprintln!(
+                "warning: {} does not say how many requests it serves at once (no /props); \
+                 --deterministic holds only if it serves one",
+                settings.llm.base_url
+            );
+            Ok(())
+        }
+    }
 }
 
 /// Acc† for every answered question: exact matches and yes/no questions need no judge.

@@ -33,6 +33,10 @@ pub struct RunIdentity {
     /// answer the golden questions alike. Noted on a resume, as the provenance is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub golden_sha256: Option<String>,
+    /// Made with `--deterministic`: one call at a time against a one-slot server. A resume must keep
+    /// it, or half the run would carry the batching noise the other half was run to avoid.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deterministic: bool,
 }
 
 /// The settings a pipeline's answers depend on: the methods' own sections, the LLM call's sampling

@@ -81,6 +81,17 @@ impl Parts {
     }
 }
 
+/// How many requests the LLM endpoint decodes at once, from llama.cpp's `GET /props`
+/// (`total_slots`); `None` where the server does not say (another server, or no answer).
+pub async fn served_slots(settings: &Settings) -> Option<u64> {
+    let base = settings.llm.base_url.trim_end_matches('/');
+    let root = base.strip_suffix("/v1").unwrap_or(base);
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().ok()?;
+    let response = client.get(format!("{root}/props")).send().await.ok()?.error_for_status().ok()?;
+    let body: serde_json::Value = response.json().await.ok()?;
+    body["total_slots"].as_u64()
+}
+
 /// Checks that the LLM endpoint answers at all, so a wrong URL fails at once with a clear message
 /// instead of as one error record per question minutes later. Returns the model id the endpoint
 /// reports (`/models`) when it reports one: local servers report a file path, shortened to its name.

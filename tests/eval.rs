@@ -6,6 +6,8 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use lacuna::eval::calibrate::calibrate;
 use lacuna::eval::dataset::Dataset;
@@ -180,6 +182,35 @@ async fn a_rerun_with_the_llm_cache_is_identical_and_makes_no_llm_calls() {
     assert_eq!(predictions(&first_records), predictions(&second_records));
     assert_eq!(first["em"], second["em"]);
     assert_eq!(first["prompt_tokens"], second["prompt_tokens"], "cached calls keep their recorded cost");
+}
+
+/// `--deterministic` exists so that two runs of one build answer alike: the server must never see two
+/// calls at once, not even a question's own calls to two stages.
+#[tokio::test]
+async fn a_deterministic_run_sends_one_call_at_a_time_and_its_run_says_so() {
+    let pause = std::time::Duration::from_millis(300);
+    let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = calls.clone();
+    let llm = FakeLlm::start(move |prompt| {
+        if prompt_kind(prompt) == Prompt::Reader {
+            seen.lock().unwrap().push(Instant::now());
+        }
+        Reply::Delayed(pause, Box::new(eval_script(prompt)))
+    })
+    .await;
+    let data = dataset("eval-deterministic", &[HUGO_QUESTION_ID, SPURS_ID, "5a8b1a925542997f31a41c6e"]);
+    let out = support::scratch_dir("eval-deterministic-runs").join("vanilla-s");
+    let _ = std::fs::remove_dir_all(&out);
+
+    let report = eval(&llm.base_url, &data, "vanilla-s", &out, &["--deterministic"]);
+    assert_eq!(report["questions"], 3);
+    let starts = calls.lock().unwrap().clone();
+    assert_eq!(starts.len(), 3);
+    for pair in starts.windows(2) {
+        assert!(pair[1] - pair[0] >= pause, "a call started while another was answered: {starts:?}");
+    }
+    let run: Value = serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["deterministic"], true, "{run}");
 }
 
 #[tokio::test]

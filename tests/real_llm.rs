@@ -152,3 +152,23 @@ async fn rqrag_with_the_local_llm_scores_trajectories_by_their_logprobs() {
     assert!(answer.candidates.iter().any(|c| c.answer == answer.answer), "the answer is one trajectory's");
     assert!(support::deepest_node(&answer) <= 1);
 }
+
+/// The local server runs two slots, and two slots batch concurrent calls: `--deterministic` would
+/// promise what the server cannot keep, so it refuses before any question is asked, and says how to
+/// start a server it can trust.
+#[test]
+fn a_deterministic_eval_refuses_a_server_with_two_slots() {
+    let data = support::dataset_folder("real-deterministic", "hotpotqa", &[support::scripted::HUGO_QUESTION_ID]);
+    let out = support::scratch_dir("real-deterministic-run");
+    let _ = std::fs::remove_file(out.join("answers.jsonl"));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .env("LACUNA__LLM__BASE_URL", llm_url())
+        .args(["eval", "--dataset", data.to_str().unwrap(), "--pipeline", "vanilla-s", "--deterministic"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("one slot") && stderr.contains("LACUNA_LLM_PARALLEL=1"), "{stderr}");
+    assert!(!out.join("answers.jsonl").exists(), "no question was asked");
+}
