@@ -122,6 +122,11 @@ pub fn iteration_lines(a: &Answered) -> Vec<String> {
                     TraceKind::KnowledgePrompted { .. } => decision.push_str("knowledge prompted; "),
                     TraceKind::FactKept { .. } => kept += 1,
                     TraceKind::FactDropped { .. } => dropped += 1,
+                    TraceKind::ReadFirst { answer, went_on, .. } => decision.push_str(&match went_on.is_empty() {
+                        true => format!("read once: {answer}"),
+                        false => format!("read once: {answer}, went on ({}); ", went_on.join(", ")),
+                    }),
+                    TraceKind::OneShotOrLoop { chosen, .. } => decision.push_str(&format!("; kept: {chosen}")),
                     TraceKind::Decision { answerable, answer, forced, held_back, .. } => {
                         if !decision.is_empty() && !decision.ends_with("; ") {
                             decision.push_str("; ");

@@ -64,6 +64,37 @@ pub struct MigresSettings {
     /// query_gen drops a query that names a capitalised word of the prompts' worked examples which
     /// nothing the question knows holds (05037f1).
     pub drop_example_names: bool,
+    /// The first iteration reads the question's best passages once, as VANILLA-s with
+    /// `compare_options` does, and that answer ends the question unless a check of
+    /// `read_first_goes_on_when` finds it unsupported; the loop's answer then replaces it only when
+    /// the loop's evidence holds it and the first read's does not (`actors/shared/one_shot.rs`).
+    pub read_first: bool,
+    /// With `read_first`: the checks, none of them the model's judgement of itself, any of which sends
+    /// the one-shot answer round the loop.
+    pub read_first_goes_on_when: Vec<GoOnWhen>,
+}
+
+/// A check of the one-shot answer (`migres.read_first`) that sends the question round the loop.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GoOnWhen {
+    /// No passage shown writes the answer's words in a row (a yes or no always passes).
+    Ungrounded,
+    /// The answer is not of the kind the question asks for: a year or date for "when", a number for
+    /// "how many", yes or no for a question that starts with "is" or "did" and names no two options.
+    WrongType,
+    /// A two-option question ("A or B?") answered with neither option, or with words of both.
+    NotAnOption,
+}
+
+impl GoOnWhen {
+    pub fn name(self) -> &'static str {
+        match self {
+            GoOnWhen::Ungrounded => "ungrounded",
+            GoOnWhen::WrongType => "wrong_type",
+            GoOnWhen::NotAnOption => "not_an_option",
+        }
+    }
 }
 
 /// When the main module's decision ends the loop.

@@ -4,7 +4,7 @@
 //!
 //! A profile is up to three TOML layers, applied in order: `common`, then the dataset's group
 //! (`multihop`, `odqa` or `commonsense`, MIGRES Table 11's columns), then the dataset's own (by folder
-//! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper`, `before` and `fast` are compiled
+//! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper`, `before`, `fast` and `adaptive` are compiled
 //! in (config/profiles/<name>/); `--profile DIR` reads the same file names from a directory, any of
 //! them optional. The group of a dataset the papers used comes from its
 //! folder name; any other dataset folder names its group in a `profile.toml` (`group = "multihop"`).
@@ -16,13 +16,17 @@ use anyhow::{Context, bail};
 pub const GROUPS: [&str; 3] = ["multihop", "odqa", "commonsense"];
 
 /// The built-in profiles, each a list of layers by name.
-const BUILT_IN: [(&str, &[(&str, &str)]); 3] = [("paper", &PAPER), ("before", &BEFORE), ("fast", &FAST)];
+const BUILT_IN: [(&str, &[(&str, &str)]); 4] =
+    [("paper", &PAPER), ("before", &BEFORE), ("fast", &FAST), ("adaptive", &ADAPTIVE)];
 
 /// The `before` profile: the default before issue 47's cost levers, kept so it can be rerun.
 const BEFORE: [(&str, &str); 1] = [("common", include_str!("profiles/before/common.toml"))];
 
 /// The `fast` profile: the cheapest configuration within 1 EM of the default on the tuning half.
 const FAST: [(&str, &str); 1] = [("common", include_str!("profiles/fast/common.toml"))];
+
+/// The `adaptive` profile: one read first, the loop only for an answer a check finds unsupported.
+const ADAPTIVE: [(&str, &str); 1] = [("common", include_str!("profiles/adaptive/common.toml"))];
 
 /// The `paper` profile's layers by name.
 const PAPER: [(&str, &str); 6] = [
@@ -49,7 +53,9 @@ pub fn layers(profile: &str, dataset_dir: Option<&Path>) -> anyhow::Result<Vec<S
     }
     let dir = Path::new(profile);
     if !dir.is_dir() {
-        bail!("profile {profile}: neither a built-in profile (paper, before, fast) nor a directory of TOML layers");
+        bail!(
+            "profile {profile}: neither a built-in profile (paper, before, fast, adaptive) nor a directory of TOML layers"
+        );
     }
     let mut out = Vec::new();
     for name in &wanted {

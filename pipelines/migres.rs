@@ -18,7 +18,11 @@ use crate::topics::Topic;
 pub const STAGES: &[StageDecl] = &[
     // Loop queries first: questions already in flight finish before new ones start.
     retrieve(&[Topic::Queries, Topic::Questions]),
-    sentence_filter(|s| s.sentence_filter(FilterMode::MIGRES, s.settings.migres.top_k)),
+    // With `migres.read_first`, the first iteration's read can answer the question here.
+    StageDecl {
+        outputs: &[Topic::Evidence, Topic::Answers],
+        ..sentence_filter(|s| s.sentence_filter(FilterMode::MIGRES, s.settings.migres.top_k))
+    },
     StageDecl::llm::<Leaf>(&[Topic::Evidence], &[Topic::Facts], |s| Ok(Startable::new(Leaf::new(s.llm())))),
     StageDecl {
         name: Verify::NAME,

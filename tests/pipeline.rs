@@ -137,3 +137,53 @@ async fn broken_replies_are_asked_again_or_degrade_visibly_without_ending_the_qu
     let reasked = answer.trace.iter().any(|s| matches!(s.kind, TraceKind::LlmCall { reasks: 1, .. }));
     assert!(reasked, "the trace shows the re-asked calls");
 }
+
+/// `migres.read_first` (the `adaptive` profile): the first iteration reads the question's best
+/// passages once, as VANILLA-s does. An answer those passages write ends the question there, at one
+/// call; one they do not write goes round the loop, whose answer replaces it only with better support.
+#[actix::test]
+async fn with_read_first_a_grounded_first_read_ends_the_question_and_an_ungrounded_one_goes_round_the_loop() {
+    let first_read = |answer: &'static str| {
+        move |prompt: &str| match prompt_kind(prompt) {
+            Prompt::Reader => Reply::Json(json!({"answer": answer, "confidence": 4, "explanation": "read once"})),
+            _ => hugo_script(prompt),
+        }
+    };
+    let ask = |url: String| async move {
+        let mut settings = support::settings(&url);
+        settings.migres.read_first = true;
+        let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+        let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
+        let record = pipeline.ask(QuestionEvent::new(HUGO_QUESTION_ID, question)).await.unwrap();
+        pipeline.stop();
+        let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+        answer
+    };
+    let went_on = |answer: &lacuna::topics::Answered| {
+        answer.trace.iter().find_map(|s| match &s.kind {
+            TraceKind::ReadFirst { went_on, .. } => Some(went_on.clone()),
+            _ => None,
+        })
+    };
+
+    // Hugo's own passage writes "FC Cartagena": the first read stands, and nothing else is asked.
+    let llm = FakeLlm::start(first_read("FC Cartagena")).await;
+    let answer = ask(llm.base_url.clone()).await;
+    assert_eq!(answer.answer, "FC Cartagena");
+    assert_eq!((answer.usage.llm_calls, answer.iterations), (1, 1), "one read, no loop");
+    assert_eq!(llm.calls_of(Prompt::Leaf), 0);
+    assert_eq!(went_on(&answer), Some(Vec::new()));
+    assert!(answer.passages.iter().any(|p| p.text.contains("FC Cartagena")), "it cites what it read");
+
+    // No passage shown writes "Andalusia": the loop runs, and its verified Murcia replaces the read.
+    let llm = FakeLlm::start(first_read("Andalusia")).await;
+    let answer = ask(llm.base_url.clone()).await;
+    assert_eq!(went_on(&answer), Some(vec!["ungrounded".to_string()]));
+    assert_eq!(answer.answer, "Murcia");
+    assert!(answer.iterations >= 2 && llm.calls_of(Prompt::Leaf) >= 2, "the loop ran");
+    let chosen = answer.trace.iter().find_map(|s| match &s.kind {
+        TraceKind::OneShotOrLoop { one_shot, chosen, .. } => Some((one_shot.clone(), chosen.clone())),
+        _ => None,
+    });
+    assert_eq!(chosen, Some(("Andalusia".to_string(), "Murcia".to_string())));
+}

@@ -154,7 +154,20 @@ pub struct Memory {
     /// nothing at the limit (`migres.reader_fallback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub best_passages: Vec<ScoredPassage>,
+    /// The first read's answer (`migres.read_first`) while the loop runs because a check found it
+    /// unsupported: the final answer is chosen between it and the loop's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_shot: Option<OneShot>,
     pub trace: Vec<TraceStep>,
+}
+
+/// The answer of one read of the question's best passages, and the passages it read, whole.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OneShot {
+    pub answer: String,
+    pub confidence: f32,
+    pub explanation: String,
+    pub passages: Vec<Passage>,
 }
 
 /// How many scored passages the memory keeps for the reader fallback: VANILLA's top-k.
@@ -187,6 +200,7 @@ impl Memory {
             generated_passage: None,
             submission: String::new(),
             best_passages: Vec::new(),
+            one_shot: None,
             trace: Vec::new(),
         }
     }

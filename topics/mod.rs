@@ -55,8 +55,8 @@ pub use evidence::EvidenceEvent;
 pub use facts::{CandidateFact, FactsEvent};
 pub use joins::{JoinEvent, JoinedEvent};
 pub use memory::{
-    AnswerLogprobs, EvidenceItem, EvidenceOrigin, FactSource, KnownFact, Memory, NodeRef, Passage, ScoredPassage,
-    TrajectoryStep, Usage,
+    AnswerLogprobs, EvidenceItem, EvidenceOrigin, FactSource, KnownFact, Memory, NodeRef, OneShot, Passage,
+    ScoredPassage, TrajectoryStep, Usage,
 };
 pub use missing::MissingEvent;
 pub use node::{Candidate, NodeEvent, NodeResult};

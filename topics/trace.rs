@@ -148,6 +148,21 @@ pub enum TraceKind {
         answer_before: String,
         answer: String,
     },
+    /// `migres.read_first`: the answer of one read of the question's best passages, and the checks
+    /// that found it unsupported and sent the question round the loop (none: it is the answer).
+    ReadFirst {
+        /// The passages read, as shown.
+        passages: Vec<String>,
+        answer: String,
+        went_on: Vec<String>,
+    },
+    /// The final answer chosen between the first read's and the loop's by which the evidence behind
+    /// each writes (a tie keeps the first read's).
+    OneShotOrLoop {
+        one_shot: String,
+        loop_answer: String,
+        chosen: String,
+    },
     /// A step of a kind this build does not know, written by a later one during a rolling upgrade:
     /// read rather than refused, its details are not kept.
     #[serde(other)]

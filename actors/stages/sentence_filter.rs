@@ -4,6 +4,9 @@
 //! top k are shown to the leaf module. When nothing survives, the LLM writes what it knows instead
 //! (knowledge prompting, paper 4.5), marked as model knowledge. The memory keeps the best-scored
 //! passages, whole, for MIGRES's reader fallback at the limit.
+//!
+//! With `migres.read_first`, the first iteration also reads the passages once, as VANILLA-s does: an
+//! answer no check finds unsupported ends the question here (`shared/one_shot.rs`).
 
 use async_trait::async_trait;
 
@@ -12,9 +15,14 @@ use crate::actors::clients::{LlmClient, Reranker};
 use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::note_call;
+use crate::actors::shared::answer::{FinalAnswer, given_answer};
+use crate::actors::shared::evidence::{cite_shown, documents, read};
+use crate::actors::shared::one_shot::reasons_to_go_on;
+use crate::actors::shared::two_options;
 use crate::config::{MigresSettings, Settings};
 use crate::topics::{
-    Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, PassagesEvent, Record, SCHEMA_VERSION, TraceKind,
+    Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, OneShot, Outcome, Passage, PassagesEvent, Record,
+    SCHEMA_VERSION, TraceKind,
 };
 
 pub struct SentenceFilter {
@@ -43,6 +51,13 @@ impl FilterMode {
         FilterMode { passage_threshold: false, sentences: true, knowledge_prompting: false };
 }
 
+/// What the first read (`migres.read_first`) leaves: the question's answer, or the question to filter
+/// for the loop.
+enum FirstRead {
+    Answered(Record),
+    GoOn(PassagesEvent),
+}
+
 /// A passage that passed the threshold, reduced to what will be shown.
 struct Snippet {
     id: String,
@@ -60,7 +75,51 @@ impl SentenceFilter {
         SentenceFilter { mode, ..self }
     }
 
-    async fn filter(&self, event: PassagesEvent) -> Result<EvidenceEvent, StageError> {
+    /// `migres.read_first`: the question's passages read once as VANILLA-s reads them (the top k, cut
+    /// to their sentences), with `compare_options`, in the same words, so a run of VANILLA-s has
+    /// already cached the calls. An answer that no check of `read_first_goes_on_when` finds unsupported
+    /// ends the question; otherwise it waits in the memory, and the loop starts as it would have.
+    async fn read_first(&self, mut event: PassagesEvent) -> Result<FirstRead, StageError> {
+        let view = self.filter(event.clone(), FilterMode::TOP_K_SENTENCES).await?;
+        let memory = &mut event.memory;
+        let docs = documents(view.evidence.iter().map(|e| (e.title.as_str(), e.text.as_str())));
+        let reading = read(&self.llm, memory, Self::NAME, "read_first", &docs).await?;
+        let (answer, explanation) = match self.settings.compare_options {
+            true => {
+                two_options::settle(&self.llm, memory, Self::NAME, &docs, reading.answer, reading.explanation).await?
+            }
+            false => (reading.answer, reading.explanation),
+        };
+        let passages: Vec<Passage> = view
+            .evidence
+            .iter()
+            .filter_map(|e| event.hits.iter().find(|h| h.passage.id == e.id))
+            .map(|h| h.passage.clone())
+            .collect();
+        let texts: Vec<String> = passages.iter().map(|p| format!("{} {}", p.title, p.text)).collect();
+        let checks = &self.settings.read_first_goes_on_when;
+        let went_on = reasons_to_go_on(checks, &memory.question_to_answer(), &answer, &texts);
+        let ids = view.evidence.iter().map(|e| e.id.clone()).collect();
+        memory.record(
+            Self::NAME,
+            TraceKind::ReadFirst { passages: ids, answer: answer.clone(), went_on: went_on.clone() },
+        );
+        let given = FinalAnswer { answer, confidence: reading.confidence, explanation };
+        if !went_on.is_empty() {
+            let (answer, confidence, explanation) = (given.answer, given.confidence, given.explanation);
+            memory.one_shot = Some(OneShot { answer, confidence, explanation, passages });
+            return Ok(FirstRead::GoOn(event));
+        }
+        let mut memory = event.memory;
+        // The view was filtered on a copy of the memory: what it showed counts here.
+        let (shown, before) = (&view.memory.usage, memory.usage.clone());
+        memory.usage.passages_shown += shown.passages_shown.saturating_sub(before.passages_shown);
+        memory.usage.evidence_tokens += shown.evidence_tokens.saturating_sub(before.evidence_tokens);
+        cite_shown(&mut memory, &view.evidence);
+        Ok(FirstRead::Answered(given_answer(memory, Self::NAME, given, Outcome::Answered)))
+    }
+
+    async fn filter(&self, event: PassagesEvent, mode: FilterMode) -> Result<EvidenceEvent, StageError> {
         let PassagesEvent { mut memory, queries, hits, .. } = event;
         let threshold = self.settings.rerank_threshold;
 
@@ -68,7 +127,7 @@ impl SentenceFilter {
         let scores = self.reranker.score(pairs).await?;
         let mut kept = Vec::new();
         for (hit, &score) in hits.iter().zip(&scores) {
-            let keep = score >= threshold || !self.mode.passage_threshold;
+            let keep = score >= threshold || !mode.passage_threshold;
             memory.record(
                 Self::NAME,
                 TraceKind::PassageScored {
@@ -82,7 +141,7 @@ impl SentenceFilter {
                 kept.push((hit, score));
             }
         }
-        if self.mode.passage_threshold {
+        if mode.passage_threshold {
             // Under the threshold is not irrelevant: MIGRES's reader fallback reads the best five of
             // every query's hits (the baselines' modes show their top k anyway).
             memory.note_scored(hits.iter().map(|h| &h.passage).zip(scores.iter().copied()));
@@ -94,7 +153,7 @@ impl SentenceFilter {
         // Score every sentence of every surviving passage in one batch.
         let sentences: Vec<Vec<String>> = kept
             .iter()
-            .map(|(hit, _)| match self.mode.sentences {
+            .map(|(hit, _)| match mode.sentences {
                 true => sentences_outside_query(&hit.passage.text, &hit.query),
                 false => Vec::new(),
             })
@@ -110,7 +169,7 @@ impl SentenceFilter {
         for ((hit, passage_score), list) in kept.iter().zip(sentences) {
             let scores: Vec<f32> = sentence_scores.by_ref().take(list.len()).collect();
             let whole = match scores.iter().copied().reduce(f32::max) {
-                _ if !self.mode.sentences => true,
+                _ if !mode.sentences => true,
                 // A passage whose every sentence repeats the query has nothing new to say.
                 None => continue,
                 Some(best) => best < *passage_score,
@@ -150,7 +209,7 @@ impl SentenceFilter {
         // Not in the first iteration by default: its query is the whole question, so the model's
         // closed-book guess at the answer would come back as a "fact".
         let knowledge = self.settings.knowledge_prompting
-            && self.mode.knowledge_prompting
+            && mode.knowledge_prompting
             && memory.iteration >= self.settings.knowledge_from_iteration;
         if !evidence.is_empty() || !knowledge {
             return Ok(EvidenceEvent { schema_version: SCHEMA_VERSION, memory, queries, evidence });
@@ -225,14 +284,33 @@ impl SentenceFilter {
 impl Stage for SentenceFilter {
     const NAME: &'static str = "sentence_filter";
 
-    /// Knowledge prompting's, when it is on.
+    /// Knowledge prompting's, when it is on, and the first read's (the reader's, and the comparison's
+    /// where `compare_options` is on).
     fn prompts(settings: &Settings) -> Vec<NamedPrompt> {
-        if settings.migres.knowledge_prompting { vec![("knowledge", prompts::KNOWLEDGE)] } else { Vec::new() }
+        let migres = &settings.migres;
+        let mut used = Vec::new();
+        if migres.knowledge_prompting {
+            used.push(("knowledge", prompts::KNOWLEDGE));
+        }
+        if migres.read_first {
+            used.push(("reader", prompts::READER));
+            if migres.compare_options {
+                used.push(("compare_options", prompts::COMPARE_OPTIONS));
+            }
+        }
+        used
     }
 
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
-        let event: PassagesEvent = decode(record)?;
-        Ok(vec![self.filter(event).await?.to_record()])
+        let mut event: PassagesEvent = decode(record)?;
+        let first = event.memory.iteration == 1 && event.memory.one_shot.is_none();
+        if self.settings.read_first && self.mode == FilterMode::MIGRES && first {
+            event = match self.read_first(event).await? {
+                FirstRead::Answered(answer) => return Ok(vec![answer]),
+                FirstRead::GoOn(event) => event,
+            };
+        }
+        Ok(vec![self.filter(event, self.mode).await?.to_record()])
     }
 }
 

@@ -20,7 +20,7 @@ use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::actors::shared::answer::{FinalAnswer, answer_record, final_schema, given_answer, normalize_answer};
 use crate::actors::shared::evidence::{documents, read};
-use crate::actors::shared::{span, two_options};
+use crate::actors::shared::{one_shot, span, two_options};
 use crate::config::{Acceptance, MigresSettings, Settings};
 use crate::metrics::METRICS;
 use crate::topics::{Event, Memory, MissingEvent, Outcome, Passage, Record, SCHEMA_VERSION, TraceKind, VerifiedEvent};
@@ -93,6 +93,7 @@ impl Main {
         if rejected.is_none() {
             let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
             let given = self.settled(&mut memory, given).await?;
+            let given = self.or_first_read(&mut memory, given);
             return Ok(answer_record(memory, given.answer, given.confidence, given.explanation, Outcome::Answered));
         }
         if memory.iteration >= self.settings.max_iterations {
@@ -101,6 +102,7 @@ impl Main {
             if held_back.is_some() {
                 let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
                 let given = self.settled(&mut memory, given).await?;
+                let given = self.or_first_read(&mut memory, given);
                 return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
             }
             return self.answer_at_limit(memory).await;
@@ -199,6 +201,7 @@ impl Main {
 
     async fn give_at_limit(&self, mut memory: Memory, given: FinalAnswer) -> Result<Record, StageError> {
         let given = self.settled(&mut memory, given).await?;
+        let given = self.or_first_read(&mut memory, given);
         Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit))
     }
 
@@ -229,6 +232,7 @@ impl Main {
             memory.cited_passages.insert(passage.id.clone(), passage);
         }
         let read = self.as_written(&memory, FinalAnswer { answer, confidence: reading.confidence, explanation });
+        let read = self.or_first_read(&mut memory, read);
         Ok(given_answer(memory, Self::NAME, read, Outcome::AnsweredAtLimit))
     }
 
@@ -265,6 +269,21 @@ impl Main {
             }
             None => given,
         }
+    }
+}
+
+impl Main {
+    /// With `migres.read_first`, when the loop ran: its answer, or the first read's where the loop's
+    /// evidence does not write its own and the first read's passages do not fall short
+    /// (`one_shot::choose`).
+    fn or_first_read(&self, memory: &mut Memory, given: FinalAnswer) -> FinalAnswer {
+        if memory.one_shot.is_none() {
+            return given;
+        }
+        let evidence = memory.verified_facts().map(|f| f.text.clone());
+        let passages = memory.cited_passages.values().map(|p| format!("{} {}", p.title, p.text));
+        let texts: Vec<String> = evidence.chain(passages).collect();
+        one_shot::choose(memory, Self::NAME, given, &texts)
     }
 }
 

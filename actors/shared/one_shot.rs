@@ -1,0 +1,184 @@
+//! `migres.read_first`: a small model seldom judges its own facts sufficient, so the loop ran to its
+//! limit on most questions and answered from facts instead of from the passages a one-shot reader
+//! sees. Here the first read's answer ends the question unless a check that does not ask the model
+//! finds it unsupported, and when the loop runs, its answer replaces the first read's only when the
+//! loop's evidence writes it and the first read's passages do not.
+
+use crate::actors::shared::answer::{FinalAnswer, contains_words, normalize_answer};
+use crate::actors::shared::two_options;
+use crate::config::GoOnWhen;
+use crate::topics::{Memory, OneShot, TraceKind};
+
+/// First words of a question that wants yes or no, unless it names two options.
+const AUXILIARIES: &[&str] =
+    &["is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have", "had", "will", "would", "should"];
+
+const NUMBER_WORDS: &[&str] = &["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"];
+
+/// The checks of `checks` that find `answer` unsupported, by name, for the trace: `texts` are the
+/// passages the read showed, whole.
+pub fn reasons_to_go_on(checks: &[GoOnWhen], question: &str, answer: &str, texts: &[String]) -> Vec<String> {
+    let fails = |check: &GoOnWhen| match check {
+        GoOnWhen::Ungrounded => !written_in(answer, texts),
+        GoOnWhen::WrongType => !fits_type(question, answer),
+        GoOnWhen::NotAnOption => !names_one_option(question, answer),
+    };
+    checks.iter().filter(|c| fails(c)).map(|c| c.name().to_string()).collect()
+}
+
+/// Some text writes the answer's words in a row, normalised as scoring does; yes and no pass, since
+/// no passage writes them.
+pub fn written_in(answer: &str, texts: &[String]) -> bool {
+    let answer = normalize_answer(answer);
+    if answer.is_empty() {
+        return false;
+    }
+    matches!(answer.as_str(), "yes" | "no") || texts.iter().any(|t| contains_words(&normalize_answer(t), &answer))
+}
+
+/// The answer is of the kind the question's first words ask for.
+pub fn fits_type(question: &str, answer: &str) -> bool {
+    let (q, a) = (question.trim().to_lowercase(), normalize_answer(answer));
+    if a.is_empty() {
+        return false;
+    }
+    let yes_no = matches!(a.as_str(), "yes" | "no");
+    let first = q.split_whitespace().next().unwrap_or("");
+    if AUXILIARIES.contains(&first) {
+        return yes_no || q.contains(" or ");
+    }
+    let has_digit = a.chars().any(|c| c.is_ascii_digit());
+    if q.starts_with("when") || ["what year", "which year", "what date"].iter().any(|w| q.contains(w)) {
+        return has_digit;
+    }
+    if ["how many", "how much", "how old"].iter().any(|w| q.starts_with(w)) {
+        return has_digit || a.split(' ').any(|w| NUMBER_WORDS.contains(&w));
+    }
+    !yes_no && !matches!(a.as_str(), "unknown" | "none")
+}
+
+/// A two-option question is answered with one option (its words in a row), not neither or both; a
+/// yes or no passes ("Are A and B both ...?"), and so does any answer to other questions.
+pub fn names_one_option(question: &str, answer: &str) -> bool {
+    let Some(options) = two_options::options(question) else { return true };
+    let a = normalize_answer(answer);
+    if matches!(a.as_str(), "yes" | "no") {
+        return true;
+    }
+    let names = |option: &str| !a.is_empty() && contains_words(&normalize_answer(option), &a);
+    names(&options.first) != names(&options.second)
+}
+
+/// The final answer: the loop's `given` when the loop's evidence (`loop_texts`: its verified facts and
+/// the passages they cite) writes it and the first read's passages do not write the first read's;
+/// otherwise the first read's, whose passages then join the answer's citations.
+pub fn choose(memory: &mut Memory, stage: &str, given: FinalAnswer, loop_texts: &[String]) -> FinalAnswer {
+    let Some(one_shot) = memory.one_shot.take() else { return given };
+    let texts: Vec<String> = one_shot.passages.iter().map(|p| format!("{} {}", p.title, p.text)).collect();
+    let loop_wins = written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts);
+    let OneShot { answer, confidence, explanation, passages } = one_shot;
+    let chosen = if loop_wins { given.answer.clone() } else { answer.clone() };
+    memory.record(
+        stage,
+        TraceKind::OneShotOrLoop { one_shot: answer.clone(), loop_answer: given.answer.clone(), chosen },
+    );
+    if loop_wins {
+        return given;
+    }
+    for passage in passages {
+        memory.cited_passages.insert(passage.id.clone(), passage);
+    }
+    let explanation = format!(
+        "{explanation} (Read once from the best passages; the loop's answer, {}, had no better support.)",
+        given.answer
+    );
+    FinalAnswer { answer, confidence, explanation }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(list: &[&str]) -> Vec<String> {
+        list.iter().map(|t| t.to_string()).collect()
+    }
+
+    #[test]
+    fn an_answer_is_grounded_where_a_passage_writes_its_words_in_a_row() {
+        let shown = texts(&["Tom Quill (born 1961 in Lindon, Vessary) is a goalkeeper."]);
+        assert!(written_in("Lindon, Vessary", &shown));
+        assert!(written_in("the Lindon", &shown), "normalised as scoring does");
+        assert!(!written_in("Vessary Lindon", &shown), "words in another order");
+        assert!(!written_in("Lind", &shown), "part of a word is not the word");
+        assert!(written_in("No", &shown), "no passage writes yes or no");
+        assert!(!written_in("", &shown));
+    }
+
+    #[test]
+    fn the_answer_must_be_of_the_kind_asked_for() {
+        assert!(fits_type("When was Tom Quill born?", "12 May 1961"));
+        assert!(!fits_type("When was Tom Quill born?", "Lindon"));
+        assert!(!fits_type("In what year did the club win?", "the league"));
+        assert!(fits_type("How many goals did he score?", "seven"));
+        assert!(!fits_type("How many goals did he score?", "many"));
+        assert!(fits_type("Did Tom Quill play for Lindon?", "yes"));
+        assert!(!fits_type("Did Tom Quill play for Lindon?", "Tom Quill"));
+        assert!(fits_type("Was Tom Quill or Ada Brand born first?", "Ada Brand"));
+        assert!(!fits_type("Who founded Lindon?", "yes"));
+        assert!(!fits_type("Who founded Lindon?", "unknown"));
+    }
+
+    #[test]
+    fn a_two_option_question_wants_exactly_one_option() {
+        let question = "Which film came out first, The Blue Door or Night Train?";
+        assert!(names_one_option(question, "The Blue Door"));
+        assert!(names_one_option(question, "Night Train"));
+        assert!(!names_one_option(question, "Lindon"), "neither option");
+        assert!(names_one_option("Who founded Lindon?", "Lindon"), "not a two-option question");
+    }
+
+    fn memory_with_one_shot(answer: &str, passage: &str) -> Memory {
+        let mut memory = Memory::new("q", "Where was the goalkeeper of Harwick Rovers born?");
+        memory.one_shot = Some(OneShot {
+            answer: answer.into(),
+            confidence: 4.0,
+            explanation: "read".into(),
+            passages: vec![crate::topics::Passage {
+                id: "p1".into(),
+                title: "Harwick Rovers".into(),
+                text: passage.into(),
+            }],
+        });
+        memory
+    }
+
+    fn given(answer: &str) -> FinalAnswer {
+        FinalAnswer { answer: answer.into(), confidence: 3.0, explanation: "loop".into() }
+    }
+
+    #[test]
+    fn the_loop_replaces_the_first_read_only_with_better_support() {
+        let loop_texts = texts(&["Tom Quill was born in Lindon."]);
+        // The first read named someone its passages never mention; the loop's facts write Lindon.
+        let mut memory = memory_with_one_shot("Vessary", "Harwick Rovers' goalkeeper is Tom Quill.");
+        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts).answer, "Lindon");
+        assert!(memory.one_shot.is_none());
+        assert!(
+            memory
+                .trace
+                .iter()
+                .any(|s| matches!(&s.kind, TraceKind::OneShotOrLoop { chosen, .. } if chosen == "Lindon"))
+        );
+        // Both supported: a tie keeps the first read, whose passage becomes a citation.
+        let mut memory = memory_with_one_shot("Tom Quill", "Harwick Rovers' goalkeeper is Tom Quill.");
+        let chosen = choose(&mut memory, "main", given("Lindon"), &loop_texts);
+        assert_eq!(chosen.answer, "Tom Quill");
+        assert!(memory.cited_passages.contains_key("p1"));
+        // Neither supported: a tie too.
+        let mut memory = memory_with_one_shot("Vessary", "Harwick Rovers' goalkeeper is Tom Quill.");
+        assert_eq!(choose(&mut memory, "main", given("Ostra"), &loop_texts).answer, "Vessary");
+        // No first read in the memory: the loop's answer, untouched.
+        let mut memory = Memory::new("q", "?");
+        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts).explanation, "loop");
+    }
+}
