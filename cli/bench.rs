@@ -99,6 +99,11 @@ struct PipelineArgs {
     /// configured: before and after in one run, on the same machine and fake LLM.
     #[arg(long, conflicts_with = "against_today")]
     before: bool,
+    /// First run with the default's answer settings (config/default.toml's methods and NLI check),
+    /// then as configured: a profile (`--profile adaptive`) against the default in one run, on the same
+    /// machine and fake LLM.
+    #[arg(long, conflicts_with_all = ["before", "against_today"])]
+    against_default: bool,
     /// Set every stage's llm_concurrency (and llm.max_concurrency) to N.
     #[arg(long)]
     llm_concurrency: Option<usize>,
@@ -198,6 +203,11 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
         eprintln!("running with the before profile ...");
         runs.push(crate::bench::pipeline::run("before (profile)", args.pipeline, &before, &dataset).await?);
     }
+    if args.against_default {
+        let default = tune(with_answer_settings_of(configured, &[])?);
+        eprintln!("running with the default ...");
+        runs.push(crate::bench::pipeline::run("default", args.pipeline, &default, &dataset).await?);
+    }
     if args.against_today {
         let mut today = settings.clone();
         today.rerank = crate::bench::rerank::as_in_41ae80c(&today.rerank);
@@ -216,8 +226,12 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
 /// `configured` with the `before` profile's answer settings (MIGRES's levers, the NLI check, the key
 /// order); endpoints, concurrency and the rest as configured.
 fn with_before_profile(configured: &Settings) -> anyhow::Result<Settings> {
-    let layers = crate::config::profiles::layers("before", None)?;
-    let pinned = Settings::load_with(None, &layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+    with_answer_settings_of(configured, &crate::config::profiles::layers("before", None)?)
+}
+
+/// `configured` with the answer settings of the defaults under `layers`.
+fn with_answer_settings_of(configured: &Settings, layers: &[String]) -> anyhow::Result<Settings> {
+    let pinned = Settings::load_with(None, layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     let mut before = configured.clone();
     before.migres = pinned.migres;
     before.nli = pinned.nli;
