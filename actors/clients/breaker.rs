@@ -234,6 +234,17 @@ mod tests {
         assert!(within(waits[3], 400), "capped at max_probe_ms: {waits:?}");
     }
 
+    /// A server's Retry-After is its word on when to come back, not a licence to stay away for an
+    /// hour: it counts up to `max_probe_ms`, so a call is not held for `max_wait_ms` and failed while
+    /// the endpoint is back (issue 57, item 8).
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_longer_than_the_longest_probe_interval_waits_only_that_long() {
+        let breaker = breaker(1, 60_000);
+        assert!(breaker.failed(Some(Duration::from_secs(3600))));
+        let wait = waited(&breaker).await;
+        assert!(wait.is_some_and(|w| w <= Duration::from_millis(480)), "waited {wait:?} for a probe");
+    }
+
     /// `max_wait_ms` bounds how long one call waits, not how long the endpoint may be down: after
     /// an outage longer than it, the next probe still goes out, finds the endpoint back and closes
     /// the circuit, and calls go through again without a restart.
