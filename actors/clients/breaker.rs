@@ -133,6 +133,13 @@ impl Breaker {
         *state = State::Closed { failures: 0 };
     }
 
+    /// A server's Retry-After, counted up to `max_probe_ms`: the longest this breaker waits between
+    /// probes of its own accord. `Retry-After: 3600` would otherwise hold every call until it gives up
+    /// at `max_wait_ms`, long after the endpoint is back.
+    pub fn capped(&self, retry_after: Option<Duration>) -> Duration {
+        retry_after.unwrap_or_default().min(Duration::from_millis(self.settings.max_probe_ms))
+    }
+
     /// The endpoint failed in a way worth retrying (unreachable, timeout, 429, 5xx); `retry_after`
     /// is the server's own word on when to come back. True when the circuit is open: the caller
     /// waits in [`Breaker::pass`] rather than spending one of its retries.
@@ -159,7 +166,7 @@ impl Breaker {
                 (since, (interval * 2).min(Duration::from_millis(self.settings.max_probe_ms)))
             }
         };
-        let wait = jittered(interval).max(retry_after.unwrap_or_default());
+        let wait = jittered(interval).max(self.capped(retry_after));
         *state = State::Open { since, retry_at: now + wait, interval, probe_until: None };
         true
     }
@@ -243,6 +250,7 @@ mod tests {
         assert!(breaker.failed(Some(Duration::from_secs(3600))));
         let wait = waited(&breaker).await;
         assert!(wait.is_some_and(|w| w <= Duration::from_millis(480)), "waited {wait:?} for a probe");
+        assert_eq!(breaker.capped(Some(Duration::from_millis(150))), Duration::from_millis(150), "a short one stands");
     }
 
     /// `max_wait_ms` bounds how long one call waits, not how long the endpoint may be down: after

@@ -366,7 +366,8 @@ impl LlmClient {
     }
 
     /// Sends `body` until the endpoint answers. Transient failures are retried `max_retries` times
-    /// with jittered backoff, never sooner than the server's `Retry-After`; failures while the
+    /// with jittered backoff, never sooner than the server's `Retry-After` (up to
+    /// `llm.breaker.max_probe_ms`); failures while the
     /// endpoint's circuit is open spend no retry, the call waits for the circuit instead.
     async fn attempts(&self, body: &Value, started: Instant) -> Result<(String, CallStats), LlmError> {
         let (mut attempt, mut sent) = (0, 0);
@@ -408,7 +409,7 @@ impl LlmClient {
                 return Err(error);
             }
             let backoff = crate::actors::clients::backoff(self.settings.retry_backoff_ms, attempt)
-                .max(error.retry_after().unwrap_or_default());
+                .max(self.breaker.capped(error.retry_after()));
             tracing::warn!(attempt, backoff_ms = backoff.as_millis() as u64, %error, "LLM call failed, retrying");
             tokio::time::sleep(backoff).await;
         }
