@@ -507,6 +507,19 @@ mod tests {
         assert_eq!(registry.admit(vec![other]).unwrap_err(), AdmitError::Conflict("elsewhere".into()));
     }
 
+    /// A batch whose explicit id is the id its sibling's key derives would be two questions under one
+    /// id: open would count two and only one record would finish them, and 32 such POSTs would shut
+    /// the door on everyone (issue 57, item 5). It is a conflict, and nothing is admitted.
+    #[test]
+    fn an_id_equal_to_a_siblings_derived_id_is_a_conflict_and_opens_nothing() {
+        let registry = Registry::new(4, 10, 1 << 20);
+        let keyed = NewQuestion { id: None, key: Some("order-17#1".into()), ..asked("") };
+        let derived = idempotent_id(&keyed).unwrap();
+        let batch = vec![asked(&derived), keyed];
+        assert_eq!(registry.admit(batch).unwrap_err(), AdmitError::Conflict(derived));
+        assert_eq!(registry.open(), 0);
+    }
+
     fn published(registry: &Registry, asked: NewQuestion) -> crate::topics::Record {
         match registry.admit(vec![asked]).unwrap().pop() {
             Some(Admitted::New(question)) => question.to_record(),
