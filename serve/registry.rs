@@ -305,6 +305,16 @@ impl Registry {
                 }
             }
         }
+        // Two new questions of one batch under one id (an explicit id equal to a sibling's derived
+        // one) would be one entry counted open twice, which one record never closes.
+        let mut ids = HashSet::new();
+        for (asked, known) in questions.iter().zip(&admitted) {
+            if let (None, Some(id)) = (known, idempotent_id(asked))
+                && !ids.insert(id.clone())
+            {
+                return Err(AdmitError::Conflict(id));
+            }
+        }
         if new > 0 && inner.open + new > self.max_open {
             return Err(AdmitError::TooManyOpen { open: inner.open, asked: new, max: self.max_open });
         }
