@@ -171,3 +171,26 @@ fn read_documents(path: &PathBuf, max_bytes: usize) -> anyhow::Result<(Vec<Docum
     }
     Ok((documents, rejected))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line that is not UTF-8 is a bad line like any other: reported with its number and skipped,
+    /// the file's other documents read (issue 57: it used to end the whole ingest).
+    #[test]
+    fn a_line_that_is_not_utf8_is_reported_and_skipped() {
+        let path = std::env::temp_dir().join(format!("lacuna-ingest-{}.jsonl", std::process::id()));
+        let mut bytes = br#"{"id": "a", "text": "First."}"#.to_vec();
+        bytes.extend_from_slice(b"\n{\"id\": \"b\", \"text\": \"caf\xe9\"}\n");
+        bytes.extend_from_slice(br#"{"id": "c", "text": "Third."}"#);
+        std::fs::write(&path, bytes).unwrap();
+        let read = read_documents(&path, 1 << 20);
+        std::fs::remove_file(&path).unwrap();
+        let (documents, rejected) = read.expect("the file is read to its end");
+        let ids: Vec<&str> = documents.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["a", "c"]);
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].0, 2, "{rejected:?}");
+    }
+}
