@@ -150,8 +150,13 @@ fn read_documents(path: &PathBuf, max_bytes: usize) -> anyhow::Result<(Vec<Docum
     let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let (mut documents, mut rejected): (Vec<Document>, Vec<(usize, String)>) = (Vec::new(), Vec::new());
     let mut position: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+    // Split on bytes: a line that is not UTF-8 is a bad line to report, not the end of the file.
+    for (n, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
         let line = line.map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), n + 1))?;
+        let Ok(line) = String::from_utf8(line) else {
+            rejected.push((n + 1, "not UTF-8".to_string()));
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
