@@ -135,6 +135,31 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A crash can cut a line inside a character of more than one byte (a question with "é" in it),
+    /// leaving a file that is not UTF-8 to its end: the sink must still find the questions it holds
+    /// and cut the torn line, not read the file as empty and write them all again (issue 57, item 9).
+    #[test]
+    fn a_line_cut_inside_a_character_is_cut_off_and_the_file_still_remembers_its_questions() {
+        let dir = std::env::temp_dir().join(format!("lacuna-sink-utf8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("answers.jsonl");
+        let whole = serde_json::to_string(&answer("q1")).unwrap();
+        let mut torn = serde_json::to_string(&answer("q2")).unwrap().replace("Where?", "Où?").into_bytes();
+        let at = torn.iter().position(|&b| b == 0xc3).unwrap() + 1;
+        torn.truncate(at);
+        let mut bytes = format!("{whole}\n").into_bytes();
+        bytes.extend_from_slice(&torn);
+        std::fs::write(&path, bytes).unwrap();
+
+        let mut file = AnswerFile::open(&path).unwrap();
+        assert_eq!(file.len(), 1, "q1 is remembered");
+        assert!(!file.append(&answer("q1")).unwrap(), "and not written twice");
+        assert!(file.append(&answer("q2")).unwrap());
+        let text = std::fs::read_to_string(&path).expect("the torn bytes are gone");
+        assert_eq!(text.lines().count(), 2, "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// `--expect N` is a promise about the file: a sink that goes idle before it has N records
     /// fails, so a test or a script waiting on it cannot mistake a short file for a full one.
     #[tokio::test(start_paused = true)]
