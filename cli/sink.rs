@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,20 +18,35 @@ pub struct AnswerFile {
 impl AnswerFile {
     /// Opens `path` for appending, remembering the questions it already holds. A last line without
     /// its newline was cut short by a crash: it is cut off, since its record was not acknowledged
-    /// and comes again.
+    /// and comes again. The file is read line by line, as bytes: a crash can cut a character in
+    /// two, and a file that cannot be read is an error, not an empty file (that would write every
+    /// answer again).
     pub fn open(path: &Path) -> std::io::Result<AnswerFile> {
         let mut seen = HashSet::new();
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let whole = text.rfind('\n').map_or(0, |end| end + 1);
-        for line in text[..whole].lines() {
-            if let Ok(record) = serde_json::from_str::<VersionedAnswer>(line) {
-                seen.insert(record.record.question_id().to_string());
+        let (mut whole, mut torn) = (0u64, 0usize);
+        match File::open(path) {
+            Ok(existing) => {
+                let mut reader = std::io::BufReader::new(existing);
+                let mut line = Vec::new();
+                while reader.read_until(b'\n', &mut line)? > 0 {
+                    if line.last() != Some(&b'\n') {
+                        torn = line.len();
+                        break;
+                    }
+                    whole += line.len() as u64;
+                    if let Ok(record) = serde_json::from_slice::<VersionedAnswer>(&line) {
+                        seen.insert(record.record.question_id().to_string());
+                    }
+                    line.clear();
+                }
             }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
         }
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        if whole < text.len() {
-            tracing::warn!(path = %path.display(), bytes = text.len() - whole, "cutting off a partial last line");
-            file.set_len(whole as u64)?;
+        if torn > 0 {
+            tracing::warn!(path = %path.display(), bytes = torn, "cutting off a partial last line");
+            file.set_len(whole)?;
         }
         Ok(AnswerFile { file, seen })
     }
