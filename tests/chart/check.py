@@ -214,6 +214,9 @@ def check_serve(serve, by_kind, pipeline, label):
     env = {e["name"]: e for e in container.get("env", [])}
     check(env.get("LACUNA_SERVE_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef") == {"name": "lacuna-serve", "key": "token"},
           f"{label}: the serve token does not come from its Secret")
+    check(env.get("LACUNA_SERVE_DOCUMENTS_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef")
+          == {"name": "lacuna-serve-documents", "key": "token"},
+          f"{label}: the document routes' token does not come from its Secret")
     check(env.get("LACUNA__SERVE__REPLICA_ID", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name",
           f"{label}: serve replicas do not get their own consumer groups")
     check(container.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz", f"{label}: serve has no /readyz probe")
@@ -221,7 +224,8 @@ def check_serve(serve, by_kind, pipeline, label):
     check(len(services) == 1 and services[0]["spec"]["selector"]["app.kubernetes.io/component"] == "serve"
           and services[0]["spec"]["ports"][0]["targetPort"] == "http", f"{label}: no Service in front of serve")
     config = [c["data"]["lacuna.toml"] for c in by_kind.get("ConfigMap", []) if "lacuna.toml" in c.get("data", {})][0]
-    check("progress = true" in config and 'token_env = "LACUNA_SERVE_TOKEN"' in config and "chat.example.com" in config,
+    check("progress = true" in config and 'token_env = "LACUNA_SERVE_TOKEN"' in config and "chat.example.com" in config
+          and 'documents_token_env = "LACUNA_SERVE_DOCUMENTS_TOKEN"' in config,
           f"{label}: lacuna.toml lacks the stages' progress or serve's token and CORS settings")
 
 
