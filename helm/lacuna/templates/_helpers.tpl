@@ -89,6 +89,9 @@ every per-stage override names a stage some pipeline has, and only settings a st
 {{- if .Values.serve.tokenSecret.name -}}
 {{- $_ := set $serve "token_env" "LACUNA_SERVE_TOKEN" -}}
 {{- end -}}
+{{- if .Values.serve.documentsTokenSecret.name -}}
+{{- $_ := set $serve "documents_token_env" "LACUNA_SERVE_DOCUMENTS_TOKEN" -}}
+{{- end -}}
 {{- $_ := set $config "serve" (merge $serve (default dict $config.serve)) -}}
 {{- end -}}
 {{- $search := dict "index_dir" .Values.index.mountPath "follow_documents" .Values.index.followDocuments -}}
