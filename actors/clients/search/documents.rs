@@ -184,6 +184,13 @@ mod tests {
         let mut spaced = document("text");
         spaced.id = "kb article".into();
         assert!(matches!(spaced.check(1000), Err(DocumentError::BadId(_))), "an id travels in URLs");
+        // A path, query or escape character would make GET /v1/documents/{id} name another resource,
+        // and an invisible or bidirectional character two ids that look alike (issue 57, item 9).
+        for id in ["kb/article", "what?", "50%25", "a\u{200b}b", "a\u{202e}b", "\u{feff}a"] {
+            let mut odd = document("text");
+            odd.id = id.into();
+            assert!(matches!(odd.check(1000), Err(DocumentError::BadId(_))), "{id:?}");
+        }
         let big = document(&"x".repeat(2000));
         assert!(big.check(1000).unwrap_err().to_string().contains("over search.max_document_bytes = 1000"));
         assert_eq!(document("fine").check(1000), Ok(()));
