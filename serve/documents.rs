@@ -89,7 +89,11 @@ pub struct StoredPassage {
 #[allow(dead_code)] // for the OpenAPI document: the handlers take the id as a string
 pub struct DocumentId {
     /// The document's id: 1 to 200 characters, no `#`, white space or control characters.
-    #[param(min_length = 1, max_length = 200, pattern = "^[^#\\s\\u0000-\\u001f\\u007f-\\u009f]+$")]
+    #[param(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^#?%/\\s\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u200b-\\u200f\\u202a-\\u202e\\u2060-\\u2069\\ufeff]+$"
+    )]
     pub id: String,
 }
 

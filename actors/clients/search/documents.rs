@@ -20,9 +20,14 @@ pub const MAX_ID_CHARS: usize = 200;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Document {
-    /// The document's id; its passages' ids start with it. No `#` (it numbers passages), white
-    /// space or control characters.
-    #[schema(min_length = 1, max_length = 200, pattern = "^[^#\\s\\u0000-\\u001f\\u007f-\\u009f]+$")]
+    /// The document's id; its passages' ids start with it. No `#` (it numbers passages), no `/`, `?`
+    /// or `%` (it is a URL's last segment), no white space, control, invisible or bidirectional
+    /// characters.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^#?%/\\s\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u200b-\\u200f\\u202a-\\u202e\\u2060-\\u2069\\ufeff]+$"
+    )]
     pub id: String,
     #[serde(default)]
     pub title: String,
@@ -41,7 +46,9 @@ pub enum DocumentError {
     EmptyId,
     #[error("the document id {0:?} is longer than 200 characters")]
     LongId(String),
-    #[error("the document id {0:?} holds '#', white space or a control character ('#' numbers its passages)")]
+    #[error(
+        "the document id {0:?} holds '#', '/', '?', '%', white space, or a control, invisible or bidirectional character ('#' numbers its passages; the id is a URL segment)"
+    )]
     BadId(String),
     #[error("document {0:?} has no text")]
     EmptyText(String),
@@ -73,8 +80,9 @@ impl Document {
     }
 }
 
-/// A document id is what deletes name: non-empty, short, without '#', white space or control
-/// characters (it travels in URLs and Kafka keys, and `#` numbers its passages).
+/// A document id is what deletes name: non-empty, short, without '#' (it numbers its passages),
+/// '/', '?' or '%' (it is the last segment of /v1/documents/{id}), white space, control characters,
+/// or invisible and bidirectional ones (two ids that look the same must be the same).
 pub fn check_id(id: &str) -> Result<(), DocumentError> {
     if id.trim().is_empty() {
         return Err(DocumentError::EmptyId);
@@ -82,7 +90,8 @@ pub fn check_id(id: &str) -> Result<(), DocumentError> {
     if id.chars().count() > MAX_ID_CHARS {
         return Err(DocumentError::LongId(id.chars().take(40).collect::<String>() + "..."));
     }
-    if id.chars().any(|c| c == '#' || c.is_whitespace() || c.is_control()) {
+    let invisible = |c: char| matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}');
+    if id.chars().any(|c| matches!(c, '#' | '/' | '?' | '%') || c.is_whitespace() || c.is_control() || invisible(c)) {
         return Err(DocumentError::BadId(id.to_string()));
     }
     Ok(())
