@@ -322,3 +322,40 @@ fn unavailable(error: impl std::fmt::Display) -> ApiError {
     refused.retry_after = Some(1);
     refused
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use super::*;
+
+    /// A request dropped while its change runs (the client went away) must keep the index's one
+    /// writer until the change is done: the next request waits for it, rather than failing to open a
+    /// second writer while the first still holds tantivy's lock (issue 57, item 9).
+    #[tokio::test]
+    async fn a_change_whose_request_was_dropped_keeps_the_writer_until_it_is_done() {
+        let dir = std::env::temp_dir().join(format!("lacuna-serve-writer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let routes = DocumentRoutes {
+            token: None,
+            target: Target::Local { dir: dir.clone(), writing: Default::default() },
+            max_document_bytes: 1 << 20,
+            passage_words: 100,
+            body_timeout: Duration::from_secs(5),
+        };
+        let first_done: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let done = first_done.clone();
+        let slow = routes.apply(move |_| {
+            std::thread::sleep(Duration::from_millis(500));
+            *done.lock().unwrap() = Some(Instant::now());
+            Ok(0)
+        });
+        assert!(tokio::time::timeout(Duration::from_millis(100), slow).await.is_err(), "dropped mid-change");
+        let second = routes.apply(|_| Ok(0)).await;
+        let finished = *first_done.lock().unwrap();
+        assert!(second.is_ok(), "the second change waited for the writer instead of failing");
+        assert!(finished.is_some(), "and it ran after the first change was done");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
