@@ -43,7 +43,7 @@ pub struct DocumentRoutes {
 /// Where a change goes.
 pub enum Target {
     /// The local tantivy index, written by one request at a time (tantivy allows one writer).
-    Local { dir: PathBuf, writing: tokio::sync::Mutex<()> },
+    Local { dir: PathBuf, writing: Arc<tokio::sync::Mutex<()>> },
     /// The documents topic.
     Kafka(Arc<KafkaBus>),
     /// The Meilisearch index the pipelines search (`search.backend = "meilisearch"`, in process),
@@ -282,9 +282,12 @@ impl DocumentRoutes {
         change: impl FnOnce(&mut TantivyWriter) -> Result<usize, SearchError> + Send + 'static,
     ) -> Result<(usize, Option<String>), ApiError> {
         let Target::Local { dir, writing } = &self.target else { unreachable!("called in process only") };
-        let _one_at_a_time = writing.lock().await;
+        // The guard goes with the blocking task: a request dropped mid-change (the client went away)
+        // must not let the next one in while this one still holds tantivy's writer.
+        let one_at_a_time = writing.clone().lock_owned().await;
         let dir = dir.clone();
         tokio::task::spawn_blocking(move || {
+            let _one_at_a_time = one_at_a_time;
             let mut writer = TantivyWriter::open(&dir)?;
             let passages = change(&mut writer)?;
             Ok((passages, Some(writer.commit()?)))

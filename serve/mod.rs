@@ -191,7 +191,7 @@ pub async fn start(
                 Target::Meili { meili, opened: tokio::sync::OnceCell::new() }
             }
             Transport::InProcess => {
-                Target::Local { dir: settings.search.index_dir.clone(), writing: tokio::sync::Mutex::new(()) }
+                Target::Local { dir: settings.search.index_dir.clone(), writing: Default::default() }
             }
             Transport::Kafka => {
                 let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus)?;
