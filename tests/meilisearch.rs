@@ -7,6 +7,8 @@ mod support;
 
 use std::io::Write;
 
+use lacuna::actors::clients::search::Document;
+use lacuna::actors::clients::search::meili::Update;
 use lacuna::actors::clients::{MeiliSearch, Search, SearchError};
 use lacuna::config::{MeiliSettings, Settings};
 use lacuna::pipelines::parts::Parts;
@@ -53,6 +55,34 @@ async fn indexing_twice_leaves_one_copy_and_search_returns_scored_passages() {
     assert!(hits.iter().any(|(p, _)| gold.contains(&p.id)), "a gold passage is among the hits");
     let stored = meili.passage(&hits[0].0.id).await.unwrap().unwrap();
     assert_eq!(stored, hits[0].0);
+}
+
+/// `search.meilisearch.task_timeout_ms` bounds how long one task may take. A task still processing
+/// after `timeout_ms` (one request's bound) is waited for, not taken for a failed request whose batch
+/// is uploaded again: each upload adds a task to the queue the indexer waits on (issue 57, item 3).
+#[tokio::test]
+async fn a_slow_task_is_waited_for_up_to_task_timeout_ms_and_its_batch_uploaded_once() {
+    let fake = support::fake_meili::FakeMeili::start();
+    let mut settings = Settings::defaults().search.meilisearch;
+    settings.url = fake.url.clone();
+    settings.index = "slow-tasks".into();
+    (settings.timeout_ms, settings.max_retries, settings.retry_backoff_ms) = (200, 1, 10);
+    settings.task_timeout_ms = 10_000;
+    let meili = MeiliSearch::new(settings.clone()).unwrap();
+    meili.open_for_writing().await.unwrap();
+    fake.set_task_delay(std::time::Duration::from_millis(1_500));
+    let document: Document = serde_json::from_value(json!({"id": "slow", "title": "Slow", "text": "A slow task."})).unwrap();
+    let update = Update { doc_id: "slow".into(), document: Some(document.clone()) };
+    let written = meili.apply_now(std::slice::from_ref(&update), 100, "test").await;
+    assert!(written.is_ok(), "{written:?}");
+    assert_eq!(fake.uploads(), 1, "the batch went up once");
+
+    // A task past task_timeout_ms is an error that says so, and no retry uploads it again.
+    settings.task_timeout_ms = 500;
+    fake.set_task_delay(std::time::Duration::from_secs(5));
+    let error = MeiliSearch::new(settings).unwrap().apply_now(&[update], 100, "test").await.unwrap_err();
+    assert!(error.to_string().contains("task_timeout_ms"), "{error}");
+    assert_eq!(fake.uploads(), 2);
 }
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 //! no registry ships one (../shared/ENVIRONMENT.md). Every task is done when it is enqueued. Search
 //! ranks by the share of query words a passage holds; deletions take the filters Lacuna writes
 //! (`doc_id IN [...]`, optionally `AND change != "..."`) and refuse any other. `set_down` makes every
-//! request answer 503, as a server that is restarting.
+//! request answer 503, as a server that is restarting; `set_task_delay` makes each new task report
+//! itself processing for a while, as a busy server's queue does.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +26,10 @@ struct Index {
 #[derive(Default)]
 struct Server {
     indexes: HashMap<String, Index>,
-    tasks: Vec<Value>,
+    /// Each task as it will read when done, and when it is done.
+    tasks: Vec<(Value, std::time::Instant)>,
+    task_delay: std::time::Duration,
+    uploads: usize,
 }
 
 #[derive(Clone)]
@@ -79,6 +83,16 @@ impl FakeMeili {
         self.shared.down.store(down, Ordering::SeqCst);
     }
 
+    /// New tasks report `processing` for this long before they are done.
+    pub fn set_task_delay(&self, delay: std::time::Duration) {
+        self.shared.server.lock().unwrap().task_delay = delay;
+    }
+
+    /// Document uploads received (POST .../documents).
+    pub fn uploads(&self) -> usize {
+        self.shared.server.lock().unwrap().uploads
+    }
+
     /// The uids of its indexes.
     pub fn indexes(&self) -> Vec<String> {
         self.shared.server.lock().unwrap().indexes.keys().cloned().collect()
@@ -118,7 +132,8 @@ fn missing(uid: &str) -> Response {
     error(StatusCode::NOT_FOUND, "index_not_found", format!("Index `{uid}` not found."))
 }
 
-/// Records a task, done at once (failed with `failure` when given), and answers 202 with its info.
+/// Records a task, done after the task delay (failed with `failure` when given), and answers 202 with
+/// its info.
 fn task(server: &mut Server, uid: &str, failure: Option<Value>) -> Response {
     let number = server.tasks.len();
     let mut done = json!({"uid": number, "indexUid": uid, "status": "succeeded", "type": "customs",
@@ -127,7 +142,8 @@ fn task(server: &mut Server, uid: &str, failure: Option<Value>) -> Response {
         done["status"] = json!("failed");
         done["error"] = failure;
     }
-    server.tasks.push(done);
+    let ready = std::time::Instant::now() + server.task_delay;
+    server.tasks.push((done, ready));
     let info = json!({"taskUid": number, "indexUid": uid, "status": "enqueued", "type": "customs", "enqueuedAt": AT});
     (StatusCode::ACCEPTED, Json(info)).into_response()
 }
@@ -170,6 +186,7 @@ async fn add_documents(
     Json(documents): Json<Vec<Value>>,
 ) -> Response {
     let mut server = shared.server.lock().unwrap();
+    server.uploads += 1;
     // Meilisearch creates an index with its first documents.
     let index = server.indexes.entry(uid.clone()).or_default();
     if index.primary_key.is_none() {
@@ -305,7 +322,15 @@ async fn search(State(shared): State<Shared>, Path(uid): Path<String>, Json(body
 async fn get_task(State(shared): State<Shared>, Path(uid): Path<usize>) -> Response {
     let server = shared.server.lock().unwrap();
     match server.tasks.get(uid) {
-        Some(task) => Json(task.clone()).into_response(),
+        Some((task, ready)) if std::time::Instant::now() < *ready => {
+            let mut processing = task.clone();
+            processing["status"] = json!("processing");
+            for unfinished in ["duration", "finishedAt", "error"] {
+                processing.as_object_mut().unwrap().remove(unfinished);
+            }
+            Json(processing).into_response()
+        }
+        Some((task, _)) => Json(task.clone()).into_response(),
         None => error(StatusCode::NOT_FOUND, "task_not_found", format!("Task `{uid}` not found.")),
     }
 }
