@@ -292,12 +292,24 @@ impl MeiliSearch {
         self.client.index(format!("{}-applied", self.settings.index))
     }
 
-    /// Waits for an enqueued task to end, up to `task_timeout_ms`; its failure is the caller's to judge.
+    /// Waits for an enqueued task to end, up to `task_timeout_ms` in all; its failure is the caller's
+    /// to judge. Each look at the task is one request under `timeout_ms`, retried while the server does
+    /// not answer; a task still processing is looked at again, never taken for a failed request (its
+    /// batch would be uploaded again, adding a task to the queue being waited on).
     pub(super) async fn finished(&self, enqueued: &TaskInfo) -> Result<Result<(), TaskFailure>, SearchError> {
-        let poll = Some(Duration::from_millis(50));
-        let timeout = Some(Duration::from_millis(self.settings.task_timeout_ms));
-        let task = self.retrying("wait for a task", || self.client.wait_for_task(enqueued, poll, timeout)).await?;
-        Ok(task_outcome(task))
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.task_timeout_ms);
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let task = self.retrying("read a task", || self.client.get_task(enqueued)).await?;
+            if matches!(task, Task::Succeeded { .. } | Task::Failed { .. }) {
+                return Ok(task_outcome(task));
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(search_error(SdkError::Timeout, &self.settings));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
     }
 }
 
