@@ -46,6 +46,9 @@ pub struct MeiliSettings {
     pub retry_backoff_ms: u64,
     /// Documents per upload when indexing.
     pub batch_size: usize,
+    /// Bytes per upload, at most (a passage larger than this goes up alone): under Meilisearch's
+    /// payload limit (100 MB by default) and the indexer's memory, however large the documents.
+    pub max_batch_bytes: usize,
     /// How long to wait for one indexing task.
     pub task_timeout_ms: u64,
     pub matching_strategy: MatchingStrategy,

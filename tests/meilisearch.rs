@@ -71,7 +71,8 @@ async fn a_slow_task_is_waited_for_up_to_task_timeout_ms_and_its_batch_uploaded_
     let meili = MeiliSearch::new(settings.clone()).unwrap();
     meili.open_for_writing().await.unwrap();
     fake.set_task_delay(std::time::Duration::from_millis(1_500));
-    let document: Document = serde_json::from_value(json!({"id": "slow", "title": "Slow", "text": "A slow task."})).unwrap();
+    let document: Document =
+        serde_json::from_value(json!({"id": "slow", "title": "Slow", "text": "A slow task."})).unwrap();
     let update = Update { doc_id: "slow".into(), document: Some(document.clone()) };
     let written = meili.apply_now(std::slice::from_ref(&update), 100, "test").await;
     assert!(written.is_ok(), "{written:?}");
@@ -83,6 +84,30 @@ async fn a_slow_task_is_waited_for_up_to_task_timeout_ms_and_its_batch_uploaded_
     let error = MeiliSearch::new(settings).unwrap().apply_now(&[update], 100, "test").await.unwrap_err();
     assert!(error.to_string().contains("task_timeout_ms"), "{error}");
     assert_eq!(fake.uploads(), 2);
+}
+
+/// Uploads are bounded in bytes as well as in passages: one large document (each passage carries its
+/// metadata) must not make a batch the server refuses, which would stop the indexer for good
+/// (issue 57, item 4).
+#[tokio::test]
+async fn a_large_document_goes_up_in_uploads_under_max_batch_bytes() {
+    let fake = support::fake_meili::FakeMeili::start();
+    let mut settings = Settings::defaults().search.meilisearch;
+    settings.url = fake.url.clone();
+    settings.index = "large-documents".into();
+    settings.max_batch_bytes = 100_000;
+    let meili = MeiliSearch::new(settings).unwrap();
+    meili.open_for_writing().await.unwrap();
+    fake.set_payload_limit(150_000);
+    let text = vec!["A sentence of the manual."; 2_000].join(" ");
+    let document: Document = serde_json::from_value(
+        json!({"id": "manual", "title": "Manual", "text": text, "metadata": {"notes": "n".repeat(20_000)}}),
+    )
+    .unwrap();
+    let update = Update { doc_id: "manual".into(), document: Some(document) };
+    let written = meili.apply_now(&[update], 100, "test").await.expect("every upload under the limit");
+    assert_eq!(fake.documents("large-documents").len(), written.passages);
+    assert!(fake.uploads() >= 3, "{} uploads", fake.uploads());
 }
 
 #[tokio::test]

@@ -30,6 +30,8 @@ struct Server {
     tasks: Vec<(Value, std::time::Instant)>,
     task_delay: std::time::Duration,
     uploads: usize,
+    /// Uploads larger than this are refused with 413, as Meilisearch's `http-payload-size-limit`.
+    payload_limit: Option<usize>,
 }
 
 #[derive(Clone)]
@@ -86,6 +88,11 @@ impl FakeMeili {
     /// New tasks report `processing` for this long before they are done.
     pub fn set_task_delay(&self, delay: std::time::Duration) {
         self.shared.server.lock().unwrap().task_delay = delay;
+    }
+
+    /// Refuses document uploads whose body is larger than `bytes` with 413 `payload_too_large`.
+    pub fn set_payload_limit(&self, bytes: usize) {
+        self.shared.server.lock().unwrap().payload_limit = Some(bytes);
     }
 
     /// Document uploads received (POST .../documents).
@@ -187,6 +194,11 @@ async fn add_documents(
 ) -> Response {
     let mut server = shared.server.lock().unwrap();
     server.uploads += 1;
+    let size = serde_json::to_vec(&documents).unwrap().len();
+    if let Some(limit) = server.payload_limit.filter(|limit| size > *limit) {
+        let message = format!("The provided payload reached the size limit. The maximum accepted payload size is {limit} B.");
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message);
+    }
     // Meilisearch creates an index with its first documents.
     let index = server.indexes.entry(uid.clone()).or_default();
     if index.primary_key.is_none() {
