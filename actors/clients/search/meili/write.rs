@@ -32,6 +32,24 @@ pub struct Update {
     pub document: Option<Document>,
 }
 
+/// `passages` in runs of at most `count` passages and `bytes` bytes of JSON; a passage larger than
+/// `bytes` goes alone.
+fn batches(passages: &[Stored], count: usize, bytes: usize) -> Vec<&[Stored]> {
+    let (mut out, mut start, mut size) = (Vec::new(), 0, 0);
+    for (i, passage) in passages.iter().enumerate() {
+        let own = serde_json::to_vec(passage).map_or(0, |json| json.len()) + 1;
+        if i > start && (i - start >= count.max(1) || size + own > bytes) {
+            out.push(&passages[start..i]);
+            (start, size) = (i, 0);
+        }
+        size += own;
+    }
+    if start < passages.len() {
+        out.push(&passages[start..]);
+    }
+    out
+}
+
 /// Settings of an index Lacuna writes: what is searched, what comes back, and the attributes that
 /// deletions filter on.
 fn writable_settings() -> IndexSettings {
@@ -98,11 +116,10 @@ impl MeiliSearch {
         Ok(())
     }
 
-    /// Writes passages, `batch_size` to a task, and waits for every task.
+    /// Writes passages, at most `batch_size` and `max_batch_bytes` to a task, and waits for every task.
     pub async fn write(&self, passages: &[Stored]) -> Result<(), SearchError> {
         let index = self.index();
-        let batch_size = self.settings.batch_size.max(1);
-        for batch in passages.chunks(batch_size) {
+        for batch in batches(passages, self.settings.batch_size, self.settings.max_batch_bytes) {
             let task = self.retrying("upload documents", || index.add_or_replace(batch, Some(PRIMARY_KEY))).await?;
             self.finished(&task).await??;
         }
