@@ -172,6 +172,17 @@ mod tests {
         assert_eq!(resume(Some(applied), "other", &[span(0, 0, 12)]), (other, true), "empty it and start over");
     }
 
+    /// Offsets past a partition's end were not this topic's: it was deleted and created again, or
+    /// the follower now reads another cluster. Resuming there would skip the new topic's records, and
+    /// the follower would call itself caught up at once (issue 57, item 2).
+    #[test]
+    fn stored_offsets_past_a_partitions_end_are_outdated() {
+        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]) };
+        assert!(!outdated(&applied, &[span(0, 0, 10)]), "at the end: caught up, nothing missed");
+        assert!(outdated(&applied, &[span(0, 0, 4)]), "offset 10 of a partition that ends at 4");
+        assert_eq!(resume(Some(applied), "t", &[span(0, 0, 4)]).1, true, "rebuilt from the topic's start");
+    }
+
     #[test]
     fn a_follower_starts_at_its_stored_offsets_and_waits_only_for_partitions_behind() {
         let mut applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]) };
