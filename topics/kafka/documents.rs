@@ -127,6 +127,9 @@ impl KafkaBus {
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
+            // An offset out of range is read from the start, never from the end: a follower must
+            // not skip records it has not applied.
+            .set("auto.offset.reset", "earliest")
             .create()
             .map_err(transport)?;
         Ok(Changelog { consumer, topic: topic.to_string() })

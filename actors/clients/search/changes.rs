@@ -30,8 +30,9 @@ pub struct Start {
 }
 
 impl Applied {
-    /// The offsets stored with an index, if they are this topic's and nothing since was lost to
-    /// retention or compaction; `None` means the index must be rebuilt from the topic's start.
+    /// The offsets stored with an index, if they are this topic's (and not past its end) and nothing
+    /// since was lost to retention or compaction; `None` means the index must be rebuilt from the
+    /// topic's start.
     fn resumable(self, topic: &str, spans: &[Span]) -> Option<Applied> {
         (self.topic == topic && !outdated(&self, spans)).then_some(self)
     }
@@ -80,9 +81,14 @@ pub fn resume(stored: Option<Applied>, topic: &str, spans: &[Span]) -> (Applied,
     }
 }
 
-/// A stored offset below a partition's earliest record: records it never saw are gone.
+/// A stored offset below a partition's earliest record (records it never saw are gone), or past its
+/// end (the offsets are another topic's of the same name: one deleted and created again, or another
+/// cluster's).
 fn outdated(applied: &Applied, spans: &[Span]) -> bool {
-    spans.iter().any(|s| applied.next.get(&s.partition).copied().unwrap_or(0) < s.low)
+    spans.iter().any(|s| {
+        let next = applied.next.get(&s.partition).copied();
+        next.unwrap_or(0) < s.low || next.is_some_and(|next| next > s.high)
+    })
 }
 
 /// A record as a document (`None` for a tombstone), or as its dead letter when it is not one.
