@@ -187,3 +187,24 @@ async fn with_read_first_a_grounded_first_read_ends_the_question_and_an_unground
     });
     assert_eq!(chosen, Some(("Andalusia".to_string(), "Murcia".to_string())));
 }
+
+/// A first read whose reply stays unusable after its re-asks (cut at `max_tokens` each time, as the
+/// 1.5B model did on two MuSiQue questions) must not end the question: the read is a shortcut, and
+/// the loop is still there. The step is marked degraded and the loop answers.
+#[actix::test]
+async fn with_read_first_a_first_read_that_stays_broken_leaves_the_question_to_the_loop() {
+    let llm = FakeLlm::start(|prompt: &str| match prompt_kind(prompt) {
+        Prompt::Reader => Reply::Cut("{\"answer\": \"Mur".into()),
+        _ => hugo_script(prompt),
+    })
+    .await;
+    let mut settings = support::settings(&llm.base_url);
+    settings.migres.read_first = true;
+    let (question, answers, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
+    let record = pipeline.ask(QuestionEvent::new(HUGO_QUESTION_ID, question)).await.unwrap();
+    pipeline.stop();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    assert_eq!(answer.answer, answers[0], "the loop answered");
+    assert!(answer.degraded.contains(&"sentence_filter".to_string()), "{:?}", answer.degraded);
+}
