@@ -11,10 +11,10 @@
 use async_trait::async_trait;
 
 use crate::actors::clients::rerank::titled;
-use crate::actors::clients::{LlmClient, Reranker};
+use crate::actors::clients::{LlmClient, LlmError, Reranker};
 use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
-use crate::actors::shared::accounting::note_call;
+use crate::actors::shared::accounting::{degrade, note_call};
 use crate::actors::shared::answer::{FinalAnswer, given_answer};
 use crate::actors::shared::evidence::{cite_shown, documents, read};
 use crate::actors::shared::one_shot::reasons_to_go_on;
@@ -83,12 +83,27 @@ impl SentenceFilter {
         let view = self.filter(event.clone(), FilterMode::TOP_K_SENTENCES).await?;
         let memory = &mut event.memory;
         let docs = documents(view.evidence.iter().map(|e| (e.title.as_str(), e.text.as_str())));
-        let reading = read(&self.llm, memory, Self::NAME, "read_first", &docs).await?;
-        let (answer, explanation) = match self.settings.compare_options {
-            true => {
-                two_options::settle(&self.llm, memory, Self::NAME, &docs, reading.answer, reading.explanation).await?
+        // A reply still unusable after its re-asks leaves the question to the loop, marked degraded:
+        // the first read is a shortcut, not a step the question needs.
+        let settled = async {
+            let reading = read(&self.llm, memory, Self::NAME, "read_first", &docs).await?;
+            let (answer, explanation) = match self.settings.compare_options {
+                true => {
+                    two_options::settle(&self.llm, memory, Self::NAME, &docs, reading.answer, reading.explanation)
+                        .await?
+                }
+                false => (reading.answer, reading.explanation),
+            };
+            Ok::<_, StageError>((answer, explanation, reading.confidence))
+        }
+        .await;
+        let (answer, explanation, confidence) = match settled {
+            Ok(settled) => settled,
+            Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
+                degrade(memory, Self::NAME, error.error_type(), format!("first read: {error}"));
+                return Ok(FirstRead::GoOn(event));
             }
-            false => (reading.answer, reading.explanation),
+            Err(error) => return Err(error),
         };
         let passages: Vec<Passage> = view
             .evidence
@@ -104,7 +119,7 @@ impl SentenceFilter {
             Self::NAME,
             TraceKind::ReadFirst { passages: ids, answer: answer.clone(), went_on: went_on.clone() },
         );
-        let given = FinalAnswer { answer, confidence: reading.confidence, explanation };
+        let given = FinalAnswer { answer, confidence, explanation };
         if !went_on.is_empty() {
             let (answer, confidence, explanation) = (given.answer, given.confidence, given.explanation);
             memory.one_shot = Some(OneShot { answer, confidence, explanation, passages });
