@@ -22,7 +22,7 @@ use crate::actors::shared::two_options;
 use crate::config::{MigresSettings, Settings};
 use crate::topics::{
     Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, OneShot, Outcome, Passage, PassagesEvent, Record,
-    SCHEMA_VERSION, TraceKind,
+    RetrievedPassage, SCHEMA_VERSION, TraceKind,
 };
 
 pub struct SentenceFilter {
@@ -52,10 +52,10 @@ impl FilterMode {
 }
 
 /// What the first read (`migres.read_first`) leaves: the question's answer, or the question to filter
-/// for the loop.
+/// for the loop with its passages' scores.
 enum FirstRead {
     Answered(Record),
-    GoOn(PassagesEvent),
+    GoOn(PassagesEvent, Vec<f32>),
 }
 
 /// A passage that passed the threshold, reduced to what will be shown.
@@ -80,7 +80,9 @@ impl SentenceFilter {
     /// already cached the calls. An answer that no check of `read_first_goes_on_when` finds unsupported
     /// ends the question; otherwise it waits in the memory, and the loop starts as it would have.
     async fn read_first(&self, mut event: PassagesEvent) -> Result<FirstRead, StageError> {
-        let view = self.filter(event.clone(), FilterMode::TOP_K_SENTENCES).await?;
+        // The passages are scored once, for the read's view and for the loop's filter alike.
+        let scores = self.passage_scores(&event.hits).await?;
+        let view = self.filter(event.clone(), FilterMode::TOP_K_SENTENCES, Some(scores.clone())).await?;
         let memory = &mut event.memory;
         let docs = documents(view.evidence.iter().map(|e| (e.title.as_str(), e.text.as_str())));
         // A reply still unusable after its re-asks leaves the question to the loop, marked degraded:
@@ -101,7 +103,7 @@ impl SentenceFilter {
             Ok(settled) => settled,
             Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
                 degrade(memory, Self::NAME, error.error_type(), format!("first read: {error}"));
-                return Ok(FirstRead::GoOn(event));
+                return Ok(FirstRead::GoOn(event, scores));
             }
             Err(error) => return Err(error),
         };
@@ -123,7 +125,7 @@ impl SentenceFilter {
         if !went_on.is_empty() {
             let (answer, confidence, explanation) = (given.answer, given.confidence, given.explanation);
             memory.one_shot = Some(OneShot { answer, confidence, explanation, passages });
-            return Ok(FirstRead::GoOn(event));
+            return Ok(FirstRead::GoOn(event, scores));
         }
         let mut memory = event.memory;
         // The view was filtered on a copy of the memory: what it showed counts here.
@@ -134,12 +136,27 @@ impl SentenceFilter {
         Ok(FirstRead::Answered(given_answer(memory, Self::NAME, given, Outcome::Answered)))
     }
 
-    async fn filter(&self, event: PassagesEvent, mode: FilterMode) -> Result<EvidenceEvent, StageError> {
+    /// Each hit's passage scored against the query that found it.
+    async fn passage_scores(&self, hits: &[RetrievedPassage]) -> Result<Vec<f32>, StageError> {
+        let pairs = hits.iter().map(|h| (h.query.clone(), titled(&h.passage.title, &h.passage.text))).collect();
+        Ok(self.reranker.score(pairs).await?)
+    }
+
+    /// The evidence `mode` keeps of the event's hits; `scores` are the hits' passage scores when
+    /// they are known already.
+    async fn filter(
+        &self,
+        event: PassagesEvent,
+        mode: FilterMode,
+        scores: Option<Vec<f32>>,
+    ) -> Result<EvidenceEvent, StageError> {
         let PassagesEvent { mut memory, queries, hits, .. } = event;
         let threshold = self.settings.rerank_threshold;
 
-        let pairs = hits.iter().map(|h| (h.query.clone(), titled(&h.passage.title, &h.passage.text))).collect();
-        let scores = self.reranker.score(pairs).await?;
+        let scores = match scores {
+            Some(scores) => scores,
+            None => self.passage_scores(&hits).await?,
+        };
         let mut kept = Vec::new();
         for (hit, &score) in hits.iter().zip(&scores) {
             let keep = score >= threshold || !mode.passage_threshold;
@@ -319,13 +336,14 @@ impl Stage for SentenceFilter {
     async fn process(&self, record: &Record) -> Result<Vec<Record>, StageError> {
         let mut event: PassagesEvent = decode(record)?;
         let first = event.memory.iteration == 1 && event.memory.one_shot.is_none();
+        let mut scores = None;
         if self.settings.read_first && self.mode == FilterMode::MIGRES && first {
-            event = match self.read_first(event).await? {
+            (event, scores) = match self.read_first(event).await? {
                 FirstRead::Answered(answer) => return Ok(vec![answer]),
-                FirstRead::GoOn(event) => event,
+                FirstRead::GoOn(event, known) => (event, Some(known)),
             };
         }
-        Ok(vec![self.filter(event, self.mode).await?.to_record()])
+        Ok(vec![self.filter(event, self.mode, scores).await?.to_record()])
     }
 }
 

@@ -196,7 +196,8 @@ async fn add_documents(
     server.uploads += 1;
     let size = serde_json::to_vec(&documents).unwrap().len();
     if let Some(limit) = server.payload_limit.filter(|limit| size > *limit) {
-        let message = format!("The provided payload reached the size limit. The maximum accepted payload size is {limit} B.");
+        let message =
+            format!("The provided payload reached the size limit. The maximum accepted payload size is {limit} B.");
         return error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message);
     }
     // Meilisearch creates an index with its first documents.
