@@ -211,6 +211,32 @@ async fn a_deterministic_run_sends_one_call_at_a_time_and_its_run_says_so() {
     }
     let run: Value = serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
     assert_eq!(run["deterministic"], true, "{run}");
+
+    // Self-consistency asks main's samples at once: one call at a time holds inside a question too.
+    let llm_calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = llm_calls.clone();
+    let llm = FakeLlm::start(move |prompt| {
+        if !prompt.is_empty() {
+            seen.lock().unwrap().push(Instant::now());
+        }
+        Reply::Delayed(pause, Box::new(eval_script(prompt)))
+    })
+    .await;
+    let hugo = dataset("eval-deterministic-migres", &[HUGO_QUESTION_ID]);
+    let out = support::scratch_dir("eval-deterministic-runs").join("migres");
+    let _ = std::fs::remove_dir_all(&out);
+    let output = lacuna(&llm.base_url)
+        .env("LACUNA__MIGRES__DECISION_SAMPLES", "3")
+        .args(["eval", "--dataset", hugo.to_str().unwrap(), "--pipeline", "migres", "--deterministic"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let starts = llm_calls.lock().unwrap().clone();
+    assert!(starts.len() >= 5, "{starts:?}");
+    for pair in starts.windows(2) {
+        assert!(pair[1] - pair[0] >= pause, "two calls of one question at once: {starts:?}");
+    }
 }
 
 #[tokio::test]
