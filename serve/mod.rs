@@ -12,12 +12,14 @@
 //! - `openapi`: the router and its OpenAPI document, both built from the handlers (`openapi.json` is
 //!   the committed copy); `page.html` is the live page.
 //! - `registry`: each question's state, its numbered event stream (for SSE resumes) and its record.
+//! - `entry`: one question as the registry holds it: its events, the steps seen per node, its record.
 //! - `observe`: the process's own HTTP listener: /metrics, /healthz, /readyz, and the connection limits
 //!   serve shares.
 
 pub mod api;
 pub mod bodies;
 pub mod documents;
+mod entry;
 pub mod http;
 pub mod observe;
 pub mod openapi;
