@@ -7,8 +7,14 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::bodies::{QuestionStatus, Summary};
-use super::registry::StreamEvent;
 use crate::topics::TraceStep;
+
+/// One event of a question's stream: its SSE `event:` name and its `data:` JSON.
+#[derive(Clone, Debug)]
+pub struct StreamEvent {
+    pub name: String,
+    pub data: Value,
+}
 
 pub(super) struct Entry {
     pub(super) question: String,

@@ -10,16 +10,9 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::bodies::{NodeStep, Progress, Summary};
-use super::entry::{Entry, json_size};
+use super::entry::{Entry, StreamEvent, json_size};
 use crate::metrics::METRICS;
 use crate::topics::{AnswerRecord, ProgressEvent, QuestionEvent, VersionedAnswer};
-
-/// One event of a question's stream: its SSE `event:` name and its `data:` JSON.
-#[derive(Clone, Debug)]
-pub struct StreamEvent {
-    pub name: String,
-    pub data: Value,
-}
 
 /// A question's events from some index on, numbered.
 pub struct Events {
