@@ -183,10 +183,7 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
             settings.run.max_open_questions = open.max(1);
         }
         if let Some(n) = args.llm_concurrency {
-            settings.llm.max_concurrency = n;
-            for stage in crate::pipelines::PipelineKind::all_stage_names() {
-                settings.stages.entry(stage.to_string()).or_default().llm_concurrency = Some(n);
-            }
+            crate::pipelines::PipelineKind::limit_llm_calls(&mut settings, n);
         }
         if let Some(n) = args.retrieve_top_n {
             settings.migres.retrieve_top_n = n;

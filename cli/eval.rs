@@ -98,10 +98,7 @@ pub async fn eval(
         // Every stage's client sends one call at a time (a stage's llm_concurrency is its client's
         // limit), so the one slot sees a question's calls in one order; with one question open, that
         // order is the run's.
-        settings.llm.max_concurrency = 1;
-        for stage in crate::pipelines::PipelineKind::all_stage_names() {
-            settings.stages.entry(stage.to_string()).or_default().llm_concurrency = Some(1);
-        }
+        PipelineKind::limit_llm_calls(&mut settings, 1);
     }
     let concurrency = if args.deterministic { 1 } else { args.concurrency.unwrap_or(settings.run.max_open_questions) };
     let options = EvalOptions {

@@ -78,6 +78,15 @@ impl PipelineKind {
         Self::ALL.iter().flat_map(|kind| kind.stages().iter().map(|s| s.name)).collect()
     }
 
+    /// Sets every stage's `llm_concurrency`, and `llm.max_concurrency`, to `n`: a stage's own limit is
+    /// what bounds its client, whatever its declaration says.
+    pub fn limit_llm_calls(settings: &mut Settings, n: usize) {
+        settings.llm.max_concurrency = n;
+        for stage in Self::all_stage_names() {
+            settings.stages.entry(stage.to_string()).or_default().llm_concurrency = Some(n);
+        }
+    }
+
     /// The most events one question can have in flight at once: 1 for a loop, the size of the tree
     /// for the pipelines that fan out (RA-ISF sub-questions, RQ-RAG trajectories).
     pub fn events_per_question(self, settings: &Settings) -> usize {
