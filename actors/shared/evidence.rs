@@ -7,6 +7,7 @@ use crate::actors::prompts;
 use crate::actors::runner::StageError;
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::answer::{FinalAnswer, final_schema};
+use crate::actors::shared::two_options;
 use crate::topics::{EvidenceItem, EvidenceOrigin, Memory, Passage};
 
 /// The label of QPaug's self-generated passage (paper 002).
@@ -32,6 +33,26 @@ pub async fn read(
     let reply = llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
     note_call(memory, stage, purpose, &reply.stats);
     Ok(reply.value)
+}
+
+/// [`read`], then with `compare_options` a two-option comparison settled in code over the same
+/// documents (`two_options::settle`): the baselines' answer, and MIGRES's first read
+/// (`migres.read_first`).
+pub async fn read_settled(
+    llm: &LlmClient,
+    memory: &mut Memory,
+    stage: &str,
+    purpose: &str,
+    documents: &str,
+    compare_options: bool,
+) -> Result<FinalAnswer, StageError> {
+    let reading = read(llm, memory, stage, purpose, documents).await?;
+    if !compare_options {
+        return Ok(reading);
+    }
+    let (answer, explanation) =
+        two_options::settle(llm, memory, stage, documents, reading.answer, reading.explanation).await?;
+    Ok(FinalAnswer { answer, explanation, ..reading })
 }
 
 /// The answer rests on what was shown: those passages (as shown) become its citations.

@@ -7,7 +7,7 @@
 use crate::actors::shared::answer::{FinalAnswer, contains_words, normalize_answer};
 use crate::actors::shared::two_options;
 use crate::config::GoOnWhen;
-use crate::topics::{Memory, OneShot, TraceKind};
+use crate::topics::{Memory, OneShot, Passage, TraceKind};
 
 /// First words of a question that wants yes or no, unless it names two options.
 const AUXILIARIES: &[&str] =
@@ -24,6 +24,11 @@ pub fn reasons_to_go_on(checks: &[GoOnWhen], question: &str, answer: &str, texts
         GoOnWhen::NotAnOption => !names_one_option(question, answer),
     };
     checks.iter().filter(|c| fails(c)).map(|c| c.name().to_string()).collect()
+}
+
+/// Each passage as the checks read it: its title, then its text.
+pub fn texts_of<'a>(passages: impl IntoIterator<Item = &'a Passage>) -> Vec<String> {
+    passages.into_iter().map(|p| format!("{} {}", p.title, p.text)).collect()
 }
 
 /// Some text writes the answer's words in a row, normalised as scoring does; yes and no pass, since
@@ -74,8 +79,8 @@ pub fn names_one_option(question: &str, answer: &str) -> bool {
 /// otherwise the first read's, whose passages then join the answer's citations.
 pub fn choose(memory: &mut Memory, stage: &str, given: FinalAnswer, loop_texts: &[String]) -> FinalAnswer {
     let Some(one_shot) = memory.one_shot.take() else { return given };
-    let texts: Vec<String> = one_shot.passages.iter().map(|p| format!("{} {}", p.title, p.text)).collect();
-    let loop_wins = written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts);
+    let loop_wins =
+        written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts_of(&one_shot.passages));
     let OneShot { answer, confidence, explanation, passages } = one_shot;
     let chosen = if loop_wins { given.answer.clone() } else { answer.clone() };
     memory.record(

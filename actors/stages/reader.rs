@@ -10,9 +10,8 @@ use async_trait::async_trait;
 use crate::actors::clients::LlmClient;
 use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
-use crate::actors::shared::answer::{FinalAnswer, given_answer};
-use crate::actors::shared::evidence::{YOUR_KNOWLEDGE, cite_shown, documents, read};
-use crate::actors::shared::two_options::settle;
+use crate::actors::shared::answer::given_answer;
+use crate::actors::shared::evidence::{YOUR_KNOWLEDGE, cite_shown, documents, read_settled};
 use crate::config::Settings;
 use crate::topics::{EvidenceEvent, Outcome, Record};
 
@@ -45,12 +44,7 @@ impl Stage for Reader {
         let generated = memory.generated_passage.clone();
         let shown = evidence.iter().map(|e| (e.title.as_str(), e.text.as_str()));
         let docs = documents(shown.chain(generated.as_deref().map(|text| (YOUR_KNOWLEDGE, text))));
-        let mut answer = read(&self.llm, &mut memory, Self::NAME, "answer", &docs).await?;
-        if self.compare_options {
-            let (given, explanation) =
-                settle(&self.llm, &mut memory, Self::NAME, &docs, answer.answer, answer.explanation).await?;
-            answer = FinalAnswer { answer: given, explanation, ..answer };
-        }
+        let answer = read_settled(&self.llm, &mut memory, Self::NAME, "answer", &docs, self.compare_options).await?;
         cite_shown(&mut memory, &evidence);
         Ok(vec![given_answer(memory, Self::NAME, answer, Outcome::Answered)])
     }

@@ -16,9 +16,8 @@ use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::actors::shared::answer::{FinalAnswer, given_answer};
-use crate::actors::shared::evidence::{cite_shown, documents, read};
-use crate::actors::shared::one_shot::reasons_to_go_on;
-use crate::actors::shared::two_options;
+use crate::actors::shared::evidence::{cite_shown, documents, read_settled};
+use crate::actors::shared::one_shot::{reasons_to_go_on, texts_of};
 use crate::config::{MigresSettings, Settings};
 use crate::topics::{
     Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, OneShot, Outcome, Passage, PassagesEvent, Record,
@@ -87,20 +86,9 @@ impl SentenceFilter {
         let docs = documents(view.evidence.iter().map(|e| (e.title.as_str(), e.text.as_str())));
         // A reply still unusable after its re-asks leaves the question to the loop, marked degraded:
         // the first read is a shortcut, not a step the question needs.
-        let settled = async {
-            let reading = read(&self.llm, memory, Self::NAME, "read_first", &docs).await?;
-            let (answer, explanation) = match self.settings.compare_options {
-                true => {
-                    two_options::settle(&self.llm, memory, Self::NAME, &docs, reading.answer, reading.explanation)
-                        .await?
-                }
-                false => (reading.answer, reading.explanation),
-            };
-            Ok::<_, StageError>((answer, explanation, reading.confidence))
-        }
-        .await;
-        let (answer, explanation, confidence) = match settled {
-            Ok(settled) => settled,
+        let compare = self.settings.compare_options;
+        let given = match read_settled(&self.llm, memory, Self::NAME, "read_first", &docs, compare).await {
+            Ok(given) => given,
             Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
                 degrade(memory, Self::NAME, error.error_type(), format!("first read: {error}"));
                 return Ok(FirstRead::GoOn(event, scores));
@@ -113,17 +101,15 @@ impl SentenceFilter {
             .filter_map(|e| event.hits.iter().find(|h| h.passage.id == e.id))
             .map(|h| h.passage.clone())
             .collect();
-        let texts: Vec<String> = passages.iter().map(|p| format!("{} {}", p.title, p.text)).collect();
         let checks = &self.settings.read_first_goes_on_when;
-        let went_on = reasons_to_go_on(checks, &memory.question_to_answer(), &answer, &texts);
+        let went_on = reasons_to_go_on(checks, &memory.question_to_answer(), &given.answer, &texts_of(&passages));
         let ids = view.evidence.iter().map(|e| e.id.clone()).collect();
         memory.record(
             Self::NAME,
-            TraceKind::ReadFirst { passages: ids, answer: answer.clone(), went_on: went_on.clone() },
+            TraceKind::ReadFirst { passages: ids, answer: given.answer.clone(), went_on: went_on.clone() },
         );
-        let given = FinalAnswer { answer, confidence, explanation };
         if !went_on.is_empty() {
-            let (answer, confidence, explanation) = (given.answer, given.confidence, given.explanation);
+            let FinalAnswer { answer, confidence, explanation } = given;
             memory.one_shot = Some(OneShot { answer, confidence, explanation, passages });
             return Ok(FirstRead::GoOn(event, scores));
         }

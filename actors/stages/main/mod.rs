@@ -251,6 +251,18 @@ impl Main {
         Ok(self.as_written(memory, FinalAnswer { answer, confidence: given.confidence, explanation }))
     }
 
+    /// With `migres.read_first`, when the loop ran: its answer, or the first read's where the loop's
+    /// evidence does not write its own and the first read's passages do not fall short
+    /// (`one_shot::choose`).
+    fn or_first_read(&self, memory: &mut Memory, given: FinalAnswer) -> FinalAnswer {
+        if memory.one_shot.is_none() {
+            return given;
+        }
+        let evidence = memory.verified_facts().map(|f| f.text.clone());
+        let texts: Vec<String> = evidence.chain(one_shot::texts_of(memory.cited_passages.values())).collect();
+        one_shot::choose(memory, Self::NAME, given, &texts)
+    }
+
     /// With `answer_span`, the answer as the cited passages and verified facts write the name that
     /// holds it (`span::evidence_span`); the explanation says so, for the audit.
     fn as_written(&self, memory: &Memory, given: FinalAnswer) -> FinalAnswer {
@@ -269,21 +281,6 @@ impl Main {
             }
             None => given,
         }
-    }
-}
-
-impl Main {
-    /// With `migres.read_first`, when the loop ran: its answer, or the first read's where the loop's
-    /// evidence does not write its own and the first read's passages do not fall short
-    /// (`one_shot::choose`).
-    fn or_first_read(&self, memory: &mut Memory, given: FinalAnswer) -> FinalAnswer {
-        if memory.one_shot.is_none() {
-            return given;
-        }
-        let evidence = memory.verified_facts().map(|f| f.text.clone());
-        let passages = memory.cited_passages.values().map(|p| format!("{} {}", p.title, p.text));
-        let texts: Vec<String> = evidence.chain(passages).collect();
-        one_shot::choose(memory, Self::NAME, given, &texts)
     }
 }
 
