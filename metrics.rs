@@ -22,6 +22,7 @@ pub struct Metrics {
     pub serve_open_questions: IntGaugeVec,
     pub serve_registry_bytes: IntGaugeVec,
     pub producer_renewals: IntCounterVec,
+    pub transactions: IntCounterVec,
     pub serve_rejected: IntCounterVec,
     pub llm_calls: IntCounterVec,
     pub llm_errors: IntCounterVec,
@@ -301,6 +302,11 @@ impl Metrics {
                 "Kafka producers replaced after a fatal error (a broker that lost the idempotent producer's state).",
                 &[],
             ),
+            transactions: counter(
+                "lacuna_kafka_transactions_total",
+                "Kafka transactions committed (exactly-once: a stage process's outputs and consumed positions).",
+                &[],
+            ),
             serve_rejected: counter(
                 "lacuna_serve_rejected_total",
                 "Questions `lacuna serve` refused, by reason (too_many_open, bad_request, unauthorized, ...).",
@@ -398,6 +404,7 @@ impl Metrics {
             Box::new(self.serve_open_questions.clone()),
             Box::new(self.serve_registry_bytes.clone()),
             Box::new(self.producer_renewals.clone()),
+            Box::new(self.transactions.clone()),
             Box::new(self.serve_rejected.clone()),
             Box::new(self.index_applied_offset.clone()),
             Box::new(self.index_lag.clone()),

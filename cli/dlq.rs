@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 
 use crate::config::Settings;
 use crate::pipelines::PipelineKind;
+use crate::topics::bus::atomically;
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{Bus, Event, Record, Topic};
 
@@ -36,20 +37,25 @@ pub async fn dlq(settings: &Settings, args: DlqArgs) -> anyhow::Result<()> {
     let mut replayed = 0;
     while let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_secs(idle_timeout_s), subscription.next()).await
     {
-        match DeadLetter::from_payload(&delivery.record.payload) {
-            Ok(letter) if letter.payload_truncated => {
-                tracing::error!(key = %letter.key, "dead letter cut to fit bus.max_event_bytes: cannot be replayed, skipped")
+        // Exactly-once: the letter's replay and its acknowledgement commit together.
+        let replay = async {
+            match DeadLetter::from_payload(&delivery.record.payload) {
+                Ok(letter) if letter.payload_truncated => {
+                    tracing::error!(key = %letter.key, "dead letter cut to fit bus.max_event_bytes: cannot be replayed, skipped")
+                }
+                Ok(letter) => {
+                    let record =
+                        Record { topic: letter.original_topic, key: letter.key, payload: letter.payload.into_bytes() };
+                    // Letters from before `attempts` was recorded say 0: they were tried at least once.
+                    bus.publish_attempt(record, letter.attempts.max(1) + 1).await?;
+                    replayed += 1;
+                }
+                Err(error) => tracing::error!(%error, "unreadable dead letter skipped"),
             }
-            Ok(letter) => {
-                let record =
-                    Record { topic: letter.original_topic, key: letter.key, payload: letter.payload.into_bytes() };
-                // Letters from before `attempts` was recorded say 0: they were tried at least once.
-                bus.publish_attempt(record, letter.attempts.max(1) + 1).await?;
-                replayed += 1;
-            }
-            Err(error) => tracing::error!(%error, "unreadable dead letter skipped"),
-        }
-        delivery.ack();
+            delivery.ack();
+            anyhow::Ok(())
+        };
+        atomically(&*bus, replay).await?;
     }
     subscription.commit().await?;
     eprintln!("replayed {replayed} dead letters");

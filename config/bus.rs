@@ -17,6 +17,19 @@ pub struct BusSettings {
     pub progress: bool,
     /// The longest a stage waits to publish one progress record before dropping it.
     pub progress_timeout_ms: u64,
+    /// What Kafka promises of each consumed record's outputs (`topics/kafka/transactions.rs`).
+    pub delivery: DeliveryGuarantee,
+}
+
+/// `bus.delivery`. The in-process bus ignores it: its queues live and die with the process.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryGuarantee {
+    /// Outputs published, then the offset committed: a crash between the two publishes them again,
+    /// and readers drop the repeats (`dedupe_window`, the sink, serve).
+    AtLeastOnce,
+    /// Outputs and offsets committed in one Kafka transaction; readers see only committed ones.
+    ExactlyOnce,
 }
 
 impl BusSettings {
@@ -40,6 +53,10 @@ pub struct KafkaSettings {
     pub prefetch: usize,
     /// How long a revocation waits for the revoked partitions' started work before letting them go.
     pub drain_timeout_ms: u64,
+    /// Exactly-once: how often a stage process commits its transaction (outputs and positions).
+    pub transaction_interval_ms: u64,
+    /// Exactly-once: a transaction left open this long (its process died) is aborted by the broker.
+    pub transaction_timeout_ms: u64,
     /// Any librdkafka property, set on every client (TLS, SASL mechanism and user, timeouts), as
     /// `property=value` (a list of strings: the config loader splits table keys at dots).
     #[serde(default)]

@@ -129,6 +129,32 @@ pub enum BusError {
     Rejected(String),
 }
 
+/// Held while a stage publishes what one event or tick produced and acknowledges the event: a bus
+/// with transactions commits none meanwhile, so no transaction holds part of one event's outputs.
+pub struct Hold(pub Box<dyn Send>);
+
+tokio::task_local! {
+    /// Set while a task runs [`atomically`]: its publishes need no hold of their own.
+    static HOLDING: ();
+}
+
+/// Whether the running task holds a [`Hold`].
+pub fn holding_now() -> bool {
+    HOLDING.try_with(|_| ()).is_ok()
+}
+
+/// Runs `work` (publishes, then the acknowledgement) so that its effects commit together.
+pub async fn atomically<F: std::future::Future>(bus: &dyn Bus, work: F) -> F::Output {
+    match bus.hold().await {
+        Some(hold) => {
+            let output = HOLDING.scope((), work).await;
+            drop(hold);
+            output
+        }
+        None => work.await,
+    }
+}
+
 #[async_trait]
 pub trait Bus: Send + Sync + 'static {
     /// Returns once the record is accepted: queued in process, or acknowledged by the broker.
@@ -138,6 +164,11 @@ pub trait Bus: Send + Sync + 'static {
     /// are served first: stages list their loop input before new work, so questions already in
     /// flight finish before new ones start.
     async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError>;
+
+    /// Exactly-once buses: keeps transactions from committing while it lives (see [`atomically`]).
+    async fn hold(&self) -> Option<Hold> {
+        None
+    }
 
     /// The current records of a table topic ([`Topic::is_table`]), oldest first, deletions applied:
     /// what a stage reads back on start to rebuild its state.

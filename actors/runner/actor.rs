@@ -13,6 +13,7 @@ use super::delivery::{Handling, handle_delivery};
 use super::health::{Health, StageState};
 use super::key_order::KeyOrder;
 use super::{RunnerSettings, Stage, StageCounters, Wiring};
+use crate::topics::bus::atomically;
 use crate::topics::{Bus, BusError, Delivery};
 
 /// Held by the stage's feeder for as long as it runs: a feeder that ends without saying why (a
@@ -93,8 +94,10 @@ impl<S: Stage> Handler<Tick> for StageActor<S> {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Tick, _ctx: &mut Self::Context) -> Self::Result {
-        let stage = self.stage.clone();
-        AtomicResponse::new(Box::pin(async move { stage.tick().await }.into_actor(self)))
+        let (stage, bus) = (self.stage.clone(), self.bus.clone());
+        // What a tick publishes (the join's parents that go on, and their state deleted) is one
+        // transaction's, whole, on an exactly-once bus.
+        AtomicResponse::new(Box::pin(async move { atomically(&*bus, stage.tick()).await }.into_actor(self)))
     }
 }
 

@@ -14,6 +14,7 @@ use crate::actors::clients::{attempt_spend, backoff};
 use crate::actors::shared::answer::error_record;
 use crate::actors::shared::fanout::{child_memory, result_record};
 use crate::metrics::METRICS;
+use crate::topics::bus::atomically;
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{
     Bus, BusError, Delivery, ErrorRecord, Event, Provenance, Record, Topic, TraceKind, TraceStep, Usage,
@@ -49,7 +50,12 @@ pub(super) async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>,
         redeliveries = delivery.redeliveries,
     );
     let usage = memory.map(|m| m.usage);
-    handle_with_retries(stage, context, delivery, usage).instrument(span).await;
+    if S::PUBLISHES_ITSELF {
+        // Its own publishes inside `process` belong with the outputs and the acknowledgement.
+        atomically(context.bus, handle_with_retries(stage, context, delivery, usage)).instrument(span).await;
+    } else {
+        handle_with_retries(stage, context, delivery, usage).instrument(span).await;
+    }
     timer.observe_duration();
     in_flight.dec();
 }
@@ -98,7 +104,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
         }
     };
     let tries = delivery.attempt.max(1) + delivery.redeliveries + attempt - 1;
-    let (outputs, mut failure) = match outcome {
+    let (outputs, failure) = match outcome {
         Ok(outputs) => {
             context.wiring.check(S::NAME, &outputs);
             // Before the outputs, so no later stage's progress can overtake this one's: watchers see
@@ -114,6 +120,19 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
             (failure_records(S::NAME, &delivery.record, &error, tries), Some(error.error_type()))
         }
     };
+    // On an exactly-once bus, no transaction commits between the first output and the ack.
+    let finish = finish::<S>(context, delivery, (outputs, failure), (tries, fingerprint));
+    if S::PUBLISHES_ITSELF { finish.await } else { atomically(context.bus, finish).await }
+}
+
+/// Publishes an event's outputs (or, failing that, its error records) and acknowledges it.
+async fn finish<S: Stage>(
+    context: &Handling<'_>,
+    delivery: Delivery,
+    (outputs, mut failure): (Vec<Record>, Option<&'static str>),
+    (tries, fingerprint): (u32, Option<u128>),
+) {
+    let m = &METRICS;
     let mut published = publish_all(S::NAME, context, outputs).await;
     if let Published::Rejected(reason) = published {
         // No retry helps a record the bus will never take: the question ends here, with the reason.

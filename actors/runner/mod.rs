@@ -93,6 +93,11 @@ pub trait Stage: Send + 'static {
     /// The stage's name: its config section, consumer group, metric label and Deployment.
     const NAME: &'static str;
 
+    /// The stage publishes inside [`Stage::process`] (the join's state) as well as through its
+    /// outputs: on an exactly-once bus the runner then holds the transaction open across the
+    /// whole event, not only its outputs (fine for a stage that asks no LLM).
+    const PUBLISHES_ITSELF: bool = false;
+
     /// The prompt templates the stage can ask with under `settings`, for the `prompts_sha256` of
     /// an answer's provenance. Declared beside the stage's code, with no default: a new stage says
     /// what it asks (a stage that calls no LLM says so with an empty list), so no prompt a pipeline

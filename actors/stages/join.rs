@@ -236,6 +236,7 @@ fn merge_child(memory: &mut Memory, result: &NodeResult) {
 #[async_trait(?Send)]
 impl Stage for Join {
     const NAME: &'static str = "join";
+    const PUBLISHES_ITSELF: bool = true;
 
     /// The join asks no LLM.
     fn prompts(_: &Settings) -> Vec<NamedPrompt> {

@@ -40,7 +40,7 @@ fn canonical(key: &str) -> &str {
 /// Properties Lacuna sets itself, and what governs each instead. Set in `kafka.properties` they
 /// would be overridden without a word, or, for the delivery ones, break what Lacuna promises
 /// (offsets stored only once a record is done, idempotent acknowledged publishes).
-const OWN_PROPERTIES: [(&str, &str); 15] = [
+const OWN_PROPERTIES: [(&str, &str); 18] = [
     ("bootstrap.servers", "kafka.brokers"),
     ("group.id", "kafka.topic_prefix"),
     ("group.instance.id", "kafka.instance_id"),
@@ -55,6 +55,9 @@ const OWN_PROPERTIES: [(&str, &str); 15] = [
     ("enable.partition.eof", "Lacuna's offset tracking"),
     ("enable.idempotence", "Lacuna's delivery guarantees"),
     ("acks", "Lacuna's delivery guarantees"),
+    ("transactional.id", "bus.delivery"),
+    ("transaction.timeout.ms", "kafka.transaction_timeout_ms"),
+    ("isolation.level", "bus.delivery"),
     ("statistics.interval.ms", "the consumer-lag metric"),
 ];
 

@@ -28,7 +28,7 @@ impl KafkaBus {
         group: &str,
         since: SystemTime,
     ) -> Result<(Box<dyn Subscription>, watch::Receiver<bool>), BusError> {
-        let (consumer, tracker) = self.consumer(group, false)?;
+        let (consumer, tracker) = self.consumer(group, false, None)?;
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
         let since_ms = since.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let (consumer, start, ends) = {
@@ -44,7 +44,7 @@ impl KafkaBus {
         let catch_up = CatchUp::new(ends);
         let caught_up = catch_up.done.subscribe();
         tracing::info!(group, since_ms, partitions_behind = behind, "following from the replay window");
-        let feed = self.feed(consumer, tracker, &names, group, Some(catch_up), None)?;
+        let feed = self.feed(consumer, tracker, &names, group, Some(catch_up), None, None)?;
         Ok((feed, caught_up))
     }
 }

@@ -3,7 +3,9 @@
 //! acknowledged it (after its outputs were acknowledged by the broker), and only in offset order per
 //! partition, so a crash replays whatever was not finished. Stored offsets are committed every second,
 //! before a rebalance takes partitions away, and on shutdown. A stage that is full pauses its
-//! partitions and keeps polling, so it stays in its group however long the LLM takes.
+//! partitions and keeps polling, so it stays in its group however long the LLM takes. With
+//! `bus.delivery = "exactly_once"`, a stage process's outputs and positions are committed together
+//! in Kafka transactions instead (`transactions`).
 //!
 //! - `config`: the librdkafka configuration every client starts from: brokers, properties, secrets.
 //! - `poller`: the consumer's poller and a stage's subscription; a full channel pauses the partitions.
@@ -14,6 +16,7 @@
 //! - `follow`: topics followed from a point in time, outside any group (a serve replica's answers).
 //! - `documents`: the corpus's changelog: one compacted documents topic, a record per whole document.
 //! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
+//! - `transactions`: exactly-once: a process's outputs and consumed positions in one transaction.
 //! - `wire`: what every file here shares: our records' headers, and librdkafka errors as `BusError`s.
 
 use std::collections::HashMap;
@@ -39,6 +42,7 @@ mod offsets;
 mod poller;
 mod rebalance;
 mod table;
+mod transactions;
 mod wire;
 
 pub use catch_up::CatchUp;
@@ -48,12 +52,13 @@ use offsets::OffsetTracker;
 use poller::{KafkaSubscription, poll};
 use rebalance::TrackingContext;
 use table::read_whole_topic;
+use transactions::{DoneBefore, Transactions};
 pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER};
 use wire::{publish_error, transport};
 
 use super::Topic;
-use super::bus::{Bus, BusError, Record, Subscription};
-use crate::config::{BusSettings, KafkaSettings};
+use super::bus::{Bus, BusError, Hold, Record, Subscription};
+use crate::config::{BusSettings, DeliveryGuarantee, KafkaSettings};
 
 pub struct KafkaBus {
     settings: KafkaSettings,
@@ -64,15 +69,32 @@ pub struct KafkaBus {
     producer: std::sync::RwLock<(u64, FutureProducer)>,
     /// `bus.write_schema_version`; 0 for this build's.
     write_schema_version: u32,
+    /// `bus.delivery = "exactly_once"`.
+    exactly_once: bool,
+    /// Exactly-once: the transactional producer, made when the process first joins a group.
+    transactions: std::sync::OnceLock<Arc<Transactions>>,
 }
 
 /// The producer every publish goes through: idempotent (retries cannot duplicate or reorder records
 /// within a partition), acknowledged by every in-sync replica.
-fn producer(base: &ClientConfig, settings: &KafkaSettings, max_event_bytes: usize) -> Result<FutureProducer, BusError> {
-    base.clone()
+/// With `transactional`, its id and transaction timeout: the exactly-once producer.
+fn producer(
+    base: &ClientConfig,
+    settings: &KafkaSettings,
+    max_event_bytes: usize,
+    transactional: Option<(&str, Duration)>,
+) -> Result<FutureProducer, BusError> {
+    let mut config = base.clone();
+    let mut message_timeout = settings.message_timeout_ms;
+    if let Some((id, timeout)) = transactional {
+        config.set("transactional.id", id).set("transaction.timeout.ms", timeout.as_millis().to_string());
+        // librdkafka: a record may not outlive the transaction it is in.
+        message_timeout = message_timeout.min(timeout.as_millis() as u64);
+    }
+    config
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("message.timeout.ms", settings.message_timeout_ms.to_string())
+        .set("message.timeout.ms", message_timeout.to_string())
         // Stages trim events to bus.max_event_bytes; the room above it is for key and headers.
         .set("message.max.bytes", (max_event_bytes + 64 * 1024).to_string())
         .create()
@@ -86,14 +108,40 @@ impl KafkaBus {
             super::schema::check_write_version(bus.write_schema_version).map_err(BusError::Config)?;
         }
         let base = client_config(&settings)?;
-        let producer = producer(&base, &settings, bus.max_event_bytes)?;
+        let producer = producer(&base, &settings, bus.max_event_bytes, None)?;
         Ok(KafkaBus {
             settings,
             base,
             producer: std::sync::RwLock::new((0, producer)),
             max_event_bytes: bus.max_event_bytes,
             write_schema_version: bus.write_schema_version,
+            exactly_once: bus.delivery == DeliveryGuarantee::ExactlyOnce,
+            transactions: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The process's transactions, begun on first use (exactly-once only). The id is stable where
+    /// `kafka.instance_id` names the replica, so its restart fences and aborts what it left open.
+    fn transactions(&self, group: &str) -> Result<Option<Arc<Transactions>>, BusError> {
+        if !self.exactly_once {
+            return Ok(None);
+        }
+        if let Some(transactions) = self.transactions.get() {
+            return Ok(Some(transactions.clone()));
+        }
+        let id = match self.settings.instance_id.as_str() {
+            "" => {
+                let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                format!("{}{group}.{}.{}", self.settings.topic_prefix, std::process::id(), nanos.as_nanos())
+            }
+            instance => format!("{}{group}.{instance}", self.settings.topic_prefix),
+        };
+        let timeout = Duration::from_millis(self.settings.transaction_timeout_ms);
+        let producer = producer(&self.base, &self.settings, self.max_event_bytes, Some((&id, timeout)))?;
+        let interval = Duration::from_millis(self.settings.transaction_interval_ms);
+        let started = Transactions::start(producer, interval, timeout)?;
+        tracing::info!(transactional_id = %id, "exactly-once: transactional producer ready");
+        Ok(Some(self.transactions.get_or_init(|| started).clone()))
     }
 
     /// Replaces producer number `broken` after a fatal error (librdkafka: the instance can never
@@ -107,7 +155,7 @@ impl KafkaBus {
             return; // another publish renewed it already
         }
         let reason = current.1.client().fatal_error().map(|(code, reason)| format!("{code:?}: {reason}"));
-        match producer(&self.base, &self.settings, self.max_event_bytes) {
+        match producer(&self.base, &self.settings, self.max_event_bytes, None) {
             Ok(fresh) => {
                 tracing::error!(
                     reason = reason.as_deref().unwrap_or("unknown"),
@@ -164,11 +212,25 @@ impl KafkaBus {
         &self,
         group: &str,
         commit: bool,
+        transactions: Option<&Arc<Transactions>>,
     ) -> Result<(StreamConsumer<TrackingContext>, Arc<Mutex<OffsetTracker>>), BusError> {
         let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
         let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
         let drain_timeout = Duration::from_millis(self.settings.drain_timeout_ms);
-        let context = TrackingContext { tracker: tracker.clone(), drain_timeout, lag };
+        let context = TrackingContext {
+            tracker: tracker.clone(),
+            drain_timeout,
+            lag,
+            group: format!("{}{group}", self.settings.topic_prefix),
+            commit_transaction: transactions.map(|transactions| {
+                let transactions = Arc::downgrade(transactions);
+                Box::new(move || {
+                    if let Some(transactions) = transactions.upgrade() {
+                        transactions.commit();
+                    }
+                }) as Box<dyn Fn() + Send + Sync>
+            }),
+        };
         let mut config = self.base.clone();
         if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
             config.set("debug", debug);
@@ -179,9 +241,12 @@ impl KafkaBus {
         }
         let consumer: StreamConsumer<TrackingContext> = config
             .set("group.id", format!("{}{group}", self.settings.topic_prefix))
-            // Offsets are stored by hand when a record is done, and committed in the background.
+            // Offsets are stored by hand when a record is done, and committed in the background
+            // (exactly-once: in the process's transactions instead).
             .set("enable.auto.offset.store", "false")
-            .set("enable.auto.commit", commit.to_string())
+            .set("enable.auto.commit", (commit && transactions.is_none()).to_string())
+            // What a transaction that is still open or was aborted wrote is never read.
+            .set("isolation.level", "read_committed")
             .set("auto.commit.interval.ms", "1000")
             .set("auto.offset.reset", "earliest")
             .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())
@@ -202,8 +267,13 @@ impl KafkaBus {
         group: &str,
         catch_up: Option<Arc<CatchUp>>,
         claims: Option<Arc<claims::Claims>>,
+        transactions: Option<Arc<Transactions>>,
     ) -> Result<Box<dyn Subscription>, BusError> {
         let consumer = Arc::new(consumer);
+        if let Some(transactions) = &transactions {
+            transactions.track(&consumer, tracker.clone());
+        }
+        let done_before = transactions.as_ref().map(|_| Arc::new(DoneBefore::default()));
         let topic_of: HashMap<String, Topic> =
             names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
         let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));
@@ -217,13 +287,20 @@ impl KafkaBus {
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
                 match runtime {
-                    Ok(runtime) => runtime.block_on(poll(polled, tracker, topic_of, sender, paused, catch_up, claims)),
+                    Ok(runtime) => runtime.block_on(poll(
+                        polled,
+                        tracker,
+                        topic_of,
+                        sender,
+                        paused,
+                        (catch_up, claims, done_before),
+                    )),
                     // Dropping the sender ends the feed: the stage fails and says so.
                     Err(error) => tracing::error!(%error, "cannot start the Kafka poller's runtime"),
                 }
             })
             .map_err(transport)?;
-        Ok(Box::new(KafkaSubscription { receiver, consumer }))
+        Ok(Box::new(KafkaSubscription { receiver, consumer, transactions }))
     }
 
     /// Publishes with an explicit attempt number (dead-letter replay counts its attempts).
@@ -242,7 +319,13 @@ impl KafkaBus {
         if !(record.topic.is_table() && payload.is_empty()) {
             future = future.payload(payload.as_slice());
         }
-        self.send(future).await
+        // Progress is for watchers, at once: never held back by, nor lost with, a transaction.
+        match self.transactions.get() {
+            Some(transactions) if record.topic != Topic::Progress => {
+                transactions.send(future, Duration::from_millis(self.settings.message_timeout_ms)).await
+            }
+            _ => self.send(future).await,
+        }
     }
 
     /// Sends one record, replacing the producer when it hit a fatal error.
@@ -267,11 +350,16 @@ impl Bus for KafkaBus {
     }
 
     async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError> {
-        let (consumer, tracker) = self.consumer(group, true)?;
+        let transactions = self.transactions(group)?;
+        let (consumer, tracker) = self.consumer(group, true, transactions.as_ref())?;
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
         consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>()).map_err(transport)?;
         let claims = claims::Claims::new(self.base.clone(), &format!("{}{group}", self.settings.topic_prefix));
-        self.feed(consumer, tracker, &names, group, None, claims.map(Arc::new))
+        self.feed(consumer, tracker, &names, group, None, claims.map(Arc::new), transactions)
+    }
+
+    async fn hold(&self) -> Option<Hold> {
+        Some(Hold(Box::new(self.transactions.get()?.pass().await)))
     }
 
     async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {

@@ -29,6 +29,8 @@ struct Partition {
     /// Acknowledgements and claims of deliveries from another assignment are ignored.
     assignment: u64,
     offsets: BTreeMap<i64, Progress>,
+    /// The offset after the last one done in order, once one is.
+    next: Option<i64>,
 }
 
 impl OffsetTracker {
@@ -36,7 +38,7 @@ impl OffsetTracker {
         let next = &mut self.next_assignment;
         self.partitions.entry((topic.to_string(), partition)).or_insert_with(|| {
             *next += 1;
-            Partition { assignment: *next, offsets: BTreeMap::new() }
+            Partition { assignment: *next, offsets: BTreeMap::new(), next: None }
         })
     }
 
@@ -72,7 +74,23 @@ impl OffsetTracker {
             partition.offsets.remove(&lowest);
             next = Some(lowest + 1);
         }
+        if next.is_some() {
+            partition.next = next;
+        }
         next
+    }
+
+    /// Per partition, the position to commit (the first offset not done, or the one after the last
+    /// done) and the offsets done beyond it: what an exactly-once commit carries.
+    pub(super) fn positions(&self) -> Vec<(String, i32, i64, Vec<i64>)> {
+        let mut positions = Vec::new();
+        for ((topic, number), partition) in &self.partitions {
+            // Done offsets leave the front of the map, so its first key is the first not done.
+            let Some(position) = partition.offsets.keys().next().copied().or(partition.next) else { continue };
+            let done = partition.offsets.iter().filter(|(_, p)| **p == Progress::Done).map(|(o, _)| *o).collect();
+            positions.push((topic.clone(), *number, position, done));
+        }
+        positions
     }
 
     /// Offsets of these partitions the stage is working on.
@@ -103,6 +121,19 @@ mod tests {
         assert_eq!(tracker.ack("t", 0, 2, assignment), None, "offset 2 waits for 0 and 1");
         assert_eq!(tracker.ack("t", 0, 0, assignment), Some(1));
         assert_eq!(tracker.ack("t", 0, 1, assignment), Some(3), "1 done: everything through 2 is done");
+    }
+
+    #[test]
+    fn a_commit_position_stops_at_the_first_record_not_done_and_lists_those_done_beyond() {
+        let mut tracker = OffsetTracker::default();
+        let assignment = (10..14).map(|o| tracker.register("t", 0, o)).last().unwrap();
+        tracker.ack("t", 0, 11, assignment);
+        tracker.ack("t", 0, 13, assignment);
+        assert_eq!(tracker.positions(), vec![("t".to_string(), 0, 10, vec![11, 13])]);
+        tracker.ack("t", 0, 10, assignment);
+        assert_eq!(tracker.positions(), vec![("t".to_string(), 0, 12, vec![13])]);
+        tracker.ack("t", 0, 12, assignment);
+        assert_eq!(tracker.positions(), vec![("t".to_string(), 0, 14, vec![])], "all done: after the last");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::catch_up::CatchUp;
 use super::claims::Claims;
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, is_no_offset};
+use super::transactions::{DoneBefore, Transactions};
 use super::wire::{ATTEMPT_HEADER, transport};
 use crate::topics::Topic;
 use crate::topics::bus::{BusError, Delivery, DeliveryHooks, Record, Subscription};
@@ -24,6 +25,8 @@ use crate::topics::bus::{BusError, Delivery, DeliveryHooks, Record, Subscription
 pub struct KafkaSubscription {
     pub(super) receiver: mpsc::Receiver<Delivery>,
     pub(super) consumer: Arc<StreamConsumer<TrackingContext>>,
+    /// Exactly-once: positions are committed in the process's transaction.
+    pub(super) transactions: Option<Arc<Transactions>>,
 }
 
 #[async_trait]
@@ -33,6 +36,9 @@ impl Subscription for KafkaSubscription {
     }
 
     async fn commit(&mut self) -> Result<(), BusError> {
+        if let Some(transactions) = self.transactions.clone() {
+            return tokio::task::spawn_blocking(move || transactions.commit()).await.map_err(transport);
+        }
         let consumer = self.consumer.clone();
         tokio::task::spawn_blocking(move || match consumer.commit_consumer_state(CommitMode::Sync) {
             Err(error) if !is_no_offset(&error) => Err(transport(error)),
@@ -52,8 +58,7 @@ pub(super) async fn poll(
     topic_of: HashMap<String, Topic>,
     sender: mpsc::Sender<Delivery>,
     paused_gauge: prometheus::IntGauge,
-    catch_up: Option<Arc<CatchUp>>,
-    claims: Option<Arc<Claims>>,
+    (catch_up, claims, done_before): (Option<Arc<CatchUp>>, Option<Arc<Claims>>, Option<Arc<DoneBefore>>),
 ) {
     let mut waiting: VecDeque<Delivery> = VecDeque::new();
     let mut paused = false;
@@ -73,7 +78,7 @@ pub(super) async fn poll(
                     Ok(permit) => permit.send(waiting.pop_front().expect("a waiting delivery")),
                     Err(_) => return,
                 },
-                message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims), message)),
+                message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message)),
             }
             continue;
         }
@@ -83,7 +88,7 @@ pub(super) async fn poll(
             paused = false;
         }
         tokio::select! {
-            message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims), message)),
+            message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message)),
             _ = sender.closed() => return,
         }
     }
@@ -103,7 +108,7 @@ fn to_delivery(
     consumer: &Arc<StreamConsumer<TrackingContext>>,
     tracker: &Arc<Mutex<OffsetTracker>>,
     topic_of: &HashMap<String, Topic>,
-    (catch_up, claims): (&Option<Arc<CatchUp>>, &Option<Arc<Claims>>),
+    (catch_up, claims, done_before): (&Option<Arc<CatchUp>>, &Option<Arc<Claims>>, &Option<Arc<DoneBefore>>),
     message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
 ) -> Option<Delivery> {
     let message = match message {
@@ -123,6 +128,12 @@ fn to_delivery(
         .unwrap_or(1);
     let payload = message.payload().unwrap_or_default().to_vec();
     let assignment = tracker.lock().unwrap().register(&name, partition, offset);
+    // Finished by an earlier owner, its outputs committed with the position before it: skipped.
+    if done_before.as_ref().is_some_and(|done| done.contains(consumer, (&name, partition, offset), assignment)) {
+        tracing::debug!(topic = %name, partition, offset, "done before the last commit: skipped");
+        tracker.lock().unwrap().ack(&name, partition, offset, assignment);
+        return None;
+    }
     let (consumer, claim_tracker, tracker, claim_name) =
         (consumer.clone(), tracker.clone(), tracker.clone(), name.clone());
     let (claims, start_claims, done_claims) = (claims.clone(), claims.clone(), claims.clone());

@@ -16,6 +16,11 @@ pub(super) struct TrackingContext {
     pub(super) drain_timeout: Duration,
     /// Records behind the end of the partitions this consumer holds.
     pub(super) lag: prometheus::IntGauge,
+    /// The consumer group, as the broker knows it.
+    pub(super) group: String,
+    /// Exactly-once: commits the process's transaction, which carries the positions (the consumer
+    /// commits none itself).
+    pub(super) commit_transaction: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl ClientContext for TrackingContext {
@@ -63,7 +68,9 @@ impl ConsumerContext for TrackingContext {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync)
+        if let Some(commit_transaction) = &self.commit_transaction {
+            commit_transaction();
+        } else if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync)
             && !is_no_offset(&error)
         {
             tracing::warn!(%error, "commit before rebalance failed");

@@ -1,0 +1,341 @@
+//! Exactly-once processing (`bus.delivery = "exactly_once"`): what a stage process publishes and the
+//! positions of what it consumed are committed together, in one Kafka transaction, or not at all.
+//!
+//! - One transactional producer per process, made when the process first joins a consumer group.
+//!   Its `transactional.id` is stable across restarts where `kafka.instance_id` is set, so a
+//!   restarted replica aborts the transaction its crashed predecessor left open at once (otherwise
+//!   it times out after `kafka.transaction_timeout_ms`). Offsets are sent with each consumer's group
+//!   metadata, so a zombie of an older group generation is fenced (KIP-447).
+//! - A transaction is committed every `kafka.transaction_interval_ms` (Kafka Streams: 100 ms), and
+//!   before partitions are revoked and on shutdown. Stages work on many records at once and finish
+//!   them out of order, so a commit carries, per partition, the position before the first record not
+//!   done, and in its metadata the offsets done beyond it: a process that resumes there skips those
+//!   (their outputs are in the same committed transaction).
+//! - A commit waits until no record is between its first output and its acknowledgement
+//!   ([`Gate`]): a transaction never holds part of a record's outputs.
+//! - Progress records go through the plain producer: watchers see steps at once, and a step of
+//!   aborted work is harmless (readers keep one per node and index).
+//! - A commit that fails leaves outputs of acknowledged records lost with the aborted transaction:
+//!   the process aborts it and exits, and its restart resumes from the last committed positions.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Duration;
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::offsets::OffsetTracker;
+use super::rebalance::TrackingContext;
+use super::wire::{publish_error, transport};
+use crate::topics::bus::{BusError, holding_now};
+
+/// How a commit's metadata names the offsets done beyond its position.
+const DONE_PREFIX: &str = "lacuna-done:";
+/// Kafka keeps at most 4 KiB of metadata per committed offset by default.
+const MAX_METADATA: usize = 4000;
+
+/// Commits wait for every holder to leave; holders wait while a commit runs.
+#[derive(Default)]
+pub(super) struct Gate {
+    state: Mutex<GateState>,
+    drained: Condvar,
+    opened: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct GateState {
+    holders: usize,
+    closed: bool,
+}
+
+/// Keeps commits out while it lives.
+pub struct Pass(Arc<Gate>);
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap();
+        state.holders -= 1;
+        if state.holders == 0 {
+            self.0.drained.notify_all();
+        }
+    }
+}
+
+impl Gate {
+    pub(super) async fn enter(self: &Arc<Self>) -> Pass {
+        loop {
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            // Registered before the check, so an opening between the two is not missed.
+            opened.as_mut().enable();
+            {
+                let mut state = self.state.lock().unwrap();
+                if !state.closed {
+                    state.holders += 1;
+                    return Pass(self.clone());
+                }
+            }
+            opened.await;
+        }
+    }
+
+    /// Blocks until no one holds a pass, and keeps new ones out until [`Gate::open`].
+    fn close(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.closed = true;
+        while state.holders > 0 {
+            state = self.drained.wait(state).unwrap();
+        }
+    }
+
+    fn open(&self) {
+        self.state.lock().unwrap().closed = false;
+        self.opened.notify_waiters();
+    }
+}
+
+type Tracked = (Weak<StreamConsumer<TrackingContext>>, Arc<Mutex<OffsetTracker>>);
+
+pub struct Transactions {
+    producer: FutureProducer,
+    gate: Arc<Gate>,
+    /// The consumers whose positions each commit carries.
+    consumers: Mutex<Vec<Tracked>>,
+    /// One commit at a time: the timer's, a revocation's, a shutdown's.
+    committing: Mutex<Positions>,
+    /// Something was published since the last commit.
+    dirty: std::sync::atomic::AtomicBool,
+    timeout: Duration,
+}
+
+/// What the last commit carried, per group and partition: nothing new, no commit.
+type Positions = HashMap<(String, String, i32), (i64, String)>;
+
+impl Transactions {
+    /// Makes the producer, begins its first transaction, and starts committing every `interval`.
+    pub(super) fn start(
+        producer: FutureProducer,
+        interval: Duration,
+        timeout: Duration,
+    ) -> Result<Arc<Transactions>, BusError> {
+        producer.init_transactions(timeout).map_err(transport)?;
+        producer.begin_transaction().map_err(transport)?;
+        let transactions = Arc::new(Transactions {
+            producer,
+            gate: Arc::default(),
+            consumers: Mutex::default(),
+            committing: Mutex::default(),
+            dirty: Default::default(),
+            timeout,
+        });
+        let weak = Arc::downgrade(&transactions);
+        std::thread::Builder::new()
+            .name("kafka-commit".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(interval);
+                    let Some(transactions) = weak.upgrade() else { return };
+                    transactions.commit();
+                }
+            })
+            .map_err(transport)?;
+        Ok(transactions)
+    }
+
+    pub(super) fn track(&self, consumer: &Arc<StreamConsumer<TrackingContext>>, tracker: Arc<Mutex<OffsetTracker>>) {
+        self.consumers.lock().unwrap().push((Arc::downgrade(consumer), tracker));
+    }
+
+    pub(super) async fn pass(&self) -> Pass {
+        self.gate.enter().await
+    }
+
+    /// Publishes within the open transaction (with a pass of its own unless the task holds one).
+    pub(super) async fn send(&self, record: FutureRecord<'_, [u8], [u8]>, wait: Duration) -> Result<(), BusError> {
+        let _pass = if holding_now() { None } else { Some(self.gate.enter().await) };
+        self.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.producer.send(record, wait).await {
+            Ok(_) => Ok(()),
+            Err((error, _)) => Err(publish_error(error)),
+        }
+    }
+
+    /// Commits what was published and consumed since the last commit, then begins the next
+    /// transaction. Blocking: called from the commit thread, a revocation, or a shutdown.
+    pub(super) fn commit(&self) {
+        let mut last = self.committing.lock().unwrap();
+        self.gate.close();
+        let outcome = self.commit_closed(&mut last);
+        self.gate.open();
+        if let Err(error) = outcome {
+            self.fail(&error);
+        }
+    }
+
+    fn commit_closed(&self, last: &mut Positions) -> Result<(), KafkaError> {
+        let mut sent = Vec::new();
+        for (consumer, tracker) in self.consumers.lock().unwrap().iter() {
+            let Some(consumer) = consumer.upgrade() else { continue };
+            let Some(metadata) = consumer.group_metadata() else { continue };
+            let group = consumer.context().group.clone();
+            let mut list = TopicPartitionList::new();
+            for (topic, partition, position, done) in tracker.lock().unwrap().positions() {
+                let note = encode_done(&done);
+                let key = (group.clone(), topic.clone(), partition);
+                if last.get(&key) == Some(&(position, note.clone())) {
+                    continue;
+                }
+                list.add_partition_offset(&topic, partition, Offset::Offset(position))?;
+                if !note.is_empty() {
+                    list.find_partition(&topic, partition).expect("just added").set_metadata(note.clone());
+                }
+                sent.push((key, (position, note)));
+            }
+            if list.count() > 0 {
+                self.producer.send_offsets_to_transaction(&list, &metadata, self.timeout)?;
+            }
+        }
+        if sent.is_empty() && !self.dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            return Ok(()); // nothing to commit: the open transaction goes on
+        }
+        let mut tries = 0;
+        loop {
+            match self.producer.commit_transaction(self.timeout) {
+                Ok(()) => break,
+                Err(KafkaError::Transaction(error)) if error.is_retriable() && tries < 3 => tries += 1,
+                Err(error) => return Err(error),
+            }
+        }
+        crate::metrics::METRICS.transactions.with_label_values::<&str>(&[]).inc();
+        last.extend(sent);
+        self.producer.begin_transaction()
+    }
+
+    /// A commit failed: the outputs of records already acknowledged are gone with the aborted
+    /// transaction, and only a restart from the last committed positions redoes them.
+    fn fail(&self, error: &KafkaError) -> ! {
+        tracing::error!(%error, "Kafka transaction failed: aborting it and exiting, to resume from the last commit");
+        let _ = self.producer.abort_transaction(self.timeout);
+        std::process::exit(75)
+    }
+}
+
+/// `lacuna-done:7-9,12`: offsets done beyond a committed position, as ranges. Empty when none.
+/// Longer than Kafka keeps: the later ones are left out, and their records redone after a crash.
+fn encode_done(done: &[i64]) -> String {
+    let mut ranges: Vec<(i64, i64)> = Vec::new();
+    for &offset in done {
+        match ranges.last_mut() {
+            Some((_, end)) if *end + 1 == offset => *end = offset,
+            _ => ranges.push((offset, offset)),
+        }
+    }
+    let mut note = String::new();
+    for (start, end) in ranges {
+        let range = if start == end { start.to_string() } else { format!("{start}-{end}") };
+        if DONE_PREFIX.len() + note.len() + range.len() + 1 > MAX_METADATA {
+            tracing::warn!("too many records done out of order to list: those left out are redone after a crash");
+            break;
+        }
+        if !note.is_empty() {
+            note.push(',');
+        }
+        note.push_str(&range);
+    }
+    if note.is_empty() { note } else { format!("{DONE_PREFIX}{note}") }
+}
+
+/// The offsets a commit's metadata says were done beyond its position.
+pub(super) fn decode_done(metadata: &str) -> BTreeSet<i64> {
+    let Some(list) = metadata.strip_prefix(DONE_PREFIX) else { return BTreeSet::new() };
+    let mut done = BTreeSet::new();
+    for range in list.split(',') {
+        let (start, end) = range.split_once('-').unwrap_or((range, range));
+        if let (Ok(start), Ok(end)) = (start.parse::<i64>(), end.parse::<i64>()) {
+            done.extend(start..=end.min(start + 100_000));
+        }
+    }
+    done
+}
+
+/// Which offsets of each partition an earlier owner finished beyond its committed position, read
+/// from the committed metadata once per assignment of the partition.
+#[derive(Default)]
+pub(super) struct DoneBefore {
+    partitions: Mutex<HashMap<(String, i32), (u64, BTreeSet<i64>)>>,
+}
+
+impl DoneBefore {
+    pub(super) fn contains(
+        &self,
+        consumer: &StreamConsumer<TrackingContext>,
+        (topic, partition, offset): (&str, i32, i64),
+        assignment: u64,
+    ) -> bool {
+        let key = (topic.to_string(), partition);
+        let mut partitions = self.partitions.lock().unwrap();
+        if partitions.get(&key).is_none_or(|(seen, _)| *seen != assignment) {
+            let mut list = TopicPartitionList::new();
+            let _ = list.add_partition(topic, partition);
+            let done = match consumer.committed_offsets(list, Duration::from_secs(10)) {
+                Ok(committed) => committed
+                    .find_partition(topic, partition)
+                    .map(|element| decode_done(element.metadata()))
+                    .unwrap_or_default(),
+                Err(error) => {
+                    // Redone then: at-least-once for these few, never lost.
+                    tracing::warn!(%error, topic, partition, "cannot read which records were done: redoing them");
+                    BTreeSet::new()
+                }
+            };
+            partitions.insert(key.clone(), (assignment, done));
+        }
+        partitions[&key].1.contains(&offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_done_out_of_order_survive_their_encoding_as_ranges() {
+        let done = vec![7, 8, 9, 12, 14, 15];
+        let note = encode_done(&done);
+        assert_eq!(note, "lacuna-done:7-9,12,14-15");
+        assert_eq!(decode_done(&note).into_iter().collect::<Vec<_>>(), done);
+        assert_eq!(encode_done(&[]), "");
+        assert!(decode_done("").is_empty() && decode_done("3:1,4:2").is_empty(), "other metadata is not ours");
+    }
+
+    #[test]
+    fn a_list_longer_than_kafka_keeps_is_cut_not_refused() {
+        let done: Vec<i64> = (0..4000).map(|i| i * 2).collect();
+        let note = encode_done(&done);
+        assert!(note.len() <= MAX_METADATA);
+        assert!(decode_done(&note).iter().all(|o| done.contains(o)));
+    }
+
+    #[tokio::test]
+    async fn a_commit_waits_for_holders_and_keeps_new_ones_out() {
+        let gate = Arc::new(Gate::default());
+        let held = gate.enter().await;
+        let closer = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                gate.close();
+                std::thread::sleep(Duration::from_millis(50));
+                gate.open();
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!closer.is_finished(), "the commit waits for the pass held");
+        drop(held);
+        let entered = tokio::time::timeout(Duration::from_secs(5), gate.enter()).await;
+        assert!(entered.is_ok(), "a new pass is given once the commit is done");
+        closer.join().unwrap();
+    }
+}
