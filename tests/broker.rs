@@ -221,10 +221,21 @@ fn answering_llm() -> impl Fn(&str) -> Reply {
 /// Submits `count` questions to a cluster of stage processes, runs `disrupt` once a quarter of the
 /// answers are in, and returns the ids in the answers file when the sink has them all.
 fn run_disrupted(test: &str, count: usize, disrupt: impl FnOnce(&mut Cluster)) -> (BTreeSet<String>, Vec<String>) {
+    let (expected, written, _) = run_disrupted_with(test, count, &[], disrupt);
+    (expected, written)
+}
+
+/// [`run_disrupted`] with more environment for every process; also returns the cluster's settings.
+fn run_disrupted_with(
+    test: &str,
+    count: usize,
+    env: &[(&str, &str)],
+    disrupt: impl FnOnce(&mut Cluster),
+) -> (BTreeSet<String>, Vec<String>, Settings) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let llm = runtime.block_on(FakeLlm::start(answering_llm()));
     let settings = settings(test, &llm.base_url);
-    let mut cluster = Cluster::start(&settings, &llm.base_url);
+    let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, env);
     let dir = support::scratch_dir(test);
     let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
     let _ = std::fs::remove_file(&answers);
@@ -253,7 +264,49 @@ fn run_disrupted(test: &str, count: usize, disrupt: impl FnOnce(&mut Cluster)) -
     disrupt(&mut cluster);
     let status = sink.wait().unwrap();
     assert!(status.success());
-    (expected, answer_ids(&answers))
+    (expected, answer_ids(&answers), settings)
+}
+
+/// Kills the leaf with SIGKILL while it works (the `leaf` LLM calls are in flight, their outputs
+/// partly published) and restarts it, under `delivery`, with no dedupe anywhere in the stages.
+/// Returns the question ids and the raw answers topic's keys, read `read_committed`.
+fn sigkill_without_dedupe(test: &str, delivery: &str) -> (BTreeSet<String>, Vec<String>) {
+    let env = [("LACUNA__BUS__DELIVERY", delivery), ("LACUNA__BUS__DEDUPE_WINDOW", "0")];
+    let (expected, written, settings) = run_disrupted_with(test, 200, &env, |cluster| {
+        let mut killed = cluster.signal_at_work("leaf", "-KILL", Duration::from_secs(60));
+        killed.wait().unwrap();
+        cluster.spawn("leaf");
+    });
+    assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected, "no question lost");
+    (expected, support::cluster::raw_answer_keys(&settings, "read_committed"))
+}
+
+/// How many records each question has on the raw topic, beyond its first.
+fn repeats(keys: &[String]) -> usize {
+    keys.len() - keys.iter().collect::<BTreeSet<_>>().len()
+}
+
+#[test]
+fn exactly_once_a_sigkilled_stage_leaves_one_committed_answer_per_question_without_dedupe() {
+    let _serial = serial();
+    let (expected, raw) = sigkill_without_dedupe("eos-sigkill", "exactly_once");
+    assert_eq!(raw.iter().cloned().collect::<BTreeSet<_>>(), expected, "every question answered on the topic");
+    assert_eq!(repeats(&raw), 0, "one committed record per question: {} records for {}", raw.len(), expected.len());
+}
+
+/// The same disruption at least once: nothing is lost, and repeats may reach the topic (the sink
+/// and serve drop them). Prints how many, for docs/kafka.md.
+#[test]
+fn at_least_once_a_sigkilled_stage_loses_nothing_but_may_repeat_on_the_topic() {
+    let _serial = serial();
+    let (expected, raw) = sigkill_without_dedupe("alo-sigkill", "at_least_once");
+    assert_eq!(raw.iter().cloned().collect::<BTreeSet<_>>(), expected, "every question answered on the topic");
+    println!(
+        "at-least-once: {} raw answer records for {} questions ({} repeats)",
+        raw.len(),
+        expected.len(),
+        repeats(&raw)
+    );
 }
 
 #[test]

@@ -234,3 +234,30 @@ fn get(port: u16, path: &str) -> Option<String> {
     stream.read_to_string(&mut reply).ok()?;
     Some(reply)
 }
+
+/// The question ids of every record on the raw answers topic, read as `isolation` reads them
+/// ("read_committed" or "read_uncommitted"), from its start to its end: what the sink or a replica
+/// sees before any dedupe.
+pub fn raw_answer_keys(settings: &Settings, isolation: &str) -> Vec<String> {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let topic = format!("{}answers", settings.kafka.topic_prefix);
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &settings.kafka.brokers)
+        .set("group.id", format!("{}raw-reader", settings.kafka.topic_prefix))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&topic]).unwrap();
+    let (mut keys, mut quiet) = (Vec::new(), std::time::Instant::now());
+    // Done once nothing came for 5 s (the partitions are assigned within that, too).
+    while quiet.elapsed() < std::time::Duration::from_secs(5) {
+        if let Some(Ok(message)) = consumer.poll(std::time::Duration::from_millis(200)) {
+            keys.push(String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned());
+            quiet = std::time::Instant::now();
+        }
+    }
+    keys
+}
