@@ -117,7 +117,14 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
         let (settings, dataset, folder) = (settings.clone(), dataset.clone(), folders[0].clone());
         async move {
             eprintln!("freshness: VANILLA over {} questions, {label}", dataset.questions.len());
-            crate::bench::pipeline::run_on(label, PipelineKind::Vanilla, &settings, &dataset, folder).await
+            crate::bench::pipeline::run_on(
+                label,
+                (PipelineKind::Vanilla, Transport::InProcess),
+                &settings,
+                &dataset,
+                folder,
+            )
+            .await
         }
     };
     let without = throughput("without ingestion").await?;

@@ -14,7 +14,7 @@ use crate::config::Settings;
 use crate::eval::dataset::Dataset;
 use crate::metrics::METRICS;
 use crate::pipelines::parts::Parts;
-use crate::pipelines::{Pipeline, PipelineKind};
+use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::topics::{AnswerRecord, QuestionEvent};
 
 /// The limit LLM concurrency is reported against, whatever the stages' own limits.
@@ -51,20 +51,36 @@ pub struct PipelineBench {
 }
 
 /// Runs `questions` of `dataset` through `kind` once with `settings` (whose LLM endpoint is already
-/// the real or the fake one).
+/// the real or the fake one), in process.
 pub async fn run(
     label: &str,
     kind: PipelineKind,
     settings: &Settings,
     dataset: &Dataset,
 ) -> anyhow::Result<PipelineBench> {
-    run_on(label, kind, settings, dataset, dataset.index_dir()?).await
+    run_on(label, (kind, Transport::InProcess), settings, dataset, dataset.index_dir()?).await
+}
+
+/// [`run`] over `transport`. On Kafka each run has topics and groups of its own (a fresh prefix),
+/// so runs in one invocation never read each other's records.
+pub async fn run_over(
+    label: &str,
+    (kind, transport): (PipelineKind, Transport),
+    settings: &Settings,
+    dataset: &Dataset,
+) -> anyhow::Result<PipelineBench> {
+    let mut settings = settings.clone();
+    if transport == Transport::Kafka {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
+        settings.kafka.topic_prefix = format!("{}bench-{nanos}.", settings.kafka.topic_prefix);
+    }
+    run_on(label, (kind, transport), &settings, dataset, dataset.index_dir()?).await
 }
 
 /// [`run`], searching the index at `index_dir` (one that changes while it runs, for `bench freshness`).
 pub async fn run_on(
     label: &str,
-    kind: PipelineKind,
+    (kind, transport): (PipelineKind, Transport),
     settings: &Settings,
     dataset: &Dataset,
     index_dir: std::path::PathBuf,
@@ -74,7 +90,7 @@ pub async fn run_on(
     settings.bus.queue_capacity = settings.bus.queue_capacity.max(settings.run.max_open_questions + 1);
     let parts = Parts::load(&settings, kind)?;
     let before = Snapshot::take();
-    let mut pipeline = Pipeline::start(kind, &settings, parts).await?;
+    let mut pipeline = Pipeline::start_with(kind, transport, &settings, parts).await?;
 
     // Sample the LLM calls in flight every 5 ms until the run ends.
     let sampling = Arc::new(AtomicBool::new(true));

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use crate::bench::fake_llm::{FakeLlm, Faults, Latency};
 use crate::bench::freshness::FreshnessOptions;
 use crate::bench::pipeline::PipelineBench;
-use crate::config::Settings;
+use crate::config::{DeliveryGuarantee, Settings};
 use crate::eval::dataset::Dataset;
 use crate::pipelines::{PipelineKind, Transport};
 
@@ -110,6 +110,14 @@ struct PipelineArgs {
     /// Set migres.retrieve_top_n (passages retrieved per query, all re-ranked).
     #[arg(long)]
     retrieve_top_n: Option<usize>,
+    /// `in-process`, or `kafka`: the pipeline's topics on kafka.brokers (fresh ones for each run),
+    /// its stages in this process.
+    #[arg(long, default_value = "in-process")]
+    transport: Transport,
+    /// Over Kafka: first run with `bus.delivery = "at_least_once"`, then with "exactly_once", and
+    /// print both: what transactions cost, in one run, on the same machine and fake LLM.
+    #[arg(long, conflicts_with_all = ["before", "against_default", "against_today"])]
+    against_at_least_once: bool,
     /// First run with the re-ranking of 41ae80c (one session, one thread, batches of 32 within each
     /// event), then as configured, and print the ratio.
     #[arg(long)]
@@ -211,8 +219,24 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
         eprintln!("running with the re-ranking of 41ae80c ...");
         runs.push(crate::bench::pipeline::run("41ae80c re-ranking", args.pipeline, &today, &dataset).await?);
     }
-    eprintln!("running as configured ...");
-    runs.push(crate::bench::pipeline::run("as configured", args.pipeline, &settings, &dataset).await?);
+    let over = (args.pipeline, args.transport);
+    if args.against_at_least_once {
+        anyhow::ensure!(
+            args.transport == Transport::Kafka,
+            "--against-at-least-once compares deliveries on Kafka: add --transport kafka"
+        );
+        for (label, delivery) in
+            [("at-least-once", DeliveryGuarantee::AtLeastOnce), ("exactly-once", DeliveryGuarantee::ExactlyOnce)]
+        {
+            let mut settings = settings.clone();
+            settings.bus.delivery = delivery;
+            eprintln!("running {label} over Kafka ...");
+            runs.push(crate::bench::pipeline::run_over(label, over, &settings, &dataset).await?);
+        }
+    } else {
+        eprintln!("running as configured ...");
+        runs.push(crate::bench::pipeline::run_over("as configured", over, &settings, &dataset).await?);
+    }
     print!("{}", PipelineBench::markdown(&runs));
     if let Some(fake) = &fake {
         println!("\nThe fake LLM answered {} calls.", fake.calls());
