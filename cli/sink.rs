@@ -1,7 +1,15 @@
 //! The answers sink of `lacuna answers`: the answers topic drained into a JSONL file, one record per
 //! question. The file is the sink's memory: a restarted sink skips the questions it already wrote.
+//!
+//! Beside the file, `<file>.positions` keeps the file's length and, per partition, the offset after
+//! the last record written, replaced whole (write, sync, rename) after each line and before the
+//! record is acknowledged, as the materialiser keeps its offsets in the tantivy commit. A restart cuts
+//! the file back to that length (a line past it was never acknowledged: it comes again) and skips
+//! records before those offsets (written, but their offsets not committed yet). With exactly-once
+//! stages upstream the file is then exactly once without the skip by question id, which stays for
+//! at-least-once topics, where a question can have two records.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -13,6 +21,18 @@ use crate::topics::{Event, Subscription, VersionedAnswer};
 pub struct AnswerFile {
     file: File,
     seen: HashSet<String>,
+    /// `<file>.positions`, and what it holds.
+    positions_path: std::path::PathBuf,
+    positions: Positions,
+}
+
+/// What `<file>.positions` holds.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Positions {
+    /// Bytes of the file that hold acknowledged records.
+    length: u64,
+    /// Per partition, the offset after the last record written.
+    next: BTreeMap<i32, i64>,
 }
 
 impl AnswerFile {
@@ -22,6 +42,15 @@ impl AnswerFile {
     /// two, and a file that cannot be read is an error, not an empty file (that would write every
     /// answer again).
     pub fn open(path: &Path) -> std::io::Result<AnswerFile> {
+        let positions_path = beside(path, ".positions");
+        // Positions without their file (deleted to start over) are forgotten with it.
+        let has_lines = std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
+        let positions: Option<Positions> = match std::fs::read(&positions_path) {
+            Ok(bytes) if has_lines => Some(serde_json::from_slice(&bytes)?),
+            Ok(_) => None,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => return Err(error),
+        };
         let mut seen = HashSet::new();
         let (mut whole, mut torn) = (0u64, 0usize);
         match File::open(path) {
@@ -29,8 +58,9 @@ impl AnswerFile {
                 let mut reader = std::io::BufReader::new(existing);
                 let mut line = Vec::new();
                 while reader.read_until(b'\n', &mut line)? > 0 {
-                    if line.last() != Some(&b'\n') {
-                        torn = line.len();
+                    let unacknowledged = positions.as_ref().is_some_and(|p| whole + line.len() as u64 > p.length);
+                    if line.last() != Some(&b'\n') || unacknowledged {
+                        torn = line.len() + reader.fill_buf()?.len();
                         break;
                     }
                     whole += line.len() as u64;
@@ -45,10 +75,16 @@ impl AnswerFile {
         }
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
         if torn > 0 {
-            tracing::warn!(path = %path.display(), bytes = torn, "cutting off a partial last line");
+            tracing::warn!(path = %path.display(), bytes = torn, "cutting off lines never acknowledged (or cut short)");
             file.set_len(whole)?;
         }
-        Ok(AnswerFile { file, seen })
+        let positions = positions.map(|p| Positions { length: whole, next: p.next }).unwrap_or_default();
+        Ok(AnswerFile { file, seen, positions_path, positions })
+    }
+
+    /// Whether the record at `offset` of `partition` is in the file already.
+    pub fn holds(&self, (partition, offset): (i32, i64)) -> bool {
+        self.positions.next.get(&partition).is_some_and(|next| offset < *next)
     }
 
     /// Appends `answer` unless its question is in the file already; true when it was written. The
@@ -61,14 +97,33 @@ impl AnswerFile {
         line.push(b'\n');
         self.file.write_all(&line)?;
         self.file.sync_data()?;
+        self.positions.length += line.len() as u64;
         self.seen.insert(answer.record.question_id().to_string());
         Ok(true)
+    }
+
+    /// Records that everything up to `offset` of `partition` is in the file: written whole and
+    /// synced before the record is acknowledged, so the file never holds less than it says.
+    pub fn written(&mut self, (partition, offset): (i32, i64)) -> std::io::Result<()> {
+        self.positions.next.insert(partition, offset + 1);
+        let temporary = beside(&self.positions_path, ".tmp");
+        let mut file = File::create(&temporary)?;
+        file.write_all(&serde_json::to_vec(&self.positions)?)?;
+        file.sync_data()?;
+        std::fs::rename(&temporary, &self.positions_path)
     }
 
     /// Questions in the file.
     pub fn len(&self) -> usize {
         self.seen.len()
     }
+}
+
+/// `path` with `suffix` added to its file name.
+fn beside(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    name.into()
 }
 
 /// Drains `subscription` into `file` until the file holds `expect` records (forever when None).
@@ -92,6 +147,13 @@ pub async fn drain(
                 None => Ok(()),
             };
         };
+        if let Some(position) = delivery.position
+            && file.holds(position)
+        {
+            tracing::info!(key = %delivery.record.key, "written before the last restart: skipped");
+            delivery.ack();
+            continue;
+        }
         match VersionedAnswer::from_payload(&delivery.record.payload) {
             Ok(answer) => {
                 if !file.append(&answer)? {
@@ -100,6 +162,9 @@ pub async fn drain(
                 }
             }
             Err(error) => tracing::error!(%error, key = %delivery.record.key, "undecodable answer record skipped"),
+        }
+        if let Some(position) = delivery.position {
+            file.written(position)?;
         }
         delivery.ack();
     }
@@ -172,6 +237,33 @@ mod tests {
         assert!(file.append(&answer("q2")).unwrap());
         let text = std::fs::read_to_string(&path).expect("the torn bytes are gone");
         assert_eq!(text.lines().count(), 2, "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Positions kept beside the file: a line written but never acknowledged (the sink died before
+    /// it saved its position) is cut, and a record written and saved but whose offset Kafka never
+    /// committed is skipped by its offset when it comes again, not by its question id.
+    #[test]
+    fn the_file_keeps_its_positions_so_a_restart_neither_repeats_nor_loses_a_line() {
+        let dir = std::env::temp_dir().join(format!("lacuna-sink-positions-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("answers.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let mut file = AnswerFile::open(&path).unwrap();
+        assert!(file.append(&answer("q1")).unwrap());
+        file.written((0, 7)).unwrap();
+        // Crash after the line, before its position was saved: the line goes, its record comes again.
+        assert!(file.append(&answer("q2")).unwrap());
+        drop(file);
+
+        let mut file = AnswerFile::open(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1, "q2's unsaved line is cut");
+        assert!(file.holds((0, 7)) && !file.holds((0, 8)) && !file.holds((1, 0)));
+        assert!(file.append(&answer("q2")).unwrap(), "q2 is not remembered: it comes again and is written");
+        file.written((0, 8)).unwrap();
+        drop(file);
+        let file = AnswerFile::open(&path).unwrap();
+        assert_eq!((file.len(), std::fs::read_to_string(&path).unwrap().lines().count()), (2, 2));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -26,6 +26,9 @@ pub struct Delivery {
     /// How many times earlier processes started this very record and never finished it (they
     /// crashed): known once claimed, on Kafka; 0 elsewhere.
     pub redeliveries: u32,
+    /// Kafka: the record's partition and offset, for a reader that stores its position with what
+    /// it writes (the answers sink). None elsewhere.
+    pub position: Option<(i32, i64)>,
     claim: Option<Box<dyn FnOnce() -> Option<u32> + Send>>,
     start: Option<Box<dyn FnOnce(u32) + Send>>,
     ack: Option<Box<dyn FnOnce() + Send>>,
@@ -48,7 +51,13 @@ impl Delivery {
             Some(hooks) => (Some(hooks.claim), Some(hooks.start), Some(hooks.ack)),
             None => (None, None, None),
         };
-        Delivery { record, attempt, redeliveries: 0, claim, start, ack }
+        Delivery { record, attempt, redeliveries: 0, position: None, claim, start, ack }
+    }
+
+    /// The delivery, read at `offset` of `partition`.
+    pub fn at(mut self, partition: i32, offset: i64) -> Self {
+        self.position = Some((partition, offset));
+        self
     }
 
     /// Takes the delivery on, learning its [`Delivery::redeliveries`]. `None` when the bus no longer

@@ -165,5 +165,8 @@ fn to_delivery(
             tracing::debug!(%error, "offset not stored (partition moved away)");
         }
     });
-    Some(Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, start, ack })))
+    Some(
+        Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, start, ack }))
+            .at(partition, offset),
+    )
 }
