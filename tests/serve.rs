@@ -986,3 +986,32 @@ async fn on_the_meilisearch_backend_the_document_routes_change_the_meilisearch_i
     assert!(ids().is_empty(), "the delete took it out of Meilisearch");
     server.stop();
 }
+
+/// A document the bus will never take (over the producer's message size) is refused for good: 413,
+/// with no `Retry-After`, not a 503 a client would retry for ever (issue 57, item 9).
+#[actix::test]
+async fn over_kafka_a_document_too_large_for_the_bus_is_refused_for_good() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let mut settings = support::cluster::settings("serve-too-large", &llm.base_url);
+    // The producer takes records up to max_event_bytes + 64 KiB: a 150 KB document is over it, and
+    // under search.max_document_bytes.
+    settings.bus.max_event_bytes = 1000;
+    // SAFETY: set before the server starts, read once by it; no other test reads this variable.
+    unsafe { std::env::set_var("LACUNA_TEST_KAFKA_DOCUMENTS_TOKEN", "write-token") };
+    settings.serve.documents_token_env = "LACUNA_TEST_KAFKA_DOCUMENTS_TOKEN".into();
+    let options =
+        ServeOptions { transport: Transport::Kafka, pipelines: vec![PipelineKind::Migres], listen: "127.0.0.1:0".into() };
+    let server = start(&settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap();
+    let response = reqwest::Client::new()
+        .post(url(&server, "/v1/documents"))
+        .bearer_auth("write-token")
+        .json(&json!({"id": "big", "text": "word ".repeat(30_000)}))
+        .send()
+        .await
+        .unwrap();
+    let (status, retry_after) = (response.status(), response.headers().get("retry-after").cloned());
+    let body = response.text().await.unwrap();
+    assert_eq!(status, 413, "{body}");
+    assert!(retry_after.is_none(), "no retry can help: {retry_after:?}");
+    server.stop();
+}
