@@ -184,9 +184,8 @@ impl Api {
                         }
                         // Those published before the failure were accepted: say which.
                         let accepted = ids.iter().filter(|(_, new)| *new).map(|(id, _)| id.clone()).collect();
-                        let message = format!("the bus did not take question {id}: {error}");
                         let mut refused =
-                            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, message);
+                            ApiError::publish_failed(&error, &format!("question {id}"), self.settings.retry_after_s);
                         refused.body.accepted = Some(accepted);
                         return Err(refused);
                     }

@@ -221,7 +221,8 @@ pub enum SubmitRefused {
     /// The id was asked before with another question.
     #[response(status = 409)]
     Conflict(ErrorBody),
-    /// The body is over serve.max_body_bytes.
+    /// The body is over serve.max_body_bytes, or a question is over the bus's message size (no retry
+    /// helps; `accepted` lists those of the batch it took).
     #[response(status = 413)]
     TooLarge(ErrorBody),
     /// The request does not say its body is application/json.
@@ -230,8 +231,13 @@ pub enum SubmitRefused {
     /// serve.max_open_questions are open: retry after Retry-After seconds.
     #[response(status = 429, headers(("Retry-After" = u64, description = "Seconds to wait.")))]
     TooManyOpen(ErrorBody),
-    /// The bus did not take a question; `accepted` lists those of the batch it took.
-    #[response(status = 503)]
+    /// The bus refused a question for good (not authorised, no such topic): for the operator, not
+    /// worth a retry; `accepted` lists those of the batch it took.
+    #[response(status = 500)]
+    Refused(ErrorBody),
+    /// The bus did not take a question now; retry after Retry-After seconds. `accepted` lists those
+    /// of the batch it took.
+    #[response(status = 503, headers(("Retry-After" = u64, description = "Seconds to wait.")))]
     Unavailable(ErrorBody),
 }
 

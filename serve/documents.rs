@@ -130,8 +130,9 @@ pub async fn authorize(State(routes): State<Arc<DocumentRoutes>>, request: Reque
         (status = 202, description = "Published to the documents topic (over Kafka).", body = DocumentChanged),
         (status = 400, description = "Not a document: a bad id, an empty text, or not JSON.", body = ErrorBody),
         (status = 401, description = "The documents token is missing or wrong, or the routes are off (no serve.documents_token_env).", body = ErrorBody),
-        (status = 413, description = "Over search.max_document_bytes.", body = ErrorBody),
+        (status = 413, description = "Over search.max_document_bytes, or over the bus's message size (over Kafka): no retry helps.", body = ErrorBody),
         (status = 415, description = "Not application/json.", body = ErrorBody),
+        (status = 500, description = "The bus refused it for good (not authorised, no such topic): for the operator.", body = ErrorBody),
         (status = 503, description = "The index or the bus cannot take it now; retry.", body = ErrorBody),
     )
 )]
@@ -158,7 +159,10 @@ pub async fn post_document(
     match &routes.target {
         Target::Kafka(bus) => {
             let payload = serde_json::to_vec(&document).expect("documents serialise");
-            bus.publish_document(&document.id, Some(&payload)).await.map_err(unavailable)?;
+            let what = format!("document {}", document.id);
+            bus.publish_document(&document.id, Some(&payload))
+                .await
+                .map_err(|e| ApiError::publish_failed(&e, &what, 1))?;
             Ok(json_reply(StatusCode::ACCEPTED, &published(&document.id)))
         }
         Target::Meili { .. } => {
@@ -239,6 +243,7 @@ pub async fn get_document(
         (status = 202, description = "Its deletion published to the documents topic (over Kafka).", body = DocumentChanged),
         (status = 400, description = "Not a document id.", body = ErrorBody),
         (status = 401, description = "The documents token is missing or wrong, or the routes are off (no serve.documents_token_env).", body = ErrorBody),
+        (status = 500, description = "The bus refused it for good (not authorised, no such topic): for the operator.", body = ErrorBody),
         (status = 503, description = "The index or the bus cannot take it now; retry.", body = ErrorBody),
     )
 )]
@@ -249,7 +254,8 @@ pub async fn delete_document(
     check_id(&id).map_err(refused)?;
     match &routes.target {
         Target::Kafka(bus) => {
-            bus.publish_document(&id, None).await.map_err(unavailable)?;
+            let what = format!("the deletion of {id}");
+            bus.publish_document(&id, None).await.map_err(|e| ApiError::publish_failed(&e, &what, 1))?;
             Ok(json_reply(StatusCode::ACCEPTED, &published(&id)))
         }
         Target::Meili { .. } => {

@@ -19,6 +19,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::config::ServeSettings;
 use crate::metrics::METRICS;
+use crate::topics::BusError;
 
 /// A JSON reply: `body` pretty-printed, `application/json`.
 pub fn json_reply(status: StatusCode, body: &impl Serialize) -> Response {
@@ -93,6 +94,24 @@ impl ApiError {
 
     pub fn not_found(message: impl std::fmt::Display) -> Self {
         ApiError::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, message)
+    }
+
+    /// A publish that failed. One the bus will never take is refused for good, with no `Retry-After`:
+    /// 413 when it is over the bus's message size, 500 otherwise (not authorised, no such topic: for
+    /// the operator). Any other failure is a 503, worth a retry after `retry_after_s`.
+    pub fn publish_failed(error: &BusError, what: &str, retry_after_s: u64) -> Self {
+        let message = format!("the bus did not take {what}: {error}");
+        match error {
+            BusError::Rejected(reason) if reason.to_lowercase().replace(' ', "").contains("toolarge") => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::TooLarge, message)
+            }
+            BusError::Rejected(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Unavailable, message),
+            _ => {
+                let mut refused = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable, message);
+                refused.retry_after = Some(retry_after_s);
+                refused
+            }
+        }
     }
 }
 
