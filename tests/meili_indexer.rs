@@ -243,3 +243,29 @@ fn the_indexer_refuses_to_start_on_the_tantivy_backend() {
     let error = String::from_utf8_lossy(&output.stderr);
     assert!(error.contains("search.backend = \"meilisearch\"") && error.contains("search.follow_documents"), "{error}");
 }
+
+/// A pod that comes up before its Kafka cluster does waits for it, unready, instead of exiting
+/// (issue 57, item 7): once the broker is up the indexer creates the documents topic, catches up and
+/// is ready.
+#[test]
+fn the_indexer_waits_for_a_broker_that_is_down_at_start() {
+    let dir = support::scratch_dir("meili-indexer-no-broker");
+    let meili = FakeMeili::start();
+    let broker = support::cluster::OwnBroker::start();
+    broker.run(&["stop"]);
+    let mut settings = support::cluster::settings("meili-indexer-no-broker", "http://127.0.0.1:9");
+    settings.kafka.brokers = broker.address();
+    settings.search.backend = SearchBackend::Meilisearch;
+    settings.search.meilisearch.url = meili.url.clone();
+    settings.search.meilisearch.index = INDEX.into();
+    let port = free_port().unwrap();
+    let binary = Path::new(env!("CARGO_BIN_EXE_lacuna"));
+    let mut child = Replica::start_indexer(binary, &settings, &dir.join("indexer.log"), port).unwrap();
+    // Past the admin client's 60 s, after which the topic's creation gives up.
+    std::thread::sleep(Duration::from_secs(65));
+    assert!(child.running(), "a broker not up yet is waited for, not a reason to exit");
+    assert!(!ready(port), "not ready without the topic");
+    broker.run(&["start"]);
+    child.wait_ready(Duration::from_secs(90)).expect("ready once the broker is up");
+    child.stop();
+}
