@@ -10,9 +10,10 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::stage::wait_for_shutdown_signal;
-use crate::actors::clients::MeiliSearch;
 use crate::actors::clients::search::indexer::Indexer;
+use crate::actors::clients::{MeiliSearch, backoff};
 use crate::config::{SearchBackend, Settings};
+use crate::topics::BusError;
 use crate::topics::kafka::KafkaBus;
 
 #[derive(Args)]
@@ -26,7 +27,19 @@ pub async fn indexer(settings: &Settings, _args: IndexerArgs) -> anyhow::Result<
     );
     let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus)?);
-    bus.ensure_documents_topic().await?;
+    // A pod that comes up before its Kafka cluster does waits for it, unready, as it waits for
+    // Meilisearch; only an error no retry mends (a refusal, a bad configuration) ends it.
+    let mut attempt = 1;
+    while let Err(error) = bus.ensure_documents_topic().await {
+        if !matches!(error, BusError::Transport(_)) {
+            return Err(error.into());
+        }
+        tracing::warn!(%error, attempt, "the documents topic cannot be reached yet: waiting for the brokers");
+        tokio::select! {
+            _ = wait_for_shutdown_signal() => return Ok(()),
+            _ = tokio::time::sleep(backoff(1000, attempt.min(5))) => attempt += 1,
+        }
+    }
     let meili = settings.search.meilisearch.clone();
     let (url, index) = (meili.url.clone(), meili.index.clone());
     let indexer = Indexer::new(MeiliSearch::new(meili)?, &bus, &settings.search)?;
