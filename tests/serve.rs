@@ -999,8 +999,11 @@ async fn over_kafka_a_document_too_large_for_the_bus_is_refused_for_good() {
     // SAFETY: set before the server starts, read once by it; no other test reads this variable.
     unsafe { std::env::set_var("LACUNA_TEST_KAFKA_DOCUMENTS_TOKEN", "write-token") };
     settings.serve.documents_token_env = "LACUNA_TEST_KAFKA_DOCUMENTS_TOKEN".into();
-    let options =
-        ServeOptions { transport: Transport::Kafka, pipelines: vec![PipelineKind::Migres], listen: "127.0.0.1:0".into() };
+    let options = ServeOptions {
+        transport: Transport::Kafka,
+        pipelines: vec![PipelineKind::Migres],
+        listen: "127.0.0.1:0".into(),
+    };
     let server = start(&settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap();
     let response = reqwest::Client::new()
         .post(url(&server, "/v1/documents"))
@@ -1013,5 +1016,36 @@ async fn over_kafka_a_document_too_large_for_the_bus_is_refused_for_good() {
     let body = response.text().await.unwrap();
     assert_eq!(status, 413, "{body}");
     assert!(retry_after.is_none(), "no retry can help: {retry_after:?}");
+    server.stop();
+}
+
+/// An answer record this build cannot read still ends its question: an error record that says so,
+/// and the question's slot of `serve.max_open_questions` is freed (issue 57, item 5). Skipped, it
+/// would stay open for good, and enough of them would refuse every later POST with 429.
+#[actix::test]
+async fn over_kafka_an_undecodable_answer_ends_its_question_and_frees_its_slot() {
+    let llm = FakeLlm::start(hugo_script).await;
+    let settings = support::cluster::settings("serve-undecodable", &llm.base_url);
+    let bus = PipelineKind::Migres.kafka_bus(&settings).await.unwrap();
+    let options =
+        ServeOptions { transport: Transport::Kafka, pipelines: vec![PipelineKind::Migres], listen: "127.0.0.1:0".into() };
+    let server = start(&settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap();
+    let posted = reqwest::Client::new()
+        .post(url(&server, "/v1/questions"))
+        .json(&json!({"id": "garbled", "question": "Who charted the Varnholt shoals?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 202);
+    assert_eq!(server.registry.open(), 1);
+    let garbled = lacuna::topics::Record {
+        topic: lacuna::topics::Topic::Answers,
+        key: "garbled".into(),
+        payload: br#"{"schema_version": 99, "what": "a record of a later build"}"#.to_vec(),
+    };
+    lacuna::topics::Bus::publish(&*bus, garbled).await.unwrap();
+    let record = server.registry.wait_record("garbled", Duration::from_secs(30)).await.expect("the question ends");
+    assert_eq!(record["error_type"], "undecodable_record", "{record}");
+    assert_eq!(server.registry.open(), 0, "its slot is free");
     server.stop();
 }
