@@ -37,7 +37,7 @@ use crate::config::{SearchBackend, Settings};
 use crate::pipelines::parts::Parts;
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::topics::kafka::KafkaBus;
-use crate::topics::{Bus, Event, ProgressEvent, Subscription, Topic, VersionedAnswer};
+use crate::topics::{AnswerRecord, Bus, ErrorRecord, Event, ProgressEvent, Subscription, Topic, VersionedAnswer};
 use api::Api;
 use documents::{DocumentRoutes, Target};
 use registry::Registry;
@@ -162,9 +162,11 @@ pub async fn start(
                 let (answers, caught_up) =
                     kafka.follow_since(&[Topic::Answers], &format!("serve-{replica}"), since).await?;
                 catching_up.push(caught_up);
+                let (ends, pipeline) = (registry.clone(), name.clone());
+                let unreadable = move |key: &str, reason| ends.finish(&pipeline, unreadable_answer(key, reason));
                 let (registry, pipeline) = (registry.clone(), name.clone());
                 let take = move |answer: VersionedAnswer| registry.finish(&pipeline, answer);
-                spawn_feed(answers, format!("{name} answers"), fail.clone(), take);
+                spawn_feed(answers, format!("{name} answers"), fail.clone(), take, unreadable);
                 let (progress, caught_up) =
                     kafka.follow_since(&[Topic::Progress], &format!("serve-{replica}-progress"), since).await?;
                 catching_up.push(caught_up);
@@ -174,7 +176,7 @@ pub async fn start(
         // Progress is best-effort: an undecodable record costs a watcher a step, nothing more.
         let (registry, pipeline) = (registry.clone(), name.clone());
         let take = move |event: ProgressEvent| registry.progress(&pipeline, event);
-        spawn_feed(progress, format!("{name} progress"), fail.clone(), take);
+        spawn_feed(progress, format!("{name} progress"), fail.clone(), take, |_, _| ());
         buses.insert(name, bus);
     }
     let mut stage_names: Vec<&'static str> = Vec::new();
@@ -247,24 +249,41 @@ pub async fn start(
     Ok(Server { address, registry, failure, stop })
 }
 
-/// Every record of `feed` decoded and handed to `take`, acknowledged once taken; an undecodable
-/// one is logged and skipped. A feed that ends fails the server: nothing more can come through it.
+/// Every record of `feed` decoded and handed to `take`, acknowledged once taken. An undecodable
+/// one goes to `unreadable` with the reason (an answer still ends its question; progress is skipped).
+/// A feed that ends fails the server: nothing more can come through it.
 fn spawn_feed<E: Event>(
     mut feed: Box<dyn Subscription>,
     what: String,
     fail: Arc<watch::Sender<Option<String>>>,
     take: impl Fn(E) + 'static,
+    unreadable: impl Fn(&str, String) + 'static,
 ) {
     actix::spawn(async move {
         while let Some(delivery) = feed.next().await {
             match E::from_payload(&delivery.record.payload) {
                 Ok(event) => take(event),
                 Err(error) => {
-                    tracing::warn!(%error, key = %delivery.record.key, feed = %what, "undecodable record skipped")
+                    tracing::warn!(%error, key = %delivery.record.key, feed = %what, "undecodable record");
+                    unreadable(&delivery.record.key, error.to_string());
                 }
             }
             delivery.ack();
         }
         fail.send_replace(Some(format!("the {what} feed ended")));
     });
+}
+
+/// What ends a question whose answer record this build cannot read (one of a later build, say): an
+/// error record that says so, so its stream ends and its open slot is freed.
+fn unreadable_answer(question_id: &str, reason: String) -> VersionedAnswer {
+    VersionedAnswer::from(AnswerRecord::Error(ErrorRecord {
+        question_id: question_id.to_string(),
+        question: String::new(),
+        stage: "serve".into(),
+        error_type: "undecodable_record".into(),
+        message: format!("this server cannot read the question's answer record: {reason}"),
+        trace: Vec::new(),
+        provenance: None,
+    }))
 }
