@@ -178,7 +178,7 @@ mod tests {
 
     use super::*;
     use crate::topics::in_process::InProcessBus;
-    use crate::topics::{AnswerRecord, Bus, ErrorRecord, Topic};
+    use crate::topics::{AnswerRecord, Bus, ErrorRecord, Record, Topic};
 
     fn answer(id: &str) -> VersionedAnswer {
         VersionedAnswer::from(AnswerRecord::Error(ErrorRecord {
@@ -264,6 +264,25 @@ mod tests {
         drop(file);
         let file = AnswerFile::open(&path).unwrap();
         assert_eq!((file.len(), std::fs::read_to_string(&path).unwrap().lines().count()), (2, 2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An answer record this build cannot read still gives its question a line: an error record
+    /// that says so, so the file has a record for every question and `--expect` is reached.
+    #[tokio::test(start_paused = true)]
+    async fn an_undecodable_answer_is_written_as_an_error_record_not_dropped() {
+        let dir = std::env::temp_dir().join(format!("lacuna-sink-undecodable-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("answers.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(8));
+        let mut subscription = bus.subscribe(&[Topic::Answers], "sink").await.unwrap();
+        let garbled = Record { topic: Topic::Answers, key: "q9".into(), payload: br#"{"schema_version": 99}"#.to_vec() };
+        bus.publish(garbled).await.unwrap();
+        let mut file = AnswerFile::open(&path).unwrap();
+        drain(&mut *subscription, &mut file, Some(1), Duration::from_secs(5)).await.unwrap();
+        let line: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&path).unwrap().trim()).unwrap();
+        assert_eq!((line["question_id"].as_str(), line["error_type"].as_str()), (Some("q9"), Some("undecodable_record")));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
