@@ -154,14 +154,14 @@ pub async fn drain(
             delivery.ack();
             continue;
         }
-        match VersionedAnswer::from_payload(&delivery.record.payload) {
-            Ok(answer) => {
-                if !file.append(&answer)? {
-                    // At-least-once: a stage that crashed after publishing redid the question.
-                    tracing::info!(key = %delivery.record.key, "a second record for a question already written: skipped");
-                }
-            }
-            Err(error) => tracing::error!(%error, key = %delivery.record.key, "undecodable answer record skipped"),
+        // One this build cannot read still ends its question, in an error record that says so.
+        let answer = VersionedAnswer::from_payload(&delivery.record.payload).unwrap_or_else(|error| {
+            tracing::error!(%error, key = %delivery.record.key, "undecodable answer record: written as an error");
+            VersionedAnswer::unreadable(&delivery.record.key, "the answers sink", &error.to_string())
+        });
+        if !file.append(&answer)? {
+            // At-least-once: a stage that crashed after publishing redid the question.
+            tracing::info!(key = %delivery.record.key, "a second record for a question already written: skipped");
         }
         if let Some(position) = delivery.position {
             file.written(position)?;
@@ -277,12 +277,16 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(8));
         let mut subscription = bus.subscribe(&[Topic::Answers], "sink").await.unwrap();
-        let garbled = Record { topic: Topic::Answers, key: "q9".into(), payload: br#"{"schema_version": 99}"#.to_vec() };
+        let garbled =
+            Record { topic: Topic::Answers, key: "q9".into(), payload: br#"{"schema_version": 99}"#.to_vec() };
         bus.publish(garbled).await.unwrap();
         let mut file = AnswerFile::open(&path).unwrap();
         drain(&mut *subscription, &mut file, Some(1), Duration::from_secs(5)).await.unwrap();
         let line: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&path).unwrap().trim()).unwrap();
-        assert_eq!((line["question_id"].as_str(), line["error_type"].as_str()), (Some("q9"), Some("undecodable_record")));
+        assert_eq!(
+            (line["question_id"].as_str(), line["error_type"].as_str()),
+            (Some("q9"), Some("undecodable_record"))
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -37,7 +37,7 @@ use crate::config::{SearchBackend, Settings};
 use crate::pipelines::parts::Parts;
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
 use crate::topics::kafka::KafkaBus;
-use crate::topics::{AnswerRecord, Bus, ErrorRecord, Event, ProgressEvent, Subscription, Topic, VersionedAnswer};
+use crate::topics::{Bus, Event, ProgressEvent, Subscription, Topic, VersionedAnswer};
 use api::Api;
 use documents::{DocumentRoutes, Target};
 use registry::Registry;
@@ -163,7 +163,9 @@ pub async fn start(
                     kafka.follow_since(&[Topic::Answers], &format!("serve-{replica}"), since).await?;
                 catching_up.push(caught_up);
                 let (ends, pipeline) = (registry.clone(), name.clone());
-                let unreadable = move |key: &str, reason| ends.finish(&pipeline, unreadable_answer(key, reason));
+                let unreadable = move |key: &str, reason: String| {
+                    ends.finish(&pipeline, VersionedAnswer::unreadable(key, "serve", &reason))
+                };
                 let (registry, pipeline) = (registry.clone(), name.clone());
                 let take = move |answer: VersionedAnswer| registry.finish(&pipeline, answer);
                 spawn_feed(answers, format!("{name} answers"), fail.clone(), take, unreadable);
@@ -272,18 +274,4 @@ fn spawn_feed<E: Event>(
         }
         fail.send_replace(Some(format!("the {what} feed ended")));
     });
-}
-
-/// What ends a question whose answer record this build cannot read (one of a later build, say): an
-/// error record that says so, so its stream ends and its open slot is freed.
-fn unreadable_answer(question_id: &str, reason: String) -> VersionedAnswer {
-    VersionedAnswer::from(AnswerRecord::Error(ErrorRecord {
-        question_id: question_id.to_string(),
-        question: String::new(),
-        stage: "serve".into(),
-        error_type: "undecodable_record".into(),
-        message: format!("this server cannot read the question's answer record: {reason}"),
-        trace: Vec::new(),
-        provenance: None,
-    }))
 }

@@ -155,6 +155,23 @@ impl Event for VersionedAnswer {
     }
 }
 
+impl VersionedAnswer {
+    /// What ends a question whose answer record this build cannot read (one of a later build,
+    /// say) where it is read (`serve`, the sink): an error record that says so, so the question
+    /// still ends in one record.
+    pub fn unreadable(question_id: &str, reader: &str, reason: &str) -> Self {
+        VersionedAnswer::from(AnswerRecord::Error(ErrorRecord {
+            question_id: question_id.to_string(),
+            question: String::new(),
+            stage: reader.to_string(),
+            error_type: "undecodable_record".into(),
+            message: format!("{reader} cannot read the question's answer record: {reason}"),
+            trace: Vec::new(),
+            provenance: None,
+        }))
+    }
+}
+
 impl From<AnswerRecord> for VersionedAnswer {
     fn from(record: AnswerRecord) -> Self {
         VersionedAnswer { schema_version: super::SCHEMA_VERSION, record }
