@@ -22,6 +22,16 @@ async fn serve(settings: &Settings, pipelines: &[PipelineKind]) -> Server {
     start(settings, options, move |_| Ok(support::parts(&loaded))).await.expect("serve starts")
 }
 
+/// A serve replica over Kafka for MIGRES, with no stages of its own.
+async fn kafka_serve(settings: &Settings) -> Server {
+    let options = ServeOptions {
+        transport: Transport::Kafka,
+        pipelines: vec![PipelineKind::Migres],
+        listen: "127.0.0.1:0".into(),
+    };
+    start(settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap()
+}
+
 fn url(server: &Server, path: &str) -> String {
     format!("http://{}{path}", server.address)
 }
@@ -747,12 +757,7 @@ async fn over_kafka_a_new_replica_replays_its_window_and_is_ready_once_caught_up
     }
     settings.serve.replay_window_s = 2;
     settings.serve.replica_id = "late".into();
-    let options = ServeOptions {
-        transport: Transport::Kafka,
-        pipelines: vec![PipelineKind::Migres],
-        listen: "127.0.0.1:0".into(),
-    };
-    let server = start(&settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap();
+    let server = kafka_serve(&settings).await;
     let client = reqwest::Client::new();
     let started = std::time::Instant::now();
     while client.get(url(&server, "/readyz")).send().await.unwrap().status() != 200 {
@@ -999,12 +1004,7 @@ async fn over_kafka_a_document_too_large_for_the_bus_is_refused_for_good() {
     // SAFETY: set before the server starts, read once by it; no other test reads this variable.
     unsafe { std::env::set_var("LACUNA_TEST_KAFKA_DOCUMENTS_TOKEN", "write-token") };
     settings.serve.documents_token_env = "LACUNA_TEST_KAFKA_DOCUMENTS_TOKEN".into();
-    let options = ServeOptions {
-        transport: Transport::Kafka,
-        pipelines: vec![PipelineKind::Migres],
-        listen: "127.0.0.1:0".into(),
-    };
-    let server = start(&settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap();
+    let server = kafka_serve(&settings).await;
     let response = reqwest::Client::new()
         .post(url(&server, "/v1/documents"))
         .bearer_auth("write-token")
@@ -1027,9 +1027,7 @@ async fn over_kafka_an_undecodable_answer_ends_its_question_and_frees_its_slot()
     let llm = FakeLlm::start(hugo_script).await;
     let settings = support::cluster::settings("serve-undecodable", &llm.base_url);
     let bus = PipelineKind::Migres.kafka_bus(&settings).await.unwrap();
-    let options =
-        ServeOptions { transport: Transport::Kafka, pipelines: vec![PipelineKind::Migres], listen: "127.0.0.1:0".into() };
-    let server = start(&settings, options, |_| unreachable!("no stages run in a Kafka serve")).await.unwrap();
+    let server = kafka_serve(&settings).await;
     let posted = reqwest::Client::new()
         .post(url(&server, "/v1/questions"))
         .json(&json!({"id": "garbled", "question": "Who charted the Varnholt shoals?"}))
