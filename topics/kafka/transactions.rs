@@ -248,6 +248,11 @@ fn encode_done(done: &[i64]) -> String {
     if note.is_empty() { note } else { format!("{DONE_PREFIX}{note}") }
 }
 
+/// The offsets a commit at `position` lists as done beyond it: this process's (`own`, sorted).
+fn listed_done(own: Vec<i64>, _inherited: &BTreeSet<i64>, _position: i64) -> Vec<i64> {
+    own
+}
+
 /// The offsets a commit's metadata says were done beyond its position.
 pub(super) fn decode_done(metadata: &str) -> BTreeSet<i64> {
     let Some(list) = metadata.strip_prefix(DONE_PREFIX) else { return BTreeSet::new() };
@@ -309,6 +314,16 @@ mod tests {
         assert_eq!(decode_done(&note).into_iter().collect::<Vec<_>>(), done);
         assert_eq!(encode_done(&[]), "");
         assert!(decode_done("").is_empty() && decode_done("3:1,4:2").is_empty(), "other metadata is not ours");
+    }
+
+    /// A process that resumed at 10 inherited 11, 15 and 20 as done by the owner before it, and has
+    /// fetched only up to 13 so far: its commit must still list 15 and 20, or a crash before it
+    /// fetches them would have the next owner redo them (their outputs are already committed).
+    #[test]
+    fn a_commit_keeps_listing_what_an_earlier_owner_did_beyond_what_was_fetched() {
+        let inherited = BTreeSet::from([11, 15, 20]);
+        assert_eq!(listed_done(vec![11, 13], &inherited, 12), vec![13, 15, 20], "11 is behind the position now");
+        assert_eq!(listed_done(vec![], &inherited, 21), Vec::<i64>::new());
     }
 
     #[test]
