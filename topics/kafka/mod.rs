@@ -270,10 +270,10 @@ impl KafkaBus {
         transactions: Option<Arc<Transactions>>,
     ) -> Result<Box<dyn Subscription>, BusError> {
         let consumer = Arc::new(consumer);
-        if let Some(transactions) = &transactions {
-            transactions.track(&consumer, tracker.clone());
-        }
         let done_before = transactions.as_ref().map(|_| Arc::new(DoneBefore::default()));
+        if let (Some(transactions), Some(done_before)) = (&transactions, &done_before) {
+            transactions.track(&consumer, tracker.clone(), done_before.clone());
+        }
         let topic_of: HashMap<String, Topic> =
             names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
         let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));

@@ -97,7 +97,7 @@ impl Gate {
     }
 }
 
-type Tracked = (Weak<StreamConsumer<TrackingContext>>, Arc<Mutex<OffsetTracker>>);
+type Tracked = (Weak<StreamConsumer<TrackingContext>>, Arc<Mutex<OffsetTracker>>, Arc<DoneBefore>);
 
 pub struct Transactions {
     producer: FutureProducer,
@@ -145,8 +145,13 @@ impl Transactions {
         Ok(transactions)
     }
 
-    pub(super) fn track(&self, consumer: &Arc<StreamConsumer<TrackingContext>>, tracker: Arc<Mutex<OffsetTracker>>) {
-        self.consumers.lock().unwrap().push((Arc::downgrade(consumer), tracker));
+    pub(super) fn track(
+        &self,
+        consumer: &Arc<StreamConsumer<TrackingContext>>,
+        tracker: Arc<Mutex<OffsetTracker>>,
+        done_before: Arc<DoneBefore>,
+    ) {
+        self.consumers.lock().unwrap().push((Arc::downgrade(consumer), tracker, done_before));
     }
 
     pub(super) async fn pass(&self) -> Pass {
@@ -177,13 +182,13 @@ impl Transactions {
 
     fn commit_closed(&self, last: &mut Positions) -> Result<(), KafkaError> {
         let mut sent = Vec::new();
-        for (consumer, tracker) in self.consumers.lock().unwrap().iter() {
+        for (consumer, tracker, done_before) in self.consumers.lock().unwrap().iter() {
             let Some(consumer) = consumer.upgrade() else { continue };
             let Some(metadata) = consumer.group_metadata() else { continue };
             let group = consumer.context().group.clone();
             let mut list = TopicPartitionList::new();
             for (topic, partition, position, done) in tracker.lock().unwrap().positions() {
-                let note = encode_done(&done);
+                let note = encode_done(&listed_done(done, &done_before.inherited(&topic, partition), position));
                 let key = (group.clone(), topic.clone(), partition);
                 if last.get(&key) == Some(&(position, note.clone())) {
                     continue;
@@ -248,9 +253,13 @@ fn encode_done(done: &[i64]) -> String {
     if note.is_empty() { note } else { format!("{DONE_PREFIX}{note}") }
 }
 
-/// The offsets a commit at `position` lists as done beyond it: this process's (`own`, sorted).
-fn listed_done(own: Vec<i64>, _inherited: &BTreeSet<i64>, _position: i64) -> Vec<i64> {
-    own
+/// The offsets a commit at `position` lists as done beyond it: this process's (`own`, sorted), and
+/// those an earlier owner listed that this process has not reached yet. Left out, those would be
+/// redone after a crash, though their outputs are committed.
+fn listed_done(own: Vec<i64>, inherited: &BTreeSet<i64>, position: i64) -> Vec<i64> {
+    let mut listed: BTreeSet<i64> = own.into_iter().filter(|offset| *offset >= position).collect();
+    listed.extend(inherited.range(position..));
+    listed.into_iter().collect()
 }
 
 /// The offsets a commit's metadata says were done beyond its position.
@@ -274,6 +283,12 @@ pub(super) struct DoneBefore {
 }
 
 impl DoneBefore {
+    /// What the earlier owner listed for this partition, as read in this assignment (empty before).
+    fn inherited(&self, topic: &str, partition: i32) -> BTreeSet<i64> {
+        let partitions = self.partitions.lock().unwrap();
+        partitions.get(&(topic.to_string(), partition)).map(|(_, done)| done.clone()).unwrap_or_default()
+    }
+
     pub(super) fn contains(
         &self,
         consumer: &StreamConsumer<TrackingContext>,
