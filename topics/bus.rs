@@ -152,8 +152,13 @@ pub fn holding_now() -> bool {
     HOLDING.try_with(|_| ()).is_ok()
 }
 
-/// Runs `work` (publishes, then the acknowledgement) so that its effects commit together.
+/// Runs `work` (publishes, then the acknowledgement) so that its effects commit together. Inside
+/// another `atomically` it runs as it is: the outer hold covers it (a second would wait on a commit
+/// that waits on the first).
 pub async fn atomically<F: std::future::Future>(bus: &dyn Bus, work: F) -> F::Output {
+    if holding_now() {
+        return work.await;
+    }
     match bus.hold().await {
         Some(hold) => {
             let output = HOLDING.scope((), work).await;
@@ -193,5 +198,44 @@ pub trait Subscription: Send {
     /// shutdown after in-flight work is done; a bus with nothing durable has nothing to do.
     async fn commit(&mut self) -> Result<(), BusError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A bus whose holds are counted, and nothing else.
+    #[derive(Default)]
+    struct Holding(AtomicUsize);
+
+    #[async_trait]
+    impl Bus for Holding {
+        async fn publish(&self, _: Record) -> Result<(), BusError> {
+            Ok(())
+        }
+        async fn subscribe(&self, _: &[Topic], _: &str) -> Result<Box<dyn Subscription>, BusError> {
+            Err(BusError::Closed)
+        }
+        async fn hold(&self) -> Option<Hold> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Some(Hold(Box::new(())))
+        }
+        async fn read_table(&self, _: Topic) -> Result<Vec<Record>, BusError> {
+            Ok(Vec::new())
+        }
+    }
+
+    /// The join's event is atomic whole and its outputs again inside: one hold, not two (a second
+    /// would wait on a commit that waits on the first).
+    #[tokio::test]
+    async fn atomically_inside_atomically_takes_no_second_hold() {
+        let bus = Holding::default();
+        let inner = atomically(&bus, async { atomically(&bus, async { holding_now() }).await }).await;
+        assert!(inner, "the inner work runs holding");
+        assert_eq!(bus.0.load(Ordering::SeqCst), 1);
+        assert!(!holding_now());
     }
 }

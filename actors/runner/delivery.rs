@@ -121,8 +121,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
         }
     };
     // On an exactly-once bus, no transaction commits between the first output and the ack.
-    let finish = finish::<S>(context, delivery, (outputs, failure), (tries, fingerprint));
-    if S::PUBLISHES_ITSELF { finish.await } else { atomically(context.bus, finish).await }
+    atomically(context.bus, finish::<S>(context, delivery, (outputs, failure), (tries, fingerprint))).await
 }
 
 /// Publishes an event's outputs (or, failing that, its error records) and acknowledges it.
