@@ -203,7 +203,10 @@ impl Transactions {
                 self.producer.send_offsets_to_transaction(&list, &metadata, self.timeout)?;
             }
         }
-        if sent.is_empty() && !self.dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        // Taken whatever `sent` holds: a commit with offsets carries the publishes too, and the next
+        // tick must not commit them again as an empty transaction.
+        let published = self.dirty.swap(false, std::sync::atomic::Ordering::Relaxed);
+        if sent.is_empty() && !published {
             return Ok(()); // nothing to commit: the open transaction goes on
         }
         let mut tries = 0;
