@@ -215,13 +215,14 @@ impl KafkaBus {
         transactions: Option<&Arc<Transactions>>,
     ) -> Result<(StreamConsumer<TrackingContext>, Arc<Mutex<OffsetTracker>>), BusError> {
         let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
+        let group_id = format!("{}{group}", self.settings.topic_prefix);
         let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
         let drain_timeout = Duration::from_millis(self.settings.drain_timeout_ms);
         let context = TrackingContext {
             tracker: tracker.clone(),
             drain_timeout,
             lag,
-            group: format!("{}{group}", self.settings.topic_prefix),
+            group: group_id.clone(),
             commit_transaction: transactions.map(|transactions| {
                 let transactions = Arc::downgrade(transactions);
                 Box::new(move || {
@@ -240,7 +241,7 @@ impl KafkaBus {
             config.set("group.instance.id", format!("{}.{group}", self.settings.instance_id));
         }
         let consumer: StreamConsumer<TrackingContext> = config
-            .set("group.id", format!("{}{group}", self.settings.topic_prefix))
+            .set("group.id", &group_id)
             // Offsets are stored by hand when a record is done, and committed in the background
             // (exactly-once: in the process's transactions instead).
             .set("enable.auto.offset.store", "false")
