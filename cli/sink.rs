@@ -43,16 +43,17 @@ impl AnswerFile {
     /// answer again).
     pub fn open(path: &Path) -> std::io::Result<AnswerFile> {
         let positions_path = beside(path, ".positions");
+        let length = std::fs::metadata(path).map_or(0, |m| m.len());
         // Positions without their file (deleted to start over) are forgotten with it.
-        let has_lines = std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
         let positions: Option<Positions> = match std::fs::read(&positions_path) {
-            Ok(bytes) if has_lines => Some(serde_json::from_slice(&bytes)?),
+            Ok(bytes) if length > 0 => Some(serde_json::from_slice(&bytes)?),
             Ok(_) => None,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
             Err(error) => return Err(error),
         };
         let mut seen = HashSet::new();
-        let (mut whole, mut torn) = (0u64, 0usize);
+        // The bytes of whole, acknowledged lines: what the file keeps.
+        let mut whole = 0u64;
         match File::open(path) {
             Ok(existing) => {
                 let mut reader = std::io::BufReader::new(existing);
@@ -60,7 +61,6 @@ impl AnswerFile {
                 while reader.read_until(b'\n', &mut line)? > 0 {
                     let unacknowledged = positions.as_ref().is_some_and(|p| whole + line.len() as u64 > p.length);
                     if line.last() != Some(&b'\n') || unacknowledged {
-                        torn = line.len() + reader.fill_buf()?.len();
                         break;
                     }
                     whole += line.len() as u64;
@@ -74,8 +74,9 @@ impl AnswerFile {
             Err(error) => return Err(error),
         }
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        if torn > 0 {
-            tracing::warn!(path = %path.display(), bytes = torn, "cutting off lines never acknowledged (or cut short)");
+        if length > whole {
+            let bytes = length - whole;
+            tracing::warn!(path = %path.display(), bytes, "cutting off lines never acknowledged (or cut short)");
             file.set_len(whole)?;
         }
         let positions = positions.map(|p| Positions { length: whole, next: p.next }).unwrap_or_default();
