@@ -37,6 +37,15 @@ fn env(settings: &Settings) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A test's cluster settings, searching `meili`'s index.
+fn on_meili(test: &str, llm_url: &str, meili: &FakeMeili) -> Settings {
+    let mut settings = support::cluster::settings(test, llm_url);
+    settings.search.backend = SearchBackend::Meilisearch;
+    settings.search.meilisearch.url = meili.url.clone();
+    settings.search.meilisearch.index = INDEX.into();
+    settings
+}
+
 /// `lacuna indexer` as its own process, ready (caught up), its log beside `dir`.
 fn indexer(settings: &Settings, dir: &Path, port: u16, n: usize) -> Replica {
     let binary = Path::new(env!("CARGO_BIN_EXE_lacuna"));
@@ -106,10 +115,7 @@ async fn the_indexer_keeps_a_meilisearch_index_a_copy_of_the_documents_topic_thr
     let _ = std::fs::remove_file(dir.join("indexer.log"));
     let meili = FakeMeili::start();
     let llm = FakeLlm::start(made_up_reader).await;
-    let mut settings = support::cluster::settings("meili-indexer", &llm.base_url);
-    settings.search.backend = SearchBackend::Meilisearch;
-    settings.search.meilisearch.url = meili.url.clone();
-    settings.search.meilisearch.index = INDEX.into();
+    let mut settings = on_meili("meili-indexer", &llm.base_url, &meili);
     settings.search.passage_words = 20;
     settings.search.commit_interval_ms = 200;
 
@@ -253,11 +259,8 @@ fn the_indexer_waits_for_a_broker_that_is_down_at_start() {
     let meili = FakeMeili::start();
     let broker = support::cluster::OwnBroker::start();
     broker.run(&["stop"]);
-    let mut settings = support::cluster::settings("meili-indexer-no-broker", "http://127.0.0.1:9");
+    let mut settings = on_meili("meili-indexer-no-broker", "http://127.0.0.1:9", &meili);
     settings.kafka.brokers = broker.address();
-    settings.search.backend = SearchBackend::Meilisearch;
-    settings.search.meilisearch.url = meili.url.clone();
-    settings.search.meilisearch.index = INDEX.into();
     let port = free_port().unwrap();
     let binary = Path::new(env!("CARGO_BIN_EXE_lacuna"));
     let mut child = Replica::start_indexer(binary, &settings, &dir.join("indexer.log"), port).unwrap();
