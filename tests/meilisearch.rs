@@ -110,6 +110,43 @@ async fn a_large_document_goes_up_in_uploads_under_max_batch_bytes() {
     assert!(fake.uploads() >= 3, "{} uploads", fake.uploads());
 }
 
+/// Two writes of one document that overlap (two POSTs, a client's retry, `lacuna ingest` beside the
+/// indexer) must leave one whole version of it, never none: each write adds its passages and then
+/// deletes what it replaces, and the tasks of two writers interleave (issue 57, item 1).
+#[tokio::test]
+async fn overlapping_writes_of_one_document_leave_one_whole_version() {
+    let fake = support::fake_meili::FakeMeili::start();
+    let mut settings = Settings::defaults().search.meilisearch;
+    settings.url = fake.url.clone();
+    settings.index = "overlapping".into();
+    let meili = MeiliSearch::new(settings).unwrap();
+    meili.open_for_writing().await.unwrap();
+    // Each writer waits this long for its additions before it deletes: both additions go in first.
+    fake.set_task_delay(std::time::Duration::from_millis(300));
+    let version = |words: &str, sentences: usize| {
+        let text = (0..sentences).map(|n| format!("{words} {n}.")).collect::<Vec<_>>().join(" ");
+        let document: Document = serde_json::from_value(json!({"id": "doc", "title": "Doc", "text": text})).unwrap();
+        Update { doc_id: "doc".into(), document: Some(document) }
+    };
+    for round in 0..3 {
+        let (long, short) = (version("long version words", 3), version("short version text", 2));
+        let (one, two) = tokio::join!(
+            meili.apply_now(std::slice::from_ref(&long), 4, "one"),
+            meili.apply_now(std::slice::from_ref(&short), 4, "two")
+        );
+        assert!(one.is_ok() && two.is_ok(), "{one:?} {two:?}");
+        let (passages, _) = meili.document("doc").await.unwrap().unwrap_or_else(|| panic!("round {round}: erased"));
+        let texts: Vec<&str> = passages.iter().map(|p| p.text.as_str()).collect();
+        let whole = |update: &Update| update.document.as_ref().unwrap().passages(4).into_iter().map(|p| p.text);
+        assert!(
+            whole(&long).eq(texts.iter().map(|t| t.to_string())) || whole(&short).eq(texts.iter().map(|t| t.to_string())),
+            "round {round}: one whole version, not {texts:?}"
+        );
+        let stored = fake.documents("overlapping");
+        assert_eq!(stored.len(), passages.len(), "round {round}: no passage of the other version is left");
+    }
+}
+
 #[tokio::test]
 async fn a_missing_meilisearch_index_is_named() {
     let Some(settings) = server("a_missing_meilisearch_index_is_named") else { return };
