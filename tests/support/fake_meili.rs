@@ -1,8 +1,9 @@
 //! A fake Meilisearch that speaks the part of its HTTP API Lacuna uses, on 127.0.0.1, so that the
 //! real client code (meilisearch-sdk, our retries and task waits) runs in tests without a server:
 //! no registry ships one (../shared/ENVIRONMENT.md). Every task is done when it is enqueued. Search
-//! ranks by the share of query words a passage holds; deletions take the filters Lacuna writes
-//! (`doc_id IN [...]`, optionally `AND change != "..."`) and refuse any other. `set_down` makes every
+//! ranks by the share of query words a passage holds; deletions and fetches take the filters Lacuna
+//! writes (`doc_id IN [...]`, optionally `AND (seq < N OR seq NOT EXISTS)`, and `id = "..."`) and refuse
+//! any other. `set_down` makes every
 //! request answer 503, as a server that is restarting; `set_task_delay` makes each new task report
 //! itself processing for a while, as a busy server's queue does.
 
@@ -253,49 +254,69 @@ fn quoted(text: &str) -> Vec<String> {
     out
 }
 
-/// The documents ids and the `change` to keep of a filter Lacuna writes, or why it is not one.
-fn parse_filter(filter: &str) -> Result<(Vec<String>, Option<String>), Response> {
-    let refused = || error(StatusCode::BAD_REQUEST, "invalid_document_filter", format!("unexpected filter {filter}"));
-    let Some((ids, rest)) = filter.strip_prefix("doc_id IN [").and_then(|f| f.rsplit_once(']')) else {
-        return Err(refused());
-    };
-    match rest.trim() {
-        "" => Ok((quoted(ids), None)),
-        rest if rest.starts_with("AND change != ") => Ok((quoted(ids), quoted(rest).pop())),
-        _ => Err(refused()),
+/// A filter Lacuna writes.
+enum Filter {
+    /// `doc_id IN [...]`, and `AND (seq < N OR seq NOT EXISTS)` when `below` is N.
+    Documents { ids: Vec<String>, below: Option<u64> },
+    /// `id = "..."`.
+    Passage(String),
+}
+
+impl Filter {
+    fn parse(filter: &str) -> Result<Filter, Response> {
+        let refused =
+            || error(StatusCode::BAD_REQUEST, "invalid_document_filter", format!("unexpected filter {filter}"));
+        if filter.starts_with("id = ") {
+            return quoted(filter).pop().map(Filter::Passage).ok_or_else(refused);
+        }
+        let Some((ids, rest)) = filter.strip_prefix("doc_id IN [").and_then(|f| f.rsplit_once(']')) else {
+            return Err(refused());
+        };
+        let below = match rest.trim() {
+            "" => None,
+            rest => {
+                let seq = rest.strip_prefix("AND (seq < ").and_then(|r| r.strip_suffix(" OR seq NOT EXISTS)"));
+                Some(seq.and_then(|n| n.parse().ok()).ok_or_else(refused)?)
+            }
+        };
+        Ok(Filter::Documents { ids: quoted(ids), below })
+    }
+
+    fn matches(&self, document: &Value) -> bool {
+        match self {
+            Filter::Passage(id) => document["id"] == id.as_str(),
+            Filter::Documents { ids, below } => {
+                let of_ids = document["doc_id"].as_str().is_some_and(|id| ids.iter().any(|i| i == id));
+                let older = match (below, document["seq"].as_u64()) {
+                    (Some(below), Some(seq)) => seq < *below,
+                    _ => true,
+                };
+                of_ids && older
+            }
+        }
     }
 }
 
-fn of_ids(document: &Value, ids: &[String]) -> bool {
-    document["doc_id"].as_str().is_some_and(|id| ids.iter().any(|i| i == id))
-}
-
 async fn delete_by_filter(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
-    let (ids, keep_change) = match parse_filter(body["filter"].as_str().unwrap_or_default()) {
+    let filter = match Filter::parse(body["filter"].as_str().unwrap_or_default()) {
         Ok(parsed) => parsed,
         Err(refused) => return refused,
     };
     let mut server = shared.server.lock().unwrap();
     if let Some(index) = server.indexes.get_mut(&uid) {
-        index.documents.retain(|_, d| {
-            let kept = keep_change.as_deref().is_some_and(|change| d["change"] == change);
-            !of_ids(d, &ids) || kept
-        });
+        index.documents.retain(|_, d| !filter.matches(d));
     }
     task(&mut server, &uid, None)
 }
 
 async fn fetch_by_filter(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
-    let (ids, keep_change) = match parse_filter(body["filter"].as_str().unwrap_or_default()) {
+    let filter = match Filter::parse(body["filter"].as_str().unwrap_or_default()) {
         Ok(parsed) => parsed,
         Err(refused) => return refused,
     };
-    if keep_change.is_some() {
-        return error(StatusCode::BAD_REQUEST, "invalid_document_filter", "only doc_id IN [...] is fetched".into());
-    }
     let server = shared.server.lock().unwrap();
     let Some(index) = server.indexes.get(&uid) else { return missing(&uid) };
-    let found: Vec<Value> = index.documents.values().filter(|d| of_ids(d, &ids)).cloned().collect();
+    let found: Vec<Value> = index.documents.values().filter(|d| filter.matches(d)).cloned().collect();
     Json(json!({"results": found, "limit": found.len(), "offset": 0, "total": found.len()})).into_response()
 }
 

@@ -6,15 +6,21 @@
 //! - `read`: searches, a passage by id, which documents the index holds, the generation it is at;
 //! - `write`: the live corpus (`lacuna indexer`, `lacuna ingest`, serve) and `lacuna index`'s corpus.
 //!
-//! Every passage is stored as `{"key", "id", "doc_id", "title", "text", "change"}`, and the document's
-//! `metadata` when it has any:
+//! Every passage is stored as `{"key", "id", "doc_id", "title", "text", "change", "seq"}`, and the
+//! document's `metadata` when it has any:
 //! - `key` is the primary key. Meilisearch takes only letters, digits, `-` and `_` in one, and passage
 //!   ids of split documents hold `#`, so an id it cannot take is stored under `sha256_<hex>` of itself
 //!   ([`key_of`]); `id` keeps the passage id that searches return, with `title` and `text` searched.
-//! - `doc_id` and `change` are filterable. A batch tags its passages with one `change`, adds them
-//!   (replacing by key), and then deletes its documents' passages of any other `change`: so a new,
-//!   shorter version leaves no stale passage behind, and a search never finds a document absent
-//!   between its two versions.
+//! - `doc_id`, `id` and `seq` are filterable. A live change (the indexer, `lacuna ingest`, serve) takes
+//!   a `seq` above every earlier one ([`next_seq`]: microseconds, strictly rising in the process), adds
+//!   its passages under keys of their own ([`versioned_key`]), and then deletes its documents' passages
+//!   of a lower `seq`. Two writes of one document that overlap (their tasks interleave as add, add,
+//!   delete, delete) so leave the later version whole, never none: a deletion can only remove what is
+//!   older than its own write, and no write replaces another's passages. A search never finds a
+//!   document absent between two versions; it may find both for a moment, and reads keep one passage
+//!   per id and, for a document, the newest version (`change` says where it came from).
+//! - `lacuna index` writes a corpus file under the passage ids themselves, at `seq` 0: indexing it again
+//!   replaces it in place, and any live change of one of its documents supersedes it.
 //!
 //! The changelog offsets the index holds are stored beside it, in the index `<index>-applied`, after
 //! each batch's tasks have succeeded. A batch applied again after a crash changes nothing.
@@ -25,6 +31,7 @@ mod write;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use meilisearch_sdk::client::Client;
@@ -60,7 +67,25 @@ pub fn key_of(passage_id: &str) -> String {
     format!("sha256_{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
-/// A passage as Lacuna writes it.
+/// The key of a passage a live change writes: its id and the change's `seq`, hashed (a NUL is never in
+/// a key Meilisearch takes, so this never meets [`key_of`] a passage id). Each write has keys of its
+/// own, so an older write that lands late replaces nothing of a newer one.
+pub fn versioned_key(passage_id: &str, seq: u64) -> String {
+    key_of(&format!("{passage_id}\u{0}{seq}"))
+}
+
+/// The `seq` of a live change: microseconds since the epoch (a filter compares numbers as f64, exact
+/// to 2^53, about 285 years of them), strictly above every seq this process gave before, so that two
+/// changes in one microsecond still have an order. Writers in other processes are ordered by their
+/// clocks; two of them in the same microsecond would leave both versions until the next write.
+pub fn next_seq() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+    let previous = LAST.fetch_max(now, Ordering::SeqCst);
+    if previous < now { now } else { LAST.fetch_add(1, Ordering::SeqCst) + 1 }
+}
+
+/// A passage as Lacuna writes it. Passages written before `seq` existed read as 0.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stored {
     pub key: String,
@@ -69,11 +94,14 @@ pub struct Stored {
     pub title: String,
     pub text: String,
     pub change: String,
+    #[serde(default)]
+    pub seq: u64,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
 }
 
 impl Stored {
+    /// A passage of a corpus file, under its own id, at seq 0.
     pub fn new(passage: Passage, doc_id: &str, change: &str) -> Stored {
         Stored {
             key: key_of(&passage.id),
@@ -82,8 +110,14 @@ impl Stored {
             title: passage.title,
             text: passage.text,
             change: change.to_string(),
+            seq: 0,
             metadata: BTreeMap::new(),
         }
+    }
+
+    /// A passage of a live change numbered `seq`, under a key of its own.
+    pub fn versioned(passage: Passage, doc_id: &str, change: &str, seq: u64) -> Stored {
+        Stored { key: versioned_key(&passage.id, seq), seq, ..Stored::new(passage, doc_id, change) }
     }
 }
 

@@ -8,8 +8,8 @@ use meilisearch_sdk::indexes::Index;
 use meilisearch_sdk::search::{MatchingStrategies, SearchQuery, SearchResult, Selectors};
 
 use super::{
-    APPLIED_KEY, AppliedDocument, FIELDS, GENERATION_FOR, MeiliHit, MeiliSearch, applied_generation, key_of,
-    of_documents,
+    APPLIED_KEY, AppliedDocument, FIELDS, GENERATION_FOR, MeiliHit, MeiliSearch, Stored, applied_generation, key_of,
+    of_documents, quoted,
 };
 use crate::actors::clients::search::SearchError;
 use crate::actors::clients::search::changes::Applied;
@@ -38,17 +38,23 @@ pub fn search_query<'a>(
     search
 }
 
-/// Search hits as passages with their ranking scores, best first (Meilisearch's order).
+/// Search hits as passages with their ranking scores, best first (Meilisearch's order), one per
+/// passage id: two versions of a document held for a moment may both match.
 pub fn passages(hits: Vec<SearchResult<MeiliHit>>) -> Result<Vec<(Passage, f32)>, SearchError> {
-    hits.into_iter()
-        .map(|hit| match hit.ranking_score {
-            Some(score) => Ok((hit.result.into(), score as f32)),
-            None => Err(SearchError::Remote {
+    let mut seen = std::collections::HashSet::new();
+    let mut passages = Vec::with_capacity(hits.len());
+    for hit in hits {
+        let Some(score) = hit.ranking_score else {
+            return Err(SearchError::Remote {
                 message: format!("Meilisearch returned document {:?} without its _rankingScore", hit.result.id),
                 transient: false,
-            }),
-        })
-        .collect()
+            });
+        };
+        if seen.insert(hit.result.id.clone()) {
+            passages.push((hit.result.into(), score as f32));
+        }
+    }
+    Ok(passages)
 }
 
 impl MeiliSearch {
@@ -62,7 +68,8 @@ impl MeiliSearch {
         passages(results.hits)
     }
 
-    /// The passage with this id, if the index has it (stored under [`key_of`] it).
+    /// The passage with this id, if the index has it: stored under [`key_of`] it (a corpus file,
+    /// another tool's index), or by a live change under a key of its own (the newest such).
     pub async fn passage(&self, id: &str) -> Result<Option<Passage>, SearchError> {
         let (index, key) = (self.index(), key_of(id));
         let document = self
@@ -73,7 +80,24 @@ impl MeiliSearch {
                 }
             })
             .await?;
-        Ok(document.map(Passage::from))
+        if let Some(document) = document {
+            return Ok(Some(document.into()));
+        }
+        let filter = format!("id = {}", quoted(id));
+        let mut query = DocumentsQuery::new(&index);
+        query.with_filter(&filter).with_limit(100);
+        let found = self
+            .retrying("find a passage", || async {
+                match query.execute::<Stored>().await {
+                    // An index Lacuna did not write has no filterable `id`, and no live changes.
+                    Err(SdkError::Meilisearch(error)) if error.error_code == ErrorCode::InvalidDocumentFilter => {
+                        Ok(Vec::new())
+                    }
+                    outcome => outcome.map(|found| found.results),
+                }
+            })
+            .await?;
+        Ok(found.into_iter().max_by_key(|s| s.seq).map(|s| Passage { id: s.id, title: s.title, text: s.text }))
     }
 
     /// The generation searches read now, from the offsets `lacuna indexer` stored (read at most once

@@ -9,7 +9,7 @@ use meilisearch_sdk::documents::DocumentDeletionQuery;
 use meilisearch_sdk::errors::ErrorCode;
 use meilisearch_sdk::settings::Settings as IndexSettings;
 
-use super::{APPLIED_KEY, AppliedDocument, FIELDS, MeiliSearch, PRIMARY_KEY, SEARCHED, Stored, of_documents, quoted};
+use super::{APPLIED_KEY, AppliedDocument, FIELDS, MeiliSearch, PRIMARY_KEY, SEARCHED, Stored, next_seq, of_documents};
 use crate::actors::clients::search::changes::Applied;
 use crate::actors::clients::search::documents::Document;
 use crate::actors::clients::search::{SearchError, for_each_passage};
@@ -56,18 +56,16 @@ fn writable_settings() -> IndexSettings {
     IndexSettings::new()
         .with_searchable_attributes(SEARCHED)
         .with_displayed_attributes(FIELDS)
-        .with_filterable_attributes(["doc_id", "change"])
+        .with_filterable_attributes(["doc_id", "id", "seq"])
 }
 
-/// The deletions that follow a batch's additions: the upserted documents' passages of any other
-/// `change`, and every passage of the deleted documents. A few hundred documents per filter.
-pub fn deletion_filters(updates: &[Update], change: &str) -> Vec<String> {
-    let upserted: Vec<&str> = updates.iter().filter(|u| u.document.is_some()).map(|u| u.doc_id.as_str()).collect();
-    let deleted: Vec<&str> = updates.iter().filter(|u| u.document.is_none()).map(|u| u.doc_id.as_str()).collect();
-    let stale =
-        upserted.chunks(IDS_PER_FILTER).map(|ids| format!("{} AND change != {}", of_documents(ids), quoted(change)));
-    let gone = deleted.chunks(IDS_PER_FILTER).map(of_documents);
-    stale.chain(gone).collect()
+/// The deletions that follow a batch's additions, numbered `seq`: its documents' passages older than
+/// it (upserted documents keep only the new version, deleted ones none), and those written before
+/// passages had a `seq`. A newer write's passages are never among them. A few hundred documents per
+/// filter.
+pub fn deletion_filters(updates: &[Update], seq: u64) -> Vec<String> {
+    let ids: Vec<&str> = updates.iter().map(|u| u.doc_id.as_str()).collect();
+    ids.chunks(IDS_PER_FILTER).map(|ids| format!("{} AND (seq < {seq} OR seq NOT EXISTS)", of_documents(ids))).collect()
 }
 
 /// What a batch wrote.
@@ -127,23 +125,23 @@ impl MeiliSearch {
     }
 
     /// Applies a batch of document changes (one per document), split into passages of at most
-    /// `passage_words` words and tagged `change`: additions first, then the deletions of what they
-    /// replace and of deleted documents. Returns once Meilisearch has done every task.
+    /// `passage_words` words, tagged `change` and numbered by [`next_seq`]: additions first, then the
+    /// deletions of what they replace and of deleted documents. Returns once Meilisearch has done
+    /// every task. A batch applied again is numbered again, and supersedes its first application.
     pub async fn apply(&self, updates: &[Update], passage_words: usize, change: &str) -> Result<Written, SearchError> {
+        let seq = next_seq();
         let mut passages = Vec::new();
         for update in updates {
             if let Some(document) = &update.document {
-                passages.extend(
-                    document.passages(passage_words).into_iter().map(|p| Stored {
-                        metadata: document.metadata.clone(),
-                        ..Stored::new(p, &update.doc_id, change)
-                    }),
-                );
+                passages.extend(document.passages(passage_words).into_iter().map(|p| Stored {
+                    metadata: document.metadata.clone(),
+                    ..Stored::versioned(p, &update.doc_id, change, seq)
+                }));
             }
         }
         self.write(&passages).await?;
         let index = self.index();
-        for filter in deletion_filters(updates, change) {
+        for filter in deletion_filters(updates, seq) {
             let task = self
                 .retrying("delete documents", || async {
                     let mut query = DocumentDeletionQuery::new(&index);
@@ -170,7 +168,8 @@ impl MeiliSearch {
     }
 
     /// A document's passages as the index holds them, in order, with its metadata; `None` when it has
-    /// none.
+    /// none. Of two versions held for a moment (a write between its addition and its deletion), the
+    /// newest.
     pub async fn document(
         &self,
         doc_id: &str,
@@ -181,9 +180,8 @@ impl MeiliSearch {
         // A document of search.max_document_bytes in passages of a few words stays under this.
         query.with_filter(&filter).with_limit(100_000);
         let mut stored = self.retrying("read a document", || query.execute::<Stored>()).await?.results;
-        if stored.is_empty() {
-            return Ok(None);
-        }
+        let Some(newest) = stored.iter().map(|s| s.seq).max() else { return Ok(None) };
+        stored.retain(|s| s.seq == newest);
         let number = |id: &str| id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0);
         stored.sort_by_key(|s| number(&s.id));
         let metadata = stored[0].metadata.clone();
@@ -238,7 +236,7 @@ const CORPUS_CHANGE: &str = "corpus";
 
 #[cfg(test)]
 mod tests {
-    use super::super::{applied_generation, key_of};
+    use super::super::{applied_generation, key_of, valid_document_id, versioned_key};
     use super::*;
 
     #[test]
@@ -251,12 +249,12 @@ mod tests {
             Update { doc_id: "c".into(), document: None },
         ];
         assert_eq!(
-            deletion_filters(&updates, "0-7"),
-            vec![r#"doc_id IN ["a", "say \"b\"\\"] AND change != "0-7""#.to_string(), r#"doc_id IN ["c"]"#.to_string(),]
+            deletion_filters(&updates, 7),
+            vec![r#"doc_id IN ["a", "say \"b\"\\", "c"] AND (seq < 7 OR seq NOT EXISTS)"#.to_string()]
         );
-        assert!(deletion_filters(&updates[2..], "t").len() == 1 && deletion_filters(&[], "t").is_empty());
+        assert!(deletion_filters(&[], 7).is_empty());
         let many: Vec<Update> = (0..1200).map(|n| Update { doc_id: format!("d{n}"), document: None }).collect();
-        assert_eq!(deletion_filters(&many, "t").len(), 3, "500 documents a filter");
+        assert_eq!(deletion_filters(&many, 7).len(), 3, "500 documents a filter");
     }
 
     #[test]
@@ -267,7 +265,17 @@ mod tests {
         assert_eq!(stored.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["a#1", "a#2"]);
         assert!(stored.iter().all(|s| s.doc_id == "a" && s.change == "0-9" && s.key == key_of(&s.id)));
         let json = serde_json::to_value(&stored[0]).unwrap();
-        assert_eq!(json["key"], key_of("a#1"));
+        assert_eq!((&json["key"], &json["seq"]), (&serde_json::json!(key_of("a#1")), &serde_json::json!(0)));
+        let mut older = json.clone();
+        older.as_object_mut().unwrap().remove("seq");
+        assert_eq!(serde_json::from_value::<Stored>(older).unwrap().seq, 0, "passages written before seq read as 0");
+
+        let (first, second) = (next_seq(), next_seq());
+        assert!(second > first, "strictly rising");
+        let live = |seq| Stored::versioned(document.passages(100).remove(0), "a", "serve-1", seq);
+        assert_eq!((live(first).id.as_str(), live(first).seq), ("a#1", first));
+        assert!(valid_document_id(&live(first).key) && live(first).key == versioned_key("a#1", first));
+        assert!(live(first).key != live(second).key && live(first).key != key_of("a#1"), "a key of its own");
         let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 4), (1, 6)]) };
         let document = AppliedDocument { key: APPLIED_KEY.into(), applied: applied.clone() };
         let json = serde_json::to_value(&document).unwrap();
