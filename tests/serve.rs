@@ -992,6 +992,49 @@ async fn on_the_meilisearch_backend_the_document_routes_change_the_meilisearch_i
     server.stop();
 }
 
+/// A document request dropped while Meilisearch is slow (the client went away, a proxy timed out)
+/// still finishes its change: stopped between its additions and its deletion, it would leave the
+/// older version's passages in the index beside the new one's (issue 57, item 9).
+#[actix::test]
+async fn on_the_meilisearch_backend_a_dropped_document_request_still_finishes_its_change() {
+    let meili = support::fake_meili::FakeMeili::start();
+    let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
+    let mut settings = vanilla_settings(&llm);
+    settings.search.backend = lacuna::config::SearchBackend::Meilisearch;
+    settings.search.meilisearch.url = meili.url.clone();
+    settings.search.meilisearch.index = "kb-dropped".into();
+    settings.search.passage_words = 20;
+    // SAFETY: set before the server starts, read once by it; no other test reads this variable.
+    unsafe { std::env::set_var("LACUNA_TEST_MEILI_DROPPED_TOKEN", "write-token") };
+    settings.serve.documents_token_env = "LACUNA_TEST_MEILI_DROPPED_TOKEN".into();
+    let server = serve(&settings, &[PipelineKind::Vanilla]).await;
+    let manual = |sentences: usize| {
+        let text = (0..sentences).map(|n| format!("{} step {n}.", vec!["word"; 18].join(" "))).collect::<Vec<_>>();
+        json!({"id": "manual", "title": "Manual", "text": text.join(" ")})
+    };
+    let post = |timeout: Duration, body: Value| {
+        let request = reqwest::Client::new().post(url(&server, "/v1/documents")).bearer_auth("write-token");
+        request.timeout(timeout).json(&body).send()
+    };
+    assert_eq!(post(Duration::from_secs(30), manual(3)).await.unwrap().status(), 200);
+    meili.set_task_delay(Duration::from_millis(600));
+    assert!(post(Duration::from_millis(150), manual(1)).await.is_err(), "the client gave up");
+    let ids = || -> Vec<String> {
+        let mut ids: Vec<String> =
+            meili.documents("kb-dropped").values().map(|d| d["id"].as_str().unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    };
+    for _ in 0..50 {
+        if ids() == ["manual"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(ids(), ["manual"], "the new version alone, its change done");
+    server.stop();
+}
+
 /// A document the bus will never take (over the producer's message size) is refused for good: 413,
 /// with no `Retry-After`, not a 503 a client would retry for ever (issue 57, item 9).
 #[actix::test]
