@@ -309,7 +309,11 @@ impl DocumentRoutes {
     async fn apply_meili(&self, update: Update) -> Result<usize, ApiError> {
         let Target::Meili { meili, opened } = &self.target else { unreachable!("called on Meilisearch only") };
         opened.get_or_try_init(|| meili.open_for_writing()).await.map_err(unavailable)?;
-        let written = meili.apply_now(&[update], self.passage_words, "serve").await.map_err(unavailable)?;
+        // A task of its own, like the tantivy writer's: a request dropped mid-change (the client went
+        // away) must not stop it between its additions and its deletion, which leaves two versions.
+        let (meili, words) = (meili.clone(), self.passage_words);
+        let change = tokio::spawn(async move { meili.apply_now(&[update], words, "serve").await });
+        let written = change.await.map_err(unavailable)?.map_err(unavailable)?;
         Ok(written.passages)
     }
 }
