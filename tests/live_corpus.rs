@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lacuna::actors::clients::TantivySearch;
+use lacuna::actors::clients::{Document, TantivySearch, TantivyWriter};
 use lacuna::bench::replica::Replica;
 use lacuna::pipelines::parts::Parts;
 use lacuna::pipelines::{Pipeline, PipelineKind};
@@ -350,6 +350,59 @@ async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survi
         until_index(index, "all 10,300 live documents", |s| s.num_passages() == 10_300);
     }
     assert!(TantivySearch::open(&indexes[0]).unwrap().passage("batch-9999").unwrap().is_some());
+}
+
+/// A replica away longer than the documents topic keeps tombstones (`delete.retention.ms`) may have
+/// missed deletions that compaction has since removed, though its offsets are still within the log:
+/// only the time tells. It rebuilds its index from the topic (issue 57, item 2). Here the topic keeps
+/// tombstones for 1 s, and a document the replica holds but the topic does not stands for one whose
+/// tombstone it missed.
+#[actix::test]
+async fn a_replica_away_longer_than_the_topic_keeps_tombstones_rebuilds_its_index() {
+    let dir = support::scratch_dir("live-corpus-tombstones");
+    let settings = support::cluster::settings("documents-tombstones", "http://127.0.0.1:9/v1");
+    create_documents_topic(&settings, "delete.retention.ms", "1000").await;
+    let base = dir.join("base.jsonl");
+    let lines: Vec<String> = (0..5)
+        .map(|n| json!({"id": format!("kept-{n}"), "title": "Kept", "text": format!("Document {n}.")}).to_string())
+        .collect();
+    std::fs::write(&base, lines.join("\n")).unwrap();
+    publish(&settings, &[base.to_str().unwrap()]);
+    let index = dir.join("replica");
+    let _ = std::fs::remove_dir_all(&index);
+    let mut first = replica(&settings, &index, free_port());
+    wait_ready(&mut first);
+    first.stop();
+    // The missed deletion: a document in the index, under the offsets the replica stored, that the
+    // topic no longer holds.
+    {
+        let mut writer = TantivyWriter::open(&index).unwrap();
+        let payload = writer.payload().unwrap().expect("the replica stored its offsets");
+        let ghost: Document =
+            serde_json::from_value(json!({"id": "ghost", "title": "Ghost", "text": "Deleted long ago."})).unwrap();
+        writer.upsert(&ghost, 0).unwrap();
+        writer.commit_with(&payload).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1_500));
+    let mut second = replica(&settings, &index, free_port());
+    wait_ready(&mut second);
+    let search = TantivySearch::open(&index).unwrap();
+    assert!(search.passage("ghost").unwrap().is_none(), "rebuilt from the topic, the deletion it missed is applied");
+    assert_eq!(search.num_passages(), 5, "and it holds the topic's documents");
+    second.stop();
+}
+
+/// The documents topic, created before any replica creates it, compacted, with one config of the test's.
+async fn create_documents_topic(settings: &lacuna::config::Settings, key: &str, value: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", &settings.kafka.brokers).create().unwrap();
+    let name = format!("{}documents", settings.kafka.topic_prefix);
+    let topic = NewTopic::new(&name, settings.kafka.partitions, TopicReplication::Fixed(1))
+        .set("cleanup.policy", "compact")
+        .set(key, value);
+    let created = admin.create_topics(&[topic], &AdminOptions::new()).await.unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
 }
 
 /// `lacuna run` with `search.follow_documents` builds its local index from the documents topic before
