@@ -197,6 +197,40 @@ async fn the_indexer_keeps_a_meilisearch_index_a_copy_of_the_documents_topic_thr
     until_ids(&meili, &with_manual(&live, 1), "the document published during the outage");
 }
 
+/// The indexer gathers whole documents before it uploads. Bounded by count alone, catching up on
+/// large documents holds up to `batch_size` of them at once, past a pod's memory limit (issue 57,
+/// item 4). What it gathers is bounded by `search.meilisearch.max_batch_bytes` too: each batch is
+/// applied, and its offsets stored, before more is read.
+#[test]
+fn catching_up_on_large_documents_gathers_at_most_max_batch_bytes_of_them_at_a_time() {
+    let dir = support::scratch_dir("meili-large-gather");
+    let meili = FakeMeili::start();
+    let settings = on_meili("meili-large-gather", "http://127.0.0.1:9", &meili);
+    // About 190 KB each.
+    let text = vec!["A sentence of a large document."; 6_000].join(" ");
+    let documents: Vec<serde_json::Value> =
+        (0..10).map(|n| json!({"id": format!("large-{n}"), "title": "Large", "text": text})).collect();
+    published(publish(&settings, &dir, &documents, &[]));
+    let port = free_port().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .envs(env(&settings))
+        .env("LACUNA__METRICS__LISTEN", format!("127.0.0.1:{port}"))
+        .env("LACUNA__SEARCH__MEILISEARCH__MAX_BATCH_BYTES", "500000")
+        .arg("indexer")
+        .stderr(std::fs::File::create(dir.join("indexer.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !ready(port) {
+        assert!(started.elapsed() < Duration::from_secs(60), "the indexer caught up within 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let batches = meili.uploads_to(&format!("{INDEX}-applied"));
+    assert!(batches >= 4, "10 documents of 190 KB in batches of at most 500 KB, not {batches}");
+}
+
 /// `lacuna bench freshness` on the Meilisearch backend runs end to end: an indexer applies the
 /// documents published at a set rate, each is timed until the index holds it, and a new indexer's
 /// catch-up is timed. Its figures mean nothing against the fake; docs/performance.md has none until a

@@ -31,6 +31,8 @@ struct Server {
     tasks: Vec<(Value, std::time::Instant)>,
     task_delay: std::time::Duration,
     uploads: usize,
+    /// Document uploads by index.
+    uploads_to: HashMap<String, usize>,
     /// Uploads larger than this are refused with 413, as Meilisearch's `http-payload-size-limit`.
     payload_limit: Option<usize>,
 }
@@ -99,6 +101,11 @@ impl FakeMeili {
     /// Document uploads received (POST .../documents).
     pub fn uploads(&self) -> usize {
         self.shared.server.lock().unwrap().uploads
+    }
+
+    /// Document uploads received for the index `uid`.
+    pub fn uploads_to(&self, uid: &str) -> usize {
+        self.shared.server.lock().unwrap().uploads_to.get(uid).copied().unwrap_or(0)
     }
 
     /// The uids of its indexes.
@@ -195,6 +202,7 @@ async fn add_documents(
 ) -> Response {
     let mut server = shared.server.lock().unwrap();
     server.uploads += 1;
+    *server.uploads_to.entry(uid.clone()).or_default() += 1;
     let size = serde_json::to_vec(&documents).unwrap().len();
     if let Some(limit) = server.payload_limit.filter(|limit| size > *limit) {
         let message =
