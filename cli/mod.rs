@@ -3,6 +3,7 @@
 //! - `index`: builds the search index (tantivy BM25, or Meilisearch) from a corpus file.
 //! - `ingest`: adds, replaces or deletes documents of the live corpus, searchable without a restart.
 //! - `indexer`: keeps a Meilisearch index a copy of the documents topic, for retrieve replicas.
+//! - `verify`: `lacuna verify-index`, a replica's index compared with the documents topic.
 //! - `ask`: one question through the whole loop, printed for a person (or as JSON).
 //! - `run`: a questions file streamed through the actors, one output line per input line.
 //! - `serve`: the HTTP API and live page in front of the pipelines.
@@ -33,6 +34,7 @@ pub mod sink;
 pub mod stage;
 mod submit;
 mod topics;
+mod verify;
 
 use std::path::PathBuf;
 
@@ -66,6 +68,8 @@ enum Command {
     Ingest(ingest::IngestArgs),
     /// Keep a Meilisearch index a copy of the documents topic, for retrieve replicas that search it.
     Indexer(indexer::IndexerArgs),
+    /// Compare a retrieve replica's index with the documents topic: every live document at its last version, nothing else.
+    VerifyIndex(verify::VerifyIndexArgs),
     /// Answer one question and show the facts and passages it rests on.
     Ask(ask::AskArgs),
     /// Answer every question of a JSONL file, one output line per input line.
@@ -112,6 +116,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve::serve(&settings, args).await,
         Command::Stage(args) => stage::stage(&settings, args).await,
         Command::Indexer(args) => indexer::indexer(&settings, args).await,
+        Command::VerifyIndex(args) => verify::verify_index(&settings, args).await,
         Command::Submit(args) => submit::submit(&settings, args).await,
         Command::Answers(args) => submit::answers(&settings, args).await,
         Command::Dlq(args) => dlq::dlq(&settings, args).await,

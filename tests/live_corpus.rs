@@ -350,6 +350,37 @@ async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survi
         until_index(index, "all 10,300 live documents", |s| s.num_passages() == 10_300);
     }
     assert!(TantivySearch::open(&indexes[0]).unwrap().passage("batch-9999").unwrap().is_some());
+
+    // `lacuna verify-index` finds each a copy of the topic; a replica that missed changes is not one.
+    for index in &indexes {
+        let (copy, out) = verify_index(&settings, index);
+        assert!(copy && out.contains("10300 live documents") && out.contains("exactly the topic's"), "{out}");
+    }
+    replicas[1].stop();
+    let late = dir.join("late.jsonl");
+    std::fs::write(&late, json!({"id": "late", "title": "Late", "text": "Published while replica 1 was down."}).to_string())
+        .unwrap();
+    publish(&settings, &[late.to_str().unwrap(), "--delete", "batch-0"]);
+    until_index(&indexes[0], "the late change", |s| {
+        s.passage("late").unwrap().is_some() && s.passage("batch-0").unwrap().is_none()
+    });
+    let (copy, out) = verify_index(&settings, &indexes[1]);
+    assert!(!copy, "{out}");
+    assert!(out.contains("missing (live on the topic, not in the index): 1 late"), "{out}");
+    assert!(out.contains("extra (deleted on the topic, or never on it): 1 batch-0"), "{out}");
+    assert!(verify_index(&settings, &indexes[0]).0, "replica 0 caught up");
+}
+
+/// `lacuna verify-index` on `index`, as an operator runs it: whether it found a copy, and what it said.
+fn verify_index(settings: &lacuna::config::Settings, index: &Path) -> (bool, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .envs(kafka_env(settings))
+        .env("LACUNA__SEARCH__PASSAGE_WORDS", "0")
+        .args(["verify-index", "--index-dir", index.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), said)
 }
 
 /// A replica away longer than the documents topic keeps tombstones (`delete.retention.ms`) may have

@@ -93,12 +93,16 @@ fn outdated(applied: &Applied, spans: &[Span]) -> bool {
 
 /// A record as a document (`None` for a tombstone), or as its dead letter when it is not one.
 pub fn read_change(change: &Change) -> Result<Option<Document>, RejectedDocument> {
+    parse_change(change).map_err(|error| rejected(change, error))
+}
+
+/// A record as a document (`None` for a tombstone), or why it is not one.
+pub fn parse_change(change: &Change) -> Result<Option<Document>, String> {
     let Some(payload) = &change.document else { return Ok(None) };
     serde_json::from_slice::<Document>(payload)
         .map_err(|e| e.to_string())
         .and_then(|d| d.check(usize::MAX).map(|_| d).map_err(|e| e.to_string()))
         .and_then(|d| if d.id == change.key { Ok(Some(d)) } else { Err(format!("its id {:?} is not its key", d.id)) })
-        .map_err(|error| rejected(change, error))
 }
 
 /// The dead letter of a record that could not be applied, logged and counted.

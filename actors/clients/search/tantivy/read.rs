@@ -1,10 +1,11 @@
 //! Searching the local tantivy index: BM25 over titles and texts, the passage by id, and the
 //! generation a search read (with what the commit says it applied from the documents topic).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use ::tantivy::collector::TopDocs;
-use ::tantivy::query::{QueryParser, TermQuery};
+use ::tantivy::collector::{DocSetCollector, TopDocs};
+use ::tantivy::query::{AllQuery, QueryParser, TermQuery};
 use ::tantivy::schema::{IndexRecordOption, Value};
 use ::tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
 
@@ -110,10 +111,21 @@ impl TantivySearch {
         if passages.is_empty() {
             return Ok(None);
         }
-        // `ID#2` before `ID#10`.
-        let number = |p: &Passage| p.id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0);
-        passages.sort_by_key(number);
+        passages.sort_by_key(passage_number);
         Ok(Some((passages, metadata)))
+    }
+
+    /// Every document the index holds, by id, with its passages in order (`lacuna verify-index`).
+    pub fn all_documents(&self) -> Result<BTreeMap<String, Vec<Passage>>, SearchError> {
+        let searcher = self.reader.searcher();
+        let mut documents: BTreeMap<String, Vec<Passage>> = BTreeMap::new();
+        for address in searcher.search(&AllQuery, &DocSetCollector)? {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            let doc_id = doc.get_first(self.fields.doc).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            documents.entry(doc_id).or_default().push(self.to_passage(&doc));
+        }
+        documents.values_mut().for_each(|passages| passages.sort_by_key(passage_number));
+        Ok(documents)
     }
 
     pub fn num_passages(&self) -> u64 {
@@ -124,6 +136,11 @@ impl TantivySearch {
         let get = |field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string();
         Passage { id: get(self.fields.id), title: get(self.fields.title), text: get(self.fields.text) }
     }
+}
+
+/// Where a passage falls in its document: `ID#2` before `ID#10`, an unsplit `ID` first.
+fn passage_number(passage: &Passage) -> usize {
+    passage.id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0)
 }
 
 /// The changelog records the commit that `searcher` reads says it applied, if it says so.
