@@ -47,7 +47,8 @@ pub struct MeiliSettings {
     /// Documents per upload when indexing.
     pub batch_size: usize,
     /// Bytes per upload, at most (a passage larger than this goes up alone): under Meilisearch's
-    /// payload limit (100 MB by default) and the indexer's memory, however large the documents.
+    /// payload limit (100 MB by default) and the indexer's memory, however large the documents. The
+    /// indexer stops gathering records at this many bytes of documents too.
     pub max_batch_bytes: usize,
     /// How long to wait for one indexing task.
     pub task_timeout_ms: u64,

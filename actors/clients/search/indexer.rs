@@ -36,6 +36,7 @@ pub struct Indexer {
     passage_words: usize,
     interval: Duration,
     batch_size: usize,
+    max_batch_bytes: usize,
 }
 
 impl Indexer {
@@ -49,6 +50,7 @@ impl Indexer {
             passage_words: settings.passage_words,
             interval: Duration::from_millis(settings.commit_interval_ms.max(1)),
             batch_size: settings.meilisearch.batch_size.max(1),
+            max_batch_bytes: settings.meilisearch.max_batch_bytes.max(1),
         })
     }
 
@@ -76,8 +78,8 @@ impl Indexer {
         let mut last_lag = Instant::now();
         loop {
             let changelog = self.changelog.clone();
-            let (interval, batch_size) = (self.interval, self.batch_size);
-            let changes = blocking(move || Ok(gather(&changelog, interval, batch_size))).await?;
+            let (interval, batch_size, max_bytes) = (self.interval, self.batch_size, self.max_batch_bytes);
+            let changes = blocking(move || Ok(gather(&changelog, interval, batch_size, max_bytes))).await?;
             if !changes.is_empty() {
                 let updates = self.latest(&changes);
                 for change in &changes {
@@ -186,14 +188,18 @@ where
     }
 }
 
-/// The changes read for `interval`, or until there are `limit` of them (none when none came). A
-/// broker away is waited out: librdkafka reconnects.
-fn gather(changelog: &Changelog, interval: Duration, limit: usize) -> Vec<Change> {
-    let mut changes = Vec::new();
+/// The changes read for `interval`, or until there are `limit` of them or they hold `max_bytes` of
+/// documents (none when none came): what is held between reading and uploading stays bounded when
+/// catching up on large documents. A broker away is waited out: librdkafka reconnects.
+fn gather(changelog: &Changelog, interval: Duration, limit: usize, max_bytes: usize) -> Vec<Change> {
+    let (mut changes, mut bytes) = (Vec::new(), 0);
     let started = Instant::now();
-    while changes.len() < limit && started.elapsed() < interval {
+    while changes.len() < limit && bytes < max_bytes && started.elapsed() < interval {
         match changelog.poll(Duration::from_millis(50)) {
-            Ok(Some(change)) => changes.push(change),
+            Ok(Some(change)) => {
+                bytes += change.document.as_ref().map_or(0, Vec::len);
+                changes.push(change);
+            }
             Ok(None) => {}
             Err(error) => {
                 tracing::warn!(%error, "reading the documents topic failed: retrying");
