@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
@@ -93,6 +93,29 @@ impl KafkaBus {
             }
         }
         Ok(())
+    }
+
+    /// How long compaction keeps the documents topic's tombstones (its `delete.retention.ms`), or
+    /// Kafka's default, a day, when the broker does not say.
+    pub async fn tombstone_retention(&self) -> Duration {
+        const KAFKA_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+        let topic = self.documents_topic();
+        let read = async {
+            let admin: AdminClient<DefaultClientContext> = self.base.create().map_err(transport)?;
+            let options = AdminOptions::new().request_timeout(Some(TIMEOUT));
+            let described = admin.describe_configs(&[ResourceSpecifier::Topic(&topic)], &options).await;
+            let resource = described.map_err(transport)?.into_iter().next();
+            let resource = resource.ok_or_else(|| BusError::Transport("no answer".into()))?.map_err(transport)?;
+            let value = resource.get("delete.retention.ms").and_then(|entry| entry.value.clone());
+            Ok::<_, BusError>(value.and_then(|ms| ms.parse::<u64>().ok()))
+        };
+        match read.await {
+            Ok(Some(ms)) => Duration::from_millis(ms),
+            outcome => {
+                tracing::warn!(?outcome, topic, "cannot read the topic's delete.retention.ms: taking Kafka's default, a day");
+                KAFKA_DEFAULT
+            }
+        }
     }
 
     /// Publishes a document's new version (its JSON), or with `None` its deletion.
@@ -187,12 +210,16 @@ impl Changelog {
     }
 
     /// Sets each partition's end in `ends` to its high watermark now (a broker round trip each), for
-    /// the lag metric; a partition the broker does not answer for keeps its old end.
-    pub fn refresh_ends(&self, ends: &mut HashMap<i32, i64>) {
+    /// the lag metric; a partition the broker does not answer for keeps its old end. Whether every
+    /// one was answered.
+    pub fn refresh_ends(&self, ends: &mut HashMap<i32, i64>) -> bool {
+        let mut all = true;
         for (&partition, end) in ends.iter_mut() {
-            if let Ok((_, high)) = self.consumer.fetch_watermarks(&self.topic, partition, Duration::from_secs(1)) {
-                *end = high;
+            match self.consumer.fetch_watermarks(&self.topic, partition, Duration::from_secs(1)) {
+                Ok((_, high)) => *end = high,
+                Err(_) => all = false,
             }
         }
+        all
     }
 }

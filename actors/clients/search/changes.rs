@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -15,11 +16,19 @@ use crate::topics::kafka::{Change, KafkaBus, RejectedDocument, Span};
 /// Dead letters waiting for the producer; beyond this many, more are only logged and counted.
 const REJECTED_QUEUE: usize = 1024;
 
-/// Stored with what an index holds: the topic, and per partition the next offset to apply.
+/// Stored with what an index holds: the topic, per partition the next offset to apply, and when it
+/// last held everything the topic had.
 #[derive(Serialize, Deserialize, Default, PartialEq, Debug, Clone)]
 pub struct Applied {
     pub topic: String,
     pub next: BTreeMap<i32, i64>,
+    /// When the index last held every record the topic had then, in ms since the epoch: every record
+    /// it has not applied was written after it. Compaction removes a tombstone once it is older than
+    /// the topic's `delete.retention.ms`, so a follower caught up longer ago than that may have
+    /// missed deletions, though its offsets are still within the log. `None`: never caught up (or
+    /// stored by a build before this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caught_up_at_ms: Option<u64>,
 }
 
 /// Where a follower starts reading each partition, and the end offsets it must reach before it is
@@ -30,11 +39,31 @@ pub struct Start {
 }
 
 impl Applied {
-    /// The offsets stored with an index, if they are this topic's (and not past its end) and nothing
-    /// since was lost to retention or compaction; `None` means the index must be rebuilt from the
-    /// topic's start.
-    fn resumable(self, topic: &str, spans: &[Span]) -> Option<Applied> {
-        (self.topic == topic && !outdated(&self, spans)).then_some(self)
+    fn fresh(topic: &str) -> Applied {
+        Applied { topic: topic.to_string(), ..Default::default() }
+    }
+
+    /// Whether it last caught up longer ago than the topic keeps tombstones.
+    fn stale(&self, tombstones_kept: Duration, now_ms: u64) -> bool {
+        self.caught_up_at_ms.is_some_and(|at| now_ms.saturating_sub(at) >= tombstones_kept.as_millis() as u64)
+    }
+
+    /// Whether an index caught up at `ends` (read at `read_at_ms`) and idle should store its offsets
+    /// again, to keep its catch-up time recent: a quarter of the tombstones' retention after the last.
+    pub fn heartbeat_due(&self, ends: &HashMap<i32, i64>, read_at_ms: u64, tombstones_kept: Duration) -> bool {
+        let mut newer = self.clone();
+        newer.note_caught_up(ends, read_at_ms);
+        newer.caught_up_at_ms.is_some_and(|at| {
+            at.saturating_sub(self.caught_up_at_ms.unwrap_or(0)) >= tombstones_kept.as_millis() as u64 / 4
+        })
+    }
+
+    /// Notes that the index holds every record up to `ends`, the partitions' ends as read at
+    /// `read_at_ms`, when it does.
+    pub fn note_caught_up(&mut self, ends: &HashMap<i32, i64>, read_at_ms: u64) {
+        if ends.iter().all(|(partition, end)| self.next.get(partition).is_some_and(|next| next >= end)) {
+            self.caught_up_at_ms = Some(read_at_ms);
+        }
     }
 
     /// Where to read from, each partition's stored offset or its earliest record; `next` then
@@ -61,24 +90,40 @@ impl Applied {
     }
 }
 
-/// Where a follower resumes, given the offsets stored with its index: those offsets when they still
-/// hold, else none, and `true` when the index must be emptied first (it holds what another topic's
-/// records, or records since lost to retention or compaction, put there). With nothing stored, what
-/// the index holds (a corpus from `lacuna index`) stays, and the topic's documents go on top of it.
-pub fn resume(stored: Option<Applied>, topic: &str, spans: &[Span]) -> (Applied, bool) {
-    let fresh = || Applied { topic: topic.to_string(), next: BTreeMap::new() };
-    let Some(stored) = stored else { return (fresh(), false) };
-    let next = stored.next.clone();
-    match stored.resumable(topic, spans) {
-        Some(applied) => (applied, false),
-        None => {
-            tracing::warn!(
-                stored = ?next, topic,
-                "the index's offsets are not the topic's, or older than its earliest records: rebuilding from the topic"
-            );
-            (fresh(), true)
-        }
-    }
+/// Where a follower resumes, given the offsets stored with its index, how long the topic keeps
+/// tombstones, and the time now (ms since the epoch): those offsets when they still hold, else none,
+/// and `true` when the index must be emptied first. It must when it holds what another topic's
+/// records put there, or records since lost to retention or compaction, or when it last caught up
+/// longer ago than the topic keeps tombstones (deletions since may be gone unseen). With nothing
+/// stored, what the index holds (a corpus from `lacuna index`) stays, and the topic's documents go
+/// on top of it. An index that never caught up resumes: a first catch-up that a crash interrupts
+/// must not start over each time.
+pub fn resume(
+    stored: Option<Applied>,
+    topic: &str,
+    spans: &[Span],
+    tombstones_kept: Duration,
+    now_ms: u64,
+) -> (Applied, bool) {
+    let Some(stored) = stored else { return (Applied::fresh(topic), false) };
+    let why = if stored.topic != topic || outdated(&stored, spans) {
+        "the index's offsets are not the topic's, or older than its earliest records, or past its end"
+    } else if stored.stale(tombstones_kept, now_ms) && spans.iter().any(|s| stored.next.get(&s.partition) < Some(&s.high)) {
+        "the index last caught up longer ago than the topic keeps tombstones (delete.retention.ms): \
+         deletions since may be gone unseen"
+    } else {
+        return (stored, false);
+    };
+    tracing::warn!(
+        stored = ?stored.next, caught_up_at_ms = ?stored.caught_up_at_ms, tombstones_kept_ms = tombstones_kept.as_millis() as u64,
+        topic, "{why}: rebuilding from the topic"
+    );
+    (Applied::fresh(topic), true)
+}
+
+/// Milliseconds since the epoch, as `Applied::caught_up_at_ms` counts them.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
 /// A stored offset below a partition's earliest record (records it never saw are gone), or past its
@@ -168,18 +213,16 @@ mod tests {
 
     #[test]
     fn stored_offsets_below_a_partitions_earliest_record_are_outdated() {
-        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10), (1, 3)]) };
+        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10), (1, 3)]), caught_up_at_ms: None };
         assert!(!outdated(&applied, &[span(0, 0, 12), span(1, 3, 3)]), "3 is partition 1's earliest: nothing missed");
         assert!(outdated(&applied, &[span(0, 0, 12), span(1, 4, 9)]), "offset 3 of partition 1 is gone unseen");
         assert!(outdated(&applied, &[span(0, 0, 12), span(2, 1, 5)]), "a partition it never read lost its start");
         assert!(!outdated(&applied, &[span(2, 0, 5)]), "a new partition read from its start");
-        assert!(applied.clone().resumable("t", &[span(0, 0, 12)]).is_some());
-        assert!(applied.clone().resumable("other", &[span(0, 0, 12)]).is_none(), "another topic's offsets");
-        let fresh = Applied { topic: "t".into(), next: BTreeMap::new() };
+        let resume = |stored: Option<Applied>, topic: &str, spans: &[Span]| resume(stored, topic, spans, DAY, NOW);
+        let fresh = Applied::fresh("t");
         assert_eq!(resume(None, "t", &[span(0, 0, 12)]), (fresh.clone(), false), "nothing stored: keep what is there");
         assert_eq!(resume(Some(applied.clone()), "t", &[span(0, 0, 12)]), (applied.clone(), false));
-        let other = Applied { topic: "other".into(), next: BTreeMap::new() };
-        assert_eq!(resume(Some(applied), "other", &[span(0, 0, 12)]), (other, true), "empty it and start over");
+        assert_eq!(resume(Some(applied), "other", &[span(0, 0, 12)]), (Applied::fresh("other"), true), "another topic's");
     }
 
     /// Offsets past a partition's end were not this topic's: it was deleted and created again, or
@@ -187,15 +230,42 @@ mod tests {
     /// the follower would call itself caught up at once (issue 57, item 2).
     #[test]
     fn stored_offsets_past_a_partitions_end_are_outdated() {
-        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]) };
+        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]), caught_up_at_ms: None };
         assert!(!outdated(&applied, &[span(0, 0, 10)]), "at the end: caught up, nothing missed");
         assert!(outdated(&applied, &[span(0, 0, 4)]), "offset 10 of a partition that ends at 4");
-        assert_eq!(resume(Some(applied), "t", &[span(0, 0, 4)]).1, true, "rebuilt from the topic's start");
+        assert_eq!(resume(Some(applied), "t", &[span(0, 0, 4)], DAY, NOW).1, true, "rebuilt from the topic's start");
+    }
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+    const NOW: u64 = 1_800_000_000_000;
+
+    /// Compaction removes tombstones older than the topic's `delete.retention.ms`: a follower that last
+    /// caught up longer ago may have missed deletions, though its offsets are within the log (issue
+    /// 57, item 2).
+    #[test]
+    fn a_follower_caught_up_longer_ago_than_tombstones_are_kept_is_rebuilt() {
+        let mut applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10), (1, 4)]), caught_up_at_ms: None };
+        applied.note_caught_up(&HashMap::from([(0, 12), (1, 4)]), NOW - 5);
+        assert_eq!(applied.caught_up_at_ms, None, "partition 0 is behind its end");
+        applied.note_caught_up(&HashMap::from([(0, 10), (1, 4)]), NOW - 5);
+        assert_eq!(applied.caught_up_at_ms, Some(NOW - 5));
+        let spans = [span(0, 0, 12), span(1, 0, 4)];
+        let hour = Duration::from_secs(3600);
+        assert!(!resume(Some(applied.clone()), "t", &spans, hour, NOW).1, "back within the hour");
+        let away = Applied { caught_up_at_ms: Some(NOW - 2 * 3_600_000), ..applied.clone() };
+        assert_eq!(resume(Some(away.clone()), "t", &spans, hour, NOW), (Applied::fresh("t"), true), "away two hours");
+        let quiet = [span(0, 0, 10), span(1, 0, 4)];
+        assert!(!resume(Some(away.clone()), "t", &quiet, hour, NOW).1, "no record since: no deletion missed");
+        assert!(away.heartbeat_due(&HashMap::from([(0, 10), (1, 4)]), NOW, hour), "idle and caught up: stored again");
+        assert!(!applied.heartbeat_due(&HashMap::from([(0, 10), (1, 4)]), NOW, hour), "stored 5 ms ago");
+        assert!(!away.heartbeat_due(&HashMap::from([(0, 11), (1, 4)]), NOW, hour), "not caught up");
+        let never = Applied { caught_up_at_ms: None, ..applied };
+        assert!(!resume(Some(never), "t", &spans, hour, NOW).1, "a first catch-up goes on where it stopped");
     }
 
     #[test]
     fn a_follower_starts_at_its_stored_offsets_and_waits_only_for_partitions_behind() {
-        let mut applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]) };
+        let mut applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]), caught_up_at_ms: None };
         let mut start = applied.start(&[span(0, 0, 12), span(1, 2, 2), span(2, 4, 9)]);
         assert_eq!(start.from, HashMap::from([(0, 10), (1, 2), (2, 4)]));
         assert_eq!(start.behind, HashMap::from([(0, 12), (2, 9)]), "partition 1 is empty from where it starts");

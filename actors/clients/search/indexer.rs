@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::changes::{Applied, DeadLetters, Start, dead_letters, read_change, report_lag, resume};
+use super::changes::{Applied, DeadLetters, Start, dead_letters, now_ms, read_change, report_lag, resume};
 use super::materialiser::LAG_EVERY;
 use super::meili::Update;
 use super::{MeiliSearch, SearchError};
@@ -31,6 +31,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct Indexer {
     meili: MeiliSearch,
+    bus: Arc<KafkaBus>,
     changelog: Arc<Changelog>,
     rejected: DeadLetters,
     passage_words: usize,
@@ -45,6 +46,7 @@ impl Indexer {
         let changelog = bus.changelog().map_err(|e| SearchError::Index(e.to_string()))?;
         Ok(Indexer {
             meili,
+            bus: bus.clone(),
             changelog: Arc::new(changelog),
             rejected: dead_letters(bus),
             passage_words: settings.passage_words,
@@ -64,7 +66,9 @@ impl Indexer {
             blocking(move || changelog.spans())
         })
         .await?;
-        let mut applied = patiently("opening the Meilisearch index", || self.resume(&topic, &spans)).await?;
+        let tombstones_kept = self.bus.tombstone_retention().await;
+        let mut applied =
+            patiently("opening the Meilisearch index", || self.resume(&topic, &spans, tombstones_kept)).await?;
         let Start { from, mut behind } = applied.start(&spans);
         let changelog = self.changelog.clone();
         blocking(move || changelog.start(&from)).await?;
@@ -75,6 +79,8 @@ impl Indexer {
             "indexing the documents topic into Meilisearch"
         );
         let mut ends: HashMap<i32, i64> = spans.iter().map(|s| (s.partition, s.high)).collect();
+        // When `ends` were read: holding everything up to them, the index was caught up then.
+        let mut ends_at = now_ms();
         let mut last_lag = Instant::now();
         loop {
             let changelog = self.changelog.clone();
@@ -85,13 +91,23 @@ impl Indexer {
                 for change in &changes {
                     applied.advance(change, &mut behind);
                 }
+                applied.note_caught_up(&ends, ends_at);
                 self.apply(&updates, &applied).await?;
             }
             if behind.is_empty() && !ready.swap(true, Ordering::Relaxed) {
                 tracing::info!("the Meilisearch index caught up with the documents topic");
             }
             if last_lag.elapsed() >= LAG_EVERY {
-                ends = self.ends(ends).await;
+                let reading = now_ms();
+                let all;
+                (ends, all) = self.ends(ends).await;
+                if all {
+                    ends_at = reading;
+                }
+                if applied.heartbeat_due(&ends, ends_at, tombstones_kept) {
+                    applied.note_caught_up(&ends, ends_at);
+                    patiently("storing the applied offsets", || self.meili.store_applied(&applied)).await?;
+                }
                 if let Ok(passages) = self.meili.documents().await {
                     METRICS.index_passages.with_label_values::<&str>(&[]).set(passages as i64);
                 }
@@ -103,9 +119,14 @@ impl Indexer {
 
     /// Opens the index for writing, and the offsets to resume from ([`resume`]; an index to rebuild
     /// is emptied first).
-    async fn resume(&self, topic: &str, spans: &[crate::topics::kafka::Span]) -> Result<Applied, SearchError> {
+    async fn resume(
+        &self,
+        topic: &str,
+        spans: &[crate::topics::kafka::Span],
+        tombstones_kept: Duration,
+    ) -> Result<Applied, SearchError> {
         self.meili.open_for_writing().await?;
-        let (applied, clear) = resume(self.meili.applied().await?, topic, spans);
+        let (applied, clear) = resume(self.meili.applied().await?, topic, spans, tombstones_kept, now_ms());
         if clear {
             self.meili.clear().await?;
         }
@@ -155,12 +176,13 @@ impl Indexer {
         Ok(())
     }
 
-    /// The partitions' ends now, for the lag metric (the old ones where the broker does not answer).
-    async fn ends(&self, mut ends: HashMap<i32, i64>) -> HashMap<i32, i64> {
+    /// The partitions' ends now, for the lag metric and the catch-up time, and whether the broker
+    /// answered for every one (those it did not keep their old end).
+    async fn ends(&self, mut ends: HashMap<i32, i64>) -> (HashMap<i32, i64>, bool) {
         let changelog = self.changelog.clone();
         blocking(move || {
-            changelog.refresh_ends(&mut ends);
-            Ok(ends)
+            let all = changelog.refresh_ends(&mut ends);
+            Ok((ends, all))
         })
         .await
         .unwrap_or_default()

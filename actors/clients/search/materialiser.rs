@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::changes::{Applied, DeadLetters, Start, dead_letters, read_change, rejected, report_lag, resume};
+use super::changes::{
+    Applied, DeadLetters, Start, dead_letters, now_ms, read_change, rejected, report_lag, resume,
+};
 use super::{SearchError, TantivyWriter};
 use crate::config::SearchSettings;
 use crate::metrics::METRICS;
@@ -57,6 +59,7 @@ impl Materialiser {
         let (sender, state) = watch::channel(Following::CatchingUp);
         let stop = Arc::new(AtomicBool::new(false));
         let follower = Follower {
+            bus: bus.clone(),
             changelog,
             dir: settings.index_dir.clone(),
             passage_words: settings.passage_words,
@@ -104,6 +107,7 @@ impl Drop for Materialiser {
 }
 
 struct Follower {
+    bus: Arc<KafkaBus>,
     changelog: Changelog,
     dir: PathBuf,
     passage_words: usize,
@@ -120,7 +124,9 @@ impl Follower {
         let spans = self.changelog.spans().map_err(bus_error)?;
         let mut writer = open_or_recreate(&self.dir)?;
         let stored: Option<Applied> = writer.payload()?.and_then(|p| serde_json::from_str(&p).ok());
-        let (mut applied, clear) = resume(stored, &topic, &spans);
+        // Read here, on the follower's thread: the admin client's future needs no runtime.
+        let tombstones_kept = futures::executor::block_on(self.bus.tombstone_retention());
+        let (mut applied, clear) = resume(stored, &topic, &spans, tombstones_kept, now_ms());
         if clear {
             tracing::warn!(dir = %self.dir.display(), "emptying the local index to rebuild it from the topic");
             writer.clear()?;
@@ -130,6 +136,8 @@ impl Follower {
         self.changelog.start(&from).map_err(bus_error)?;
         tracing::info!(topic, partitions = spans.len(), behind = behind.len(), "following the documents topic");
         let mut ends: HashMap<i32, i64> = spans.iter().map(|s| (s.partition, s.high)).collect();
+        // When `ends` were read: holding everything up to them, the index was caught up then.
+        let mut ends_at = now_ms();
         let (mut dirty, mut last_commit, mut last_lag) = (true, Instant::now(), Instant::now());
         let mut announced = false;
         while !self.stop.load(Ordering::Relaxed) {
@@ -149,6 +157,7 @@ impl Follower {
             }
             let caught_up_now = !announced && behind.is_empty();
             if dirty && (caught_up_now || last_commit.elapsed() >= self.interval) {
+                applied.note_caught_up(&ends, ends_at);
                 commit(&mut writer, &applied, &ends)?;
                 (dirty, last_commit) = (false, Instant::now());
             }
@@ -158,12 +167,17 @@ impl Follower {
                 tracing::info!(passages = writer.passages(), "the index caught up with the documents topic");
             }
             if last_lag.elapsed() >= LAG_EVERY {
-                self.changelog.refresh_ends(&mut ends);
+                let reading = now_ms();
+                if self.changelog.refresh_ends(&mut ends) {
+                    ends_at = reading;
+                }
+                dirty |= applied.heartbeat_due(&ends, ends_at, tombstones_kept);
                 report_lag(&applied, &ends);
                 last_lag = Instant::now();
             }
         }
         if dirty {
+            applied.note_caught_up(&ends, ends_at);
             commit(&mut writer, &applied, &ends)?;
         }
         Ok(())
