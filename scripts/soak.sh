@@ -9,13 +9,19 @@
 #   - every 3 minutes a SIGKILL of a random stage at a moment its /metrics show work in flight, and
 #     the time until it is ready again;
 #   - one broker restart on the same data directory;
-#   - 100 slow clients holding connections to serve, and a GET every second timed under them.
+#   - 100 slow clients holding connections to serve, and a GET every second timed under them;
+#   - two document writers at once on the same 40 document ids: one through serve's document routes
+#     (a write or a delete a second, to either replica), one `lacuna ingest --transport kafka` of three
+#     documents and a delete every 5 seconds. The retrieve stage follows the documents topic into an
+#     index of its own (built from the topic: the HotpotQA corpus is published first), and the first
+#     kill is always its.
 # serve.keep_finished is 500 (LACUNA_SOAK_KEEP), so the registry reaches its bound in the warm-up,
 # which ends when that many questions are answered or after 5 minutes; the outage falls in the middle
 # of the rest, the broker restart at its first quarter, and the kills every 3 minutes of it. Then it waits for every question submitted (up to 5
 # minutes) and prints one table: submitted, ended, lost, duplicate lines in the sink, duplicates on
 # the answers topic, errors by type, RSS and open files of every process, serve's p99 GET latency,
-# and each kill's time to ready.
+# each kill's time to ready, the document writes, and whether the retrieve stage's index is then
+# exactly the topic's live documents, each at its last version (`lacuna verify-index`).
 #
 # Usage: scripts/soak.sh [--minutes N] [--out DIR]     (default 30 minutes, out: $LACUNA_CACHE/soak)
 # Ports: 127.0.0.1:19192 (broker), 18390 (LLM), 18181-18182 (serve), 19901-19906 (stage metrics).
@@ -53,9 +59,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-export LACUNA__SEARCH__INDEX_DIR="$LACUNA_CACHE/soak-index"
-[ -f "$LACUNA__SEARCH__INDEX_DIR/meta.json" ] ||
-    "$lacuna" index --corpus ../shared/data/hotpotqa/corpus.jsonl --index-dir "$LACUNA__SEARCH__INDEX_DIR"
+# The retrieve stage's index is a copy of the documents topic, built from it at start.
+export LACUNA__SEARCH__INDEX_DIR="$OUT/index"
 scripts/broker.sh stop --port "$BROKER_PORT" >/dev/null 2>&1 || true
 scripts/broker.sh start --port "$BROKER_PORT"
 export LACUNA__KAFKA__BROKERS="127.0.0.1:$BROKER_PORT"
@@ -69,6 +74,8 @@ export LACUNA__SERVE__KEEP_FINISHED="$KEEP"
 export LACUNA__MIGRES__RETRIEVE_TOP_N=4
 # Answers from a fake model: the main module's checks would only send every question to the limit.
 export LACUNA__MIGRES__ACCEPTANCE=flag LACUNA__MIGRES__GROUNDING_GATE=false LACUNA__MIGRES__COMPARE_OPTIONS=false
+export LACUNA_SOAK_DOCUMENTS_TOKEN=soak-documents LACUNA__SERVE__DOCUMENTS_TOKEN_ENV=LACUNA_SOAK_DOCUMENTS_TOKEN
+"$lacuna" ingest --transport kafka ../shared/data/hotpotqa/corpus.jsonl >> "$OUT/logs/ingest.log" 2>&1
 
 start_llm() {
     "$lacuna" bench fake-llm --listen "127.0.0.1:$LLM_PORT" --ms 300,100 --faults 500=5,json=3,cut=1 \
@@ -78,9 +85,11 @@ start_llm() {
 }
 start_stage() {
     local name=$1
+    local follow=false
+    [ "$name" = retrieve ] && follow=true
     # Static membership: a restarted stage takes its partitions back at once.
     LACUNA__METRICS__LISTEN="127.0.0.1:${METRICS_PORT[$name]}" LACUNA__KAFKA__INSTANCE_ID="soak-$name" \
-        "$lacuna" stage "$name" >> "$OUT/logs/$name.log" 2>&1 3>&- &
+        LACUNA__SEARCH__FOLLOW_DOCUMENTS=$follow "$lacuna" stage "$name" >> "$OUT/logs/$name.log" 2>&1 3>&- &
     PID[$name]=$!
 }
 ready() { curl -sf -o /dev/null "http://127.0.0.1:$1/readyz"; }
@@ -180,6 +189,55 @@ submit_one() {
 submit_loop &
 PID[submitter]=$!
 
+# Two document writers on the same 40 ids, each line of documents.txt: writer, what, id, outcome.
+document() {
+    printf '{"id": "%s", "title": "Soak document %s", "text": "Soak document %s, version %s. It was written by the %s writer."}' \
+        "$1" "$1" "$1" "$2" "$3"
+}
+http_writer() {
+    local n=0 id status
+    while [ ! -f "$OUT/stop-submitting" ]; do
+        id=soak-doc-$((RANDOM % 40)) port=${SERVE_PORTS[$((n % 2))]}
+        if [ $((RANDOM % 5)) = 0 ]; then
+            status=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE -H 'authorization: Bearer soak-documents' \
+                "http://127.0.0.1:$port/v1/documents/$id")
+            echo "http delete $id $status" >> "$OUT/documents.txt"
+        else
+            status=$(curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' \
+                -H 'authorization: Bearer soak-documents' -d "$(document "$id" "h-$n" HTTP)" \
+                "http://127.0.0.1:$port/v1/documents")
+            echo "http write $id $status" >> "$OUT/documents.txt"
+        fi
+        n=$((n + 1))
+        sleep 1
+    done
+}
+ingest_writer() {
+    local n=0 ids file
+    while [ ! -f "$OUT/stop-submitting" ]; do
+        file="$OUT/ingest.jsonl" ids=()
+        : > "$file"
+        for _ in 1 2 3; do
+            ids+=("soak-doc-$((RANDOM % 40))")
+            document "${ids[-1]}" "i-$n" ingest >> "$file"; echo >> "$file"
+        done
+        gone=soak-doc-$((RANDOM % 40))
+        if "$lacuna" ingest --transport kafka "$file" --delete "$gone" >> "$OUT/logs/ingest.log" 2>&1 3>&-; then
+            status=ok
+        else
+            status=failed
+        fi
+        for id in "${ids[@]}"; do echo "ingest write $id $status" >> "$OUT/documents.txt"; done
+        echo "ingest delete $gone $status" >> "$OUT/documents.txt"
+        n=$((n + 1))
+        sleep 5
+    done
+}
+http_writer 3>&- &
+PID[http_writer]=$!
+ingest_writer 3>&- &
+PID[ingest_writer]=$!
+
 # A GET a second on the replica the slow clients hold, timed.
 latency_loop() {
     while [ ! -f "$OUT/stop-submitting" ]; do
@@ -195,7 +253,7 @@ answered() { [ -f "$OUT/answers.jsonl" ] && wc -l < "$OUT/answers.jsonl" || echo
 start=$(now)
 until [ "$(answered)" -ge "$KEEP" ] || [ $(($(now) - start)) -ge 300 ]; do supervise; sleep 5; done
 log "warm-up over after $(($(now) - start)) s, $(answered) answered"
-for n in 0 1; do echo "serve$n $(rss_kb "${PID[serve$n]}")" >> "$OUT/warm.txt"; done
+for name in "${!PID[@]}"; do echo "$name $(rss_kb "${PID[$name]}")" >> "$OUT/warm.txt"; done
 
 end=$((start + MINUTES * 60)) warm_end=$(now)
 outage_at=$(((warm_end + end) / 2 - 90)) broker_at=$((warm_end + (end - warm_end) / 4)) next_kill=$((warm_end + 60))
@@ -213,6 +271,7 @@ while [ "$(now)" -lt "$end" ]; do
     fi
     if [ "$(now)" -ge "$next_kill" ]; then
         name=${STAGES[$((RANDOM % ${#STAGES[@]}))]}
+        [ -f "$OUT/kills.txt" ] || name=retrieve
         # Polled without a pause, and killed on the first sight of work in flight (the fast stages
         # hold an event for milliseconds).
         busy=0 deadline=$(($(now) + 120))
@@ -235,7 +294,7 @@ while [ "$(now)" -lt "$end" ]; do
 done
 
 touch "$OUT/stop-submitting"
-wait "${PID[submitter]}" 2>/dev/null || true
+wait "${PID[submitter]}" "${PID[http_writer]}" "${PID[ingest_writer]}" 2>/dev/null || true
 exec 3>&-
 wait "${PID[submit]}" 2>/dev/null || true
 submitted=$(sort -u "$OUT/submitted.txt" | wc -l)
@@ -260,6 +319,20 @@ while :; do
 done
 log "drained after $(($(now) - drain_start)) s: $(ended) of $submitted ended"
 for name in "${!PID[@]}"; do echo "$name $(rss_kb "${PID[$name]}") $(fds "${PID[$name]}")" >> "$OUT/end.txt"; done
+
+# The retrieve stage's index against the topic, once it has applied everything (lag 0, or 2 minutes).
+lag() {
+    curl -sf "http://127.0.0.1:${METRICS_PORT[retrieve]}/metrics" 2>/dev/null |
+        awk '/^lacuna_index_lag\{/ { sum += $2; seen = 1 } END { print seen ? int(sum) : -1 }'
+}
+for _ in $(seq 1 120); do [ "$(lag)" = 0 ] && break; sleep 1; done
+sleep 2
+if "$lacuna" verify-index --index-dir "$OUT/index" > "$OUT/verify.txt" 2>> "$OUT/logs/verify.log"; then
+    echo yes >> "$OUT/verify.txt"
+else
+    echo no >> "$OUT/verify.txt"
+fi
+log "index against the topic: $(tail -1 "$OUT/verify.txt")"
 
 python3 - "$OUT" "$MINUTES" <<'EOF'
 import collections, json, sys
@@ -299,4 +372,15 @@ print(f"| processes that exited on their own and were started again | {', '.join
 for line in open(f"{out}/kills.txt") if os.path.exists(f"{out}/kills.txt") else []:
     name, busy, back = line.split()
     print(f"| SIGKILL {name} ({busy} in flight) | ready again after {float(back):.1f} s |")
+writes = collections.Counter()
+for line in open(f"{out}/documents.txt") if os.path.exists(f"{out}/documents.txt") else []:
+    writer, what, _, outcome = line.split()
+    writes[(writer, what, outcome == "ok" or outcome.startswith("2"))] += 1
+for writer in ("http", "ingest"):
+    done = ", ".join(f"{writes[(writer, what, True)]} {what}s" for what in ("write", "delete"))
+    refused = writes[(writer, "write", False)] + writes[(writer, "delete", False)]
+    print(f"| document changes by the {writer} writer (refused or failed) | {done} ({refused}) |")
+verify = open(f"{out}/verify.txt").read().split("\n") if os.path.exists(f"{out}/verify.txt") else []
+said = "; ".join(l for l in verify if l and l not in ("yes", "no"))
+print(f"| retrieve's index equal to the topic (`lacuna verify-index`) | {verify[-2] if len(verify) > 1 else '?'}: {said} |")
 EOF
