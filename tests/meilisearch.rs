@@ -16,6 +16,7 @@ use lacuna::pipelines::{Pipeline, PipelineKind};
 use lacuna::topics::{AnswerRecord, QuestionEvent};
 use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+use support::fake_meili::FakeMeili;
 
 /// The server's settings, or `None` (and a line on the test output saying so) when MEILI_URL is unset.
 fn server(test: &str) -> Option<MeiliSettings> {
@@ -29,6 +30,14 @@ fn server(test: &str) -> Option<MeiliSettings> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     settings.index = format!("lacuna-test-{nanos}");
     Some(settings)
+}
+
+/// The settings of an index `index` on the fake server.
+fn on_fake(fake: &FakeMeili, index: &str) -> MeiliSettings {
+    let mut settings = Settings::defaults().search.meilisearch;
+    settings.url = fake.url.clone();
+    settings.index = index.into();
+    settings
 }
 
 fn hotpot_corpus() -> std::path::PathBuf {
@@ -62,10 +71,8 @@ async fn indexing_twice_leaves_one_copy_and_search_returns_scored_passages() {
 /// is uploaded again: each upload adds a task to the queue the indexer waits on (issue 57, item 3).
 #[tokio::test]
 async fn a_slow_task_is_waited_for_up_to_task_timeout_ms_and_its_batch_uploaded_once() {
-    let fake = support::fake_meili::FakeMeili::start();
-    let mut settings = Settings::defaults().search.meilisearch;
-    settings.url = fake.url.clone();
-    settings.index = "slow-tasks".into();
+    let fake = FakeMeili::start();
+    let mut settings = on_fake(&fake, "slow-tasks");
     (settings.timeout_ms, settings.max_retries, settings.retry_backoff_ms) = (200, 1, 10);
     settings.task_timeout_ms = 10_000;
     let meili = MeiliSearch::new(settings.clone()).unwrap();
@@ -91,10 +98,8 @@ async fn a_slow_task_is_waited_for_up_to_task_timeout_ms_and_its_batch_uploaded_
 /// (issue 57, item 4).
 #[tokio::test]
 async fn a_large_document_goes_up_in_uploads_under_max_batch_bytes() {
-    let fake = support::fake_meili::FakeMeili::start();
-    let mut settings = Settings::defaults().search.meilisearch;
-    settings.url = fake.url.clone();
-    settings.index = "large-documents".into();
+    let fake = FakeMeili::start();
+    let mut settings = on_fake(&fake, "large-documents");
     settings.max_batch_bytes = 100_000;
     let meili = MeiliSearch::new(settings).unwrap();
     meili.open_for_writing().await.unwrap();
@@ -115,10 +120,8 @@ async fn a_large_document_goes_up_in_uploads_under_max_batch_bytes() {
 /// deletes what it replaces, and the tasks of two writers interleave (issue 57, item 1).
 #[tokio::test]
 async fn overlapping_writes_of_one_document_leave_one_whole_version() {
-    let fake = support::fake_meili::FakeMeili::start();
-    let mut settings = Settings::defaults().search.meilisearch;
-    settings.url = fake.url.clone();
-    settings.index = "overlapping".into();
+    let fake = FakeMeili::start();
+    let settings = on_fake(&fake, "overlapping");
     let meili = MeiliSearch::new(settings).unwrap();
     meili.open_for_writing().await.unwrap();
     // Each writer waits this long for its additions before it deletes: both additions go in first.

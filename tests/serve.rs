@@ -13,6 +13,7 @@ use lacuna::pipelines::{PipelineKind, Transport};
 use lacuna::serve::{ServeOptions, Server, start};
 use serde_json::{Value, json};
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+use support::fake_meili::FakeMeili;
 use support::scripted::{HUGO_QUESTION_ID, hugo_script};
 
 async fn serve(settings: &Settings, pipelines: &[PipelineKind]) -> Server {
@@ -949,20 +950,26 @@ async fn without_a_documents_token_the_document_routes_are_off() {
     server.stop();
 }
 
+/// `settings` on the Meilisearch backend of `meili`'s index `index`, 20-word passages, with the
+/// document routes open to the token "write-token" in the environment variable `token_env`.
+fn on_meilisearch(mut settings: Settings, meili: &FakeMeili, index: &str, token_env: &str) -> Settings {
+    settings.search.backend = lacuna::config::SearchBackend::Meilisearch;
+    settings.search.meilisearch.url = meili.url.clone();
+    settings.search.meilisearch.index = index.into();
+    settings.search.passage_words = 20;
+    // SAFETY: set before the server starts, read once by it; each test names a variable of its own.
+    unsafe { std::env::set_var(token_env, "write-token") };
+    settings.serve.documents_token_env = token_env.into();
+    settings
+}
+
 /// In process on the Meilisearch backend, the document routes change the Meilisearch index the
 /// pipelines search, as `lacuna ingest` does, not a local folder no stage reads.
 #[actix::test]
 async fn on_the_meilisearch_backend_the_document_routes_change_the_meilisearch_index() {
-    let meili = support::fake_meili::FakeMeili::start();
+    let meili = FakeMeili::start();
     let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
-    let mut settings = vanilla_settings(&llm);
-    settings.search.backend = lacuna::config::SearchBackend::Meilisearch;
-    settings.search.meilisearch.url = meili.url.clone();
-    settings.search.meilisearch.index = "kb".into();
-    settings.search.passage_words = 20;
-    // SAFETY: set before the server starts, read once by it; no other test reads this variable.
-    unsafe { std::env::set_var("LACUNA_TEST_MEILI_DOCUMENTS_TOKEN", "write-token") };
-    settings.serve.documents_token_env = "LACUNA_TEST_MEILI_DOCUMENTS_TOKEN".into();
+    let settings = on_meilisearch(vanilla_settings(&llm), &meili, "kb", "LACUNA_TEST_MEILI_DOCUMENTS_TOKEN");
     let server = serve(&settings, &[PipelineKind::Vanilla]).await;
     let client = reqwest::Client::new();
     let text = (0..2).map(|n| format!("{} step {n}.", vec!["word"; 18].join(" "))).collect::<Vec<_>>().join(" ");
@@ -997,16 +1004,9 @@ async fn on_the_meilisearch_backend_the_document_routes_change_the_meilisearch_i
 /// older version's passages in the index beside the new one's (issue 57, item 9).
 #[actix::test]
 async fn on_the_meilisearch_backend_a_dropped_document_request_still_finishes_its_change() {
-    let meili = support::fake_meili::FakeMeili::start();
+    let meili = FakeMeili::start();
     let llm = FakeLlm::start(reader_after(Duration::ZERO)).await;
-    let mut settings = vanilla_settings(&llm);
-    settings.search.backend = lacuna::config::SearchBackend::Meilisearch;
-    settings.search.meilisearch.url = meili.url.clone();
-    settings.search.meilisearch.index = "kb-dropped".into();
-    settings.search.passage_words = 20;
-    // SAFETY: set before the server starts, read once by it; no other test reads this variable.
-    unsafe { std::env::set_var("LACUNA_TEST_MEILI_DROPPED_TOKEN", "write-token") };
-    settings.serve.documents_token_env = "LACUNA_TEST_MEILI_DROPPED_TOKEN".into();
+    let settings = on_meilisearch(vanilla_settings(&llm), &meili, "kb-dropped", "LACUNA_TEST_MEILI_DROPPED_TOKEN");
     let server = serve(&settings, &[PipelineKind::Vanilla]).await;
     let manual = |sentences: usize| {
         let text = (0..sentences).map(|n| format!("{} step {n}.", vec!["word"; 18].join(" "))).collect::<Vec<_>>();
