@@ -80,6 +80,12 @@ impl Document {
     }
 }
 
+/// Where a passage falls in its document, by the numbering of [`Document::passages`]: `ID#2` before
+/// `ID#10`, an unsplit `ID` first. For reading a document's passages back in order.
+pub fn passage_number(passage_id: &str) -> usize {
+    passage_id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0)
+}
+
 /// A document id is what deletes name: non-empty, short, without '#' (it numbers its passages),
 /// '/', '?' or '%' (it is the last segment of /v1/documents/{id}), white space, control characters,
 /// or invisible and bidirectional ones (two ids that look the same must be the same).

@@ -138,6 +138,12 @@ pub struct MeiliHit {
     pub text: String,
 }
 
+impl From<Stored> for Passage {
+    fn from(stored: Stored) -> Passage {
+        Passage { id: stored.id, title: stored.title, text: stored.text }
+    }
+}
+
 impl From<MeiliHit> for Passage {
     fn from(document: MeiliHit) -> Passage {
         Passage { id: document.id, title: document.title, text: document.text }

@@ -97,7 +97,7 @@ impl MeiliSearch {
                 }
             })
             .await?;
-        Ok(found.into_iter().max_by_key(|s| s.seq).map(|s| Passage { id: s.id, title: s.title, text: s.text }))
+        Ok(found.into_iter().max_by_key(|s| s.seq).map(Passage::from))
     }
 
     /// The generation searches read now, from the offsets `lacuna indexer` stored (read at most once

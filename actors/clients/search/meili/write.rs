@@ -11,7 +11,7 @@ use meilisearch_sdk::settings::Settings as IndexSettings;
 
 use super::{APPLIED_KEY, AppliedDocument, FIELDS, MeiliSearch, PRIMARY_KEY, SEARCHED, Stored, next_seq, of_documents};
 use crate::actors::clients::search::changes::Applied;
-use crate::actors::clients::search::documents::Document;
+use crate::actors::clients::search::documents::{Document, passage_number};
 use crate::actors::clients::search::{SearchError, for_each_passage};
 use crate::topics::Passage;
 
@@ -182,10 +182,9 @@ impl MeiliSearch {
         let mut stored = self.retrying("read a document", || query.execute::<Stored>()).await?.results;
         let Some(newest) = stored.iter().map(|s| s.seq).max() else { return Ok(None) };
         stored.retain(|s| s.seq == newest);
-        let number = |id: &str| id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0);
-        stored.sort_by_key(|s| number(&s.id));
+        stored.sort_by_key(|s| passage_number(&s.id));
         let metadata = stored[0].metadata.clone();
-        let passages = stored.into_iter().map(|s| Passage { id: s.id, title: s.title, text: s.text }).collect();
+        let passages = stored.into_iter().map(Passage::from).collect();
         Ok(Some((passages, metadata)))
     }
 

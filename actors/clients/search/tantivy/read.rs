@@ -11,6 +11,7 @@ use ::tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
 
 use super::{Fields, commit_generation, schema};
 use crate::actors::clients::search::SearchError;
+use crate::actors::clients::search::documents::passage_number;
 use crate::topics::Passage;
 
 #[derive(Clone)]
@@ -111,7 +112,7 @@ impl TantivySearch {
         if passages.is_empty() {
             return Ok(None);
         }
-        passages.sort_by_key(passage_number);
+        passages.sort_by_key(|p| passage_number(&p.id));
         Ok(Some((passages, metadata)))
     }
 
@@ -124,7 +125,7 @@ impl TantivySearch {
             let doc_id = doc.get_first(self.fields.doc).and_then(|v| v.as_str()).unwrap_or_default().to_string();
             documents.entry(doc_id).or_default().push(self.to_passage(&doc));
         }
-        documents.values_mut().for_each(|passages| passages.sort_by_key(passage_number));
+        documents.values_mut().for_each(|passages| passages.sort_by_key(|p| passage_number(&p.id)));
         Ok(documents)
     }
 
@@ -136,11 +137,6 @@ impl TantivySearch {
         let get = |field| doc.get_first(field).and_then(|v| v.as_str()).unwrap_or_default().to_string();
         Passage { id: get(self.fields.id), title: get(self.fields.title), text: get(self.fields.text) }
     }
-}
-
-/// Where a passage falls in its document: `ID#2` before `ID#10`, an unsplit `ID` first.
-fn passage_number(passage: &Passage) -> usize {
-    passage.id.rsplit_once('#').and_then(|(_, n)| n.parse::<usize>().ok()).unwrap_or(0)
 }
 
 /// The changelog records the commit that `searcher` reads says it applied, if it says so.
