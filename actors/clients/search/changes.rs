@@ -51,19 +51,21 @@ impl Applied {
     /// Whether an index caught up at `ends` (read at `read_at_ms`) and idle should store its offsets
     /// again, to keep its catch-up time recent: a quarter of the tombstones' retention after the last.
     pub fn heartbeat_due(&self, ends: &HashMap<i32, i64>, read_at_ms: u64, tombstones_kept: Duration) -> bool {
-        let mut newer = self.clone();
-        newer.note_caught_up(ends, read_at_ms);
-        newer.caught_up_at_ms.is_some_and(|at| {
-            at.saturating_sub(self.caught_up_at_ms.unwrap_or(0)) >= tombstones_kept.as_millis() as u64 / 4
-        })
+        let since = read_at_ms.saturating_sub(self.caught_up_at_ms.unwrap_or(0));
+        self.holds(ends) && since >= tombstones_kept.as_millis() as u64 / 4
     }
 
     /// Notes that the index holds every record up to `ends`, the partitions' ends as read at
     /// `read_at_ms`, when it does.
     pub fn note_caught_up(&mut self, ends: &HashMap<i32, i64>, read_at_ms: u64) {
-        if ends.iter().all(|(partition, end)| self.next.get(partition).is_some_and(|next| next >= end)) {
+        if self.holds(ends) {
             self.caught_up_at_ms = Some(read_at_ms);
         }
+    }
+
+    /// Whether every partition is applied up to its end in `ends`.
+    fn holds(&self, ends: &HashMap<i32, i64>) -> bool {
+        ends.iter().all(|(partition, end)| self.next.get(partition).is_some_and(|next| next >= end))
     }
 
     /// Where to read from, each partition's stored offset or its earliest record; `next` then
