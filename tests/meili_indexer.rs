@@ -76,9 +76,7 @@ fn published(mut child: Child) {
 
 /// The passage ids the fake index holds.
 fn ids(meili: &FakeMeili) -> Vec<String> {
-    let mut ids: Vec<String> = meili.documents(INDEX).values().map(|d| d["id"].as_str().unwrap().to_string()).collect();
-    ids.sort();
-    ids
+    meili.passage_ids(INDEX)
 }
 
 /// Waits until the index holds exactly `wanted` passage ids, at most 30 s.

@@ -983,12 +983,7 @@ async fn on_the_meilisearch_backend_the_document_routes_change_the_meilisearch_i
     assert_eq!(response.status(), 200);
     let changed: Value = response.json().await.unwrap();
     assert_eq!((changed["status"].as_str(), changed["passages"].as_u64()), (Some("applied"), Some(2)), "{changed}");
-    let ids = || -> Vec<String> {
-        let mut ids: Vec<String> =
-            meili.documents("kb").values().map(|d| d["id"].as_str().unwrap().to_string()).collect();
-        ids.sort();
-        ids
-    };
+    let ids = || meili.passage_ids("kb");
     assert_eq!(ids(), ["manual#1", "manual#2"], "the Meilisearch index holds its passages");
     let stored = get_json(&client, &url(&server, "/v1/documents/manual"), "write-token").await;
     assert_eq!(stored["passages"].as_array().map(Vec::len), Some(2), "{stored}");
@@ -1019,12 +1014,7 @@ async fn on_the_meilisearch_backend_a_dropped_document_request_still_finishes_it
     assert_eq!(post(Duration::from_secs(30), manual(3)).await.unwrap().status(), 200);
     meili.set_task_delay(Duration::from_millis(600));
     assert!(post(Duration::from_millis(150), manual(1)).await.is_err(), "the client gave up");
-    let ids = || -> Vec<String> {
-        let mut ids: Vec<String> =
-            meili.documents("kb-dropped").values().map(|d| d["id"].as_str().unwrap().to_string()).collect();
-        ids.sort();
-        ids
-    };
+    let ids = || meili.passage_ids("kb-dropped");
     for _ in 0..50 {
         if ids() == ["manual"] {
             break;

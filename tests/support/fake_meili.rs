@@ -103,6 +103,14 @@ impl FakeMeili {
         self.shared.server.lock().unwrap().uploads
     }
 
+    /// The passage ids (`id`) the index `uid` holds, sorted.
+    pub fn passage_ids(&self, uid: &str) -> Vec<String> {
+        let mut ids: Vec<String> =
+            self.documents(uid).values().map(|d| d["id"].as_str().unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    }
+
     /// Document uploads received for the index `uid`.
     pub fn uploads_to(&self, uid: &str) -> usize {
         self.shared.server.lock().unwrap().uploads_to.get(uid).copied().unwrap_or(0)
