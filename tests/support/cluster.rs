@@ -235,6 +235,45 @@ fn get(port: u16, path: &str) -> Option<String> {
     Some(reply)
 }
 
+/// The offsets and keys of the records of `topic`'s `partition` from `offset` to its end, as
+/// `isolation` reads them ("read_committed" or "read_uncommitted").
+pub fn raw_records_from(
+    settings: &Settings,
+    topic: &str,
+    (partition, offset): (i32, i64),
+    isolation: &str,
+) -> Vec<(i64, String)> {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::KafkaError;
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &settings.kafka.brokers)
+        .set("group.id", format!("{}raw-reader", settings.kafka.topic_prefix))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    let mut list = rdkafka::TopicPartitionList::new();
+    list.add_partition_offset(
+        &format!("{}{topic}", settings.kafka.topic_prefix),
+        partition,
+        rdkafka::Offset::Offset(offset),
+    )
+    .unwrap();
+    consumer.assign(&list).unwrap();
+    let (mut records, started) = (Vec::new(), std::time::Instant::now());
+    while started.elapsed() < std::time::Duration::from_secs(30) {
+        match consumer.poll(std::time::Duration::from_millis(200)) {
+            Some(Ok(message)) => records
+                .push((message.offset(), String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned())),
+            Some(Err(KafkaError::PartitionEOF(_))) => return records,
+            _ => {}
+        }
+    }
+    panic!("{topic} [{partition}] has no end in 30 s");
+}
+
 /// The question ids of every record on the raw answers topic, read as `isolation` reads them
 /// ("read_committed" or "read_uncommitted"), from its start to its end: what the sink or a replica
 /// sees before any dedupe.
