@@ -112,7 +112,11 @@ pub async fn verify_index(settings: &Settings, args: VerifyIndexArgs) -> anyhow:
         let shown: Vec<&str> = ids.iter().take(10).map(String::as_str).collect();
         format!("{}{}", shown.join(", "), if ids.len() > 10 { ", ..." } else { "" })
     };
-    println!("missing (live on the topic, not in the index): {} {}", difference.missing.len(), few(&difference.missing));
+    println!(
+        "missing (live on the topic, not in the index): {} {}",
+        difference.missing.len(),
+        few(&difference.missing)
+    );
     println!("stale (not the topic's last version): {} {}", difference.stale.len(), few(&difference.stale));
     println!("extra (deleted on the topic, or never on it): {} {}", difference.extra.len(), few(&difference.extra));
     anyhow::bail!("the index at {} is not a copy of {topic_name}", dir.display())

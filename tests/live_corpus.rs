@@ -358,8 +358,11 @@ async fn over_kafka_every_retrieve_replica_follows_the_documents_topic_and_survi
     }
     replicas[1].stop();
     let late = dir.join("late.jsonl");
-    std::fs::write(&late, json!({"id": "late", "title": "Late", "text": "Published while replica 1 was down."}).to_string())
-        .unwrap();
+    std::fs::write(
+        &late,
+        json!({"id": "late", "title": "Late", "text": "Published while replica 1 was down."}).to_string(),
+    )
+    .unwrap();
     publish(&settings, &[late.to_str().unwrap(), "--delete", "batch-0"]);
     until_index(&indexes[0], "the late change", |s| {
         s.passage("late").unwrap().is_some() && s.passage("batch-0").unwrap().is_none()

@@ -142,7 +142,8 @@ async fn overlapping_writes_of_one_document_leave_one_whole_version() {
         let texts: Vec<&str> = passages.iter().map(|p| p.text.as_str()).collect();
         let whole = |update: &Update| update.document.as_ref().unwrap().passages(4).into_iter().map(|p| p.text);
         assert!(
-            whole(&long).eq(texts.iter().map(|t| t.to_string())) || whole(&short).eq(texts.iter().map(|t| t.to_string())),
+            whole(&long).eq(texts.iter().map(|t| t.to_string()))
+                || whole(&short).eq(texts.iter().map(|t| t.to_string())),
             "round {round}: one whole version, not {texts:?}"
         );
         let stored = fake.documents("overlapping");

@@ -112,7 +112,11 @@ impl KafkaBus {
         match read.await {
             Ok(Some(ms)) => Duration::from_millis(ms),
             outcome => {
-                tracing::warn!(?outcome, topic, "cannot read the topic's delete.retention.ms: taking Kafka's default, a day");
+                tracing::warn!(
+                    ?outcome,
+                    topic,
+                    "cannot read the topic's delete.retention.ms: taking Kafka's default, a day"
+                );
                 KAFKA_DEFAULT
             }
         }

@@ -110,7 +110,9 @@ pub fn resume(
     let Some(stored) = stored else { return (Applied::fresh(topic), false) };
     let why = if stored.topic != topic || outdated(&stored, spans) {
         "the index's offsets are not the topic's, or older than its earliest records, or past its end"
-    } else if stored.stale(tombstones_kept, now_ms) && spans.iter().any(|s| stored.next.get(&s.partition) < Some(&s.high)) {
+    } else if stored.stale(tombstones_kept, now_ms)
+        && spans.iter().any(|s| stored.next.get(&s.partition) < Some(&s.high))
+    {
         "the index last caught up longer ago than the topic keeps tombstones (delete.retention.ms): \
          deletions since may be gone unseen"
     } else {
@@ -224,7 +226,11 @@ mod tests {
         let fresh = Applied::fresh("t");
         assert_eq!(resume(None, "t", &[span(0, 0, 12)]), (fresh.clone(), false), "nothing stored: keep what is there");
         assert_eq!(resume(Some(applied.clone()), "t", &[span(0, 0, 12)]), (applied.clone(), false));
-        assert_eq!(resume(Some(applied), "other", &[span(0, 0, 12)]), (Applied::fresh("other"), true), "another topic's");
+        assert_eq!(
+            resume(Some(applied), "other", &[span(0, 0, 12)]),
+            (Applied::fresh("other"), true),
+            "another topic's"
+        );
     }
 
     /// Offsets past a partition's end were not this topic's: it was deleted and created again, or

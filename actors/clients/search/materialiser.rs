@@ -23,9 +23,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::changes::{
-    Applied, DeadLetters, Start, dead_letters, now_ms, read_change, rejected, report_lag, resume,
-};
+use super::changes::{Applied, DeadLetters, Start, dead_letters, now_ms, read_change, rejected, report_lag, resume};
 use super::{SearchError, TantivyWriter};
 use crate::config::SearchSettings;
 use crate::metrics::METRICS;
