@@ -17,6 +17,7 @@
 //! - `documents`: the corpus's changelog: one compacted documents topic, a record per whole document.
 //! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
 //! - `transactions`: exactly-once: a process's outputs and consumed positions in one transaction.
+//! - `lineage`: exactly-once across a replica's restarts: a transactional id per process, the last one kept.
 //! - `wire`: what every file here shares: our records' headers, and librdkafka errors as `BusError`s.
 
 use std::collections::HashMap;
@@ -38,6 +39,7 @@ mod claims;
 mod config;
 mod documents;
 mod follow;
+mod lineage;
 mod offsets;
 mod poller;
 mod rebalance;
@@ -48,6 +50,7 @@ mod wire;
 pub use catch_up::CatchUp;
 pub use config::client_config;
 pub use documents::{Change, Changelog, RejectedDocument, Span};
+use lineage::Lineage;
 use offsets::OffsetTracker;
 use poller::{KafkaSubscription, poll};
 use rebalance::TrackingContext;
@@ -120,28 +123,41 @@ impl KafkaBus {
         })
     }
 
-    /// The process's transactions, begun on first use (exactly-once only). The id is stable where
-    /// `kafka.instance_id` names the replica, so its restart fences and aborts what it left open.
-    fn transactions(&self, group: &str) -> Result<Option<Arc<Transactions>>, BusError> {
+    /// The process's transactions, begun on first use (exactly-once only). Where `kafka.instance_id`
+    /// names the replica, its restart aborts what it left open at once (see `lineage`); otherwise
+    /// the broker does after `kafka.transaction_timeout_ms`. `topic` is the first one it reads.
+    fn transactions(&self, group: &str, topic: &str) -> Result<Option<Arc<Transactions>>, BusError> {
         if !self.exactly_once {
             return Ok(None);
         }
         if let Some(transactions) = self.transactions.get() {
             return Ok(Some(transactions.clone()));
         }
-        let id = match self.settings.instance_id.as_str() {
-            "" => {
-                let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-                format!("{}{group}.{}.{}", self.settings.topic_prefix, std::process::id(), nanos.as_nanos())
-            }
-            instance => format!("{}{group}.{instance}", self.settings.topic_prefix),
-        };
         let timeout = Duration::from_millis(self.settings.transaction_timeout_ms);
+        let id = match self.settings.instance_id.as_str() {
+            "" => lineage::fresh_id(&format!("{}{group}.{}", self.settings.topic_prefix, std::process::id())),
+            instance => self.succeed(&format!("{}{group}.{instance}", self.settings.topic_prefix), topic, timeout)?,
+        };
         let producer = producer(&self.base, &self.settings, self.max_event_bytes, Some((&id, timeout)))?;
         let interval = Duration::from_millis(self.settings.transaction_interval_ms);
         let started = Transactions::start(producer, interval, timeout)?;
         tracing::info!(transactional_id = %id, "exactly-once: transactional producer ready");
         Ok(Some(self.transactions.get_or_init(|| started).clone()))
+    }
+
+    /// A new transactional id for this process of the replica whose ids start with `stable`, kept
+    /// on the broker before its first use, once what the replica's last process left open is
+    /// aborted (re-initialising its id fences that process too, should it still run). Builds before
+    /// this one wrote under `stable` itself: that is the last id where none is kept.
+    fn succeed(&self, stable: &str, topic: &str, timeout: Duration) -> Result<String, BusError> {
+        let lineage = Lineage::new(&self.base, stable, topic)?;
+        let last = lineage.last()?.unwrap_or_else(|| stable.to_string());
+        let predecessor = producer(&self.base, &self.settings, self.max_event_bytes, Some((&last, timeout)))?;
+        predecessor.init_transactions(timeout).map_err(transport)?;
+        drop(predecessor);
+        let id = lineage::fresh_id(stable);
+        lineage.record(&id)?;
+        Ok(id)
     }
 
     /// Replaces producer number `broken` after a fatal error (librdkafka: the instance can never
@@ -351,9 +367,10 @@ impl Bus for KafkaBus {
     }
 
     async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError> {
-        let transactions = self.transactions(group)?;
-        let (consumer, tracker) = self.consumer(group, true, transactions.as_ref())?;
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
+        let first = names.first().ok_or_else(|| BusError::Config(format!("{group} subscribes to no topic")))?;
+        let transactions = self.transactions(group, first)?;
+        let (consumer, tracker) = self.consumer(group, true, transactions.as_ref())?;
         consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>()).map_err(transport)?;
         let claims = claims::Claims::new(self.base.clone(), &format!("{}{group}", self.settings.topic_prefix));
         self.feed(consumer, tracker, &names, group, None, claims.map(Arc::new), transactions)

@@ -1,11 +1,11 @@
 //! Exactly-once processing (`bus.delivery = "exactly_once"`): what a stage process publishes and the
 //! positions of what it consumed are committed together, in one Kafka transaction, or not at all.
 //!
-//! - One transactional producer per process, made when the process first joins a consumer group.
-//!   Its `transactional.id` is stable across restarts where `kafka.instance_id` is set, so a
-//!   restarted replica aborts the transaction its crashed predecessor left open at once (otherwise
-//!   it times out after `kafka.transaction_timeout_ms`). Offsets are sent with each consumer's group
-//!   metadata, so a zombie of an older group generation is fenced (KIP-447).
+//! - One transactional producer per process, made when the process first joins a consumer group,
+//!   under a `transactional.id` of its own. Where `kafka.instance_id` is set, a restarted replica
+//!   first aborts the transaction its crashed predecessor left open (`lineage`); otherwise the
+//!   broker aborts it after `kafka.transaction_timeout_ms`. Offsets are sent with each consumer's
+//!   group metadata, so a zombie of an older group generation is fenced (KIP-447).
 //! - A transaction is committed every `kafka.transaction_interval_ms` (Kafka Streams: 100 ms), and
 //!   before partitions are revoked and on shutdown. Stages work on many records at once and finish
 //!   them out of order, so a commit carries, per partition, the position before the first record not
