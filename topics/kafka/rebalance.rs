@@ -36,13 +36,20 @@ impl ClientContext for TrackingContext {
     }
 
     fn stats(&self, statistics: rdkafka::Statistics) {
-        // -1 means unknown (not yet fetched); partition -1 is librdkafka's internal "unassigned" one.
+        // Counted from the offset stored when a record is done (the runner stores each in order),
+        // and from the committed one until this process has stored any: librdkafka's committed
+        // offset is the consumer's own commits, which exactly-once never makes (its positions go in
+        // the transactions), so it stays at what the group had when the process joined. -1 means
+        // unknown; partition -1 is librdkafka's internal "unassigned" one.
         let lag: i64 = statistics
             .topics
             .values()
             .flat_map(|topic| topic.partitions.iter())
-            .filter(|(id, partition)| **id >= 0 && partition.consumer_lag >= 0)
-            .map(|(_, partition)| partition.consumer_lag)
+            .filter(|(id, _)| **id >= 0)
+            .map(|(_, partition)| {
+                if partition.consumer_lag_stored >= 0 { partition.consumer_lag_stored } else { partition.consumer_lag }
+            })
+            .filter(|lag| *lag >= 0)
             .sum();
         self.lag.set(lag);
     }
