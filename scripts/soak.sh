@@ -24,6 +24,7 @@
 # exactly the topic's live documents, each at its last version (`lacuna verify-index`).
 #
 # Usage: scripts/soak.sh [--minutes N] [--out DIR]     (default 30 minutes, out: $LACUNA_CACHE/soak)
+# LACUNA_SOAK_HOLD=1 keeps everything running after a drain with questions lost (see below).
 # Ports: 127.0.0.1:19192 (broker), 18390 (LLM), 18181-18182 (serve), 19901-19906 (stage metrics).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -318,6 +319,13 @@ while :; do
     supervise; sleep 5
 done
 log "drained after $(($(now) - drain_start)) s: $(ended) of $submitted ended"
+# LACUNA_SOAK_HOLD=1: with questions lost, everything stays up (broker, stages, serve) until
+# $OUT/hold is removed, to read the topics and the processes while they still hold the loss.
+if [ "${LACUNA_SOAK_HOLD:-0}" = 1 ] && [ "$(ended)" -lt "$submitted" ]; then
+    touch "$OUT/hold"
+    log "questions lost: holding until $OUT/hold is removed"
+    while [ -e "$OUT/hold" ]; do sleep 5; done
+fi
 for name in "${!PID[@]}"; do echo "$name $(rss_kb "${PID[$name]}") $(fds "${PID[$name]}")" >> "$OUT/end.txt"; done
 
 # The retrieve stage's index against the topic, once it has applied everything (lag 0, or 2 minutes).
