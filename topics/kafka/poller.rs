@@ -6,10 +6,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use rdkafka::Message;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
+use rdkafka::{Message, TopicPartitionList};
 use tokio::sync::mpsc;
 
 use super::catch_up::CatchUp;
@@ -61,7 +61,7 @@ pub(super) async fn poll(
     (catch_up, claims, done_before): (Option<Arc<CatchUp>>, Option<Arc<Claims>>, Option<Arc<DoneBefore>>),
 ) {
     let mut waiting: VecDeque<Delivery> = VecDeque::new();
-    let mut paused = false;
+    let mut paused = Paused::default();
     loop {
         if let Some(delivery) = waiting.pop_front() {
             match sender.try_send(delivery) {
@@ -69,10 +69,8 @@ pub(super) async fn poll(
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
                 Err(mpsc::error::TrySendError::Full(delivery)) => waiting.push_front(delivery),
             }
-            if !paused {
-                paused_gauge.set(set_paused(&consumer, true));
-                paused = true;
-            }
+            // Again at each turn: partitions assigned since the last are paused too.
+            paused_gauge.set(paused.pause_assigned(&consumer));
             tokio::select! {
                 permit = sender.reserve() => match permit {
                     Ok(permit) => permit.send(waiting.pop_front().expect("a waiting delivery")),
@@ -82,10 +80,8 @@ pub(super) async fn poll(
             }
             continue;
         }
-        if paused {
-            set_paused(&consumer, false);
+        if paused.resume(&consumer) {
             paused_gauge.set(0);
-            paused = false;
         }
         tokio::select! {
             message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message)),
@@ -94,14 +90,48 @@ pub(super) async fn poll(
     }
 }
 
-/// Pauses or resumes every assigned partition; returns how many there are.
-fn set_paused(consumer: &StreamConsumer<TrackingContext>, pause: bool) -> i64 {
-    let Ok(assignment) = consumer.assignment() else { return 0 };
-    let outcome = if pause { consumer.pause(&assignment) } else { consumer.resume(&assignment) };
-    if let Err(error) = outcome {
-        tracing::warn!(%error, pause, "cannot pause or resume partitions");
+/// The partitions a full stage paused. They are resumed as they were paused, not as they are
+/// assigned at that moment: librdkafka keeps a partition's pause through its revocation, so one
+/// revoked meanwhile (a rebalance, a group that rejoins after a broker restart) would come back
+/// paused and never be read again.
+#[derive(Default)]
+struct Paused(Vec<(String, i32)>);
+
+impl Paused {
+    /// Pauses the assigned partitions not paused yet; returns how many are paused.
+    fn pause_assigned(&mut self, consumer: &StreamConsumer<TrackingContext>) -> i64 {
+        let Ok(assignment) = consumer.assignment() else { return self.0.len() as i64 };
+        let mut fresh = TopicPartitionList::new();
+        for element in assignment.elements() {
+            let partition = (element.topic().to_string(), element.partition());
+            if !self.0.contains(&partition) {
+                fresh.add_partition(&partition.0, partition.1);
+                self.0.push(partition);
+            }
+        }
+        if fresh.count() > 0
+            && let Err(error) = consumer.pause(&fresh)
+        {
+            tracing::warn!(%error, "cannot pause partitions");
+        }
+        self.0.len() as i64
     }
-    assignment.count() as i64
+
+    /// Resumes every partition paused; whether there were any.
+    fn resume(&mut self, consumer: &StreamConsumer<TrackingContext>) -> bool {
+        if self.0.is_empty() {
+            return false;
+        }
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in self.0.drain(..) {
+            list.add_partition(&topic, partition);
+        }
+        // Partitions librdkafka no longer knows are skipped, each with its error in the list.
+        if let Err(error) = consumer.resume(&list) {
+            tracing::warn!(%error, "cannot resume partitions");
+        }
+        true
+    }
 }
 
 fn to_delivery(
