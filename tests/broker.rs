@@ -361,6 +361,14 @@ fn exactly_once_a_sigkilled_stage_leaves_one_committed_answer_per_question_witho
     assert_eq!(repeats(&raw), 0, "one committed record per question: {} records for {}", raw.len(), expected.len());
 }
 
+/// Settings of an exactly-once replica named `replica-0`, with no LLM.
+fn exactly_once_settings(test: &str) -> Settings {
+    let mut settings = settings(test, "http://127.0.0.1:9/v1");
+    settings.bus.delivery = lacuna::config::DeliveryGuarantee::ExactlyOnce;
+    settings.kafka.instance_id = "replica-0".into();
+    settings
+}
+
 /// A stage process dies with a transaction open and restarts under its `kafka.instance_id`: its
 /// restart aborts what it left open, and what the restart commits then reaches every read_committed
 /// reader, also one that starts reading past the abort (a downstream replica that restarted, a
@@ -369,9 +377,7 @@ fn exactly_once_a_sigkilled_stage_leaves_one_committed_answer_per_question_witho
 #[tokio::test]
 async fn what_a_restarted_process_commits_reaches_readers_that_start_past_its_predecessors_abort() {
     let _serial = serial();
-    let mut settings = settings("eos-restart", "http://127.0.0.1:9/v1");
-    settings.bus.delivery = lacuna::config::DeliveryGuarantee::ExactlyOnce;
-    settings.kafka.instance_id = "replica-0".into();
+    let mut settings = exactly_once_settings("eos-restart");
     // No commit on a timer: the first process's transaction stays open until it dies.
     settings.kafka.transaction_interval_ms = 3_600_000;
     let key = |record: Record| Record { key: "q".into(), ..record };
@@ -409,9 +415,7 @@ async fn what_a_restarted_process_commits_reaches_readers_that_start_past_its_pr
 #[tokio::test]
 async fn under_exactly_once_the_lag_gauge_comes_back_down_once_the_records_are_done() {
     let _serial = serial();
-    let mut settings = settings("eos-lag", "http://127.0.0.1:9/v1");
-    settings.bus.delivery = lacuna::config::DeliveryGuarantee::ExactlyOnce;
-    settings.kafka.instance_id = "replica-0".into();
+    let settings = exactly_once_settings("eos-lag");
     let group = "lagged";
     // The first process leaves positions behind; the second joins with them and reads on.
     for round in 0..2 {

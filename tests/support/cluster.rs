@@ -235,6 +235,17 @@ fn get(port: u16, path: &str) -> Option<String> {
     Some(reply)
 }
 
+/// A consumer's configuration for reading topics raw, as `isolation` reads them, committing nothing.
+fn raw_reader(settings: &Settings, isolation: &str) -> rdkafka::ClientConfig {
+    let mut config = rdkafka::ClientConfig::new();
+    config
+        .set("bootstrap.servers", &settings.kafka.brokers)
+        .set("group.id", format!("{}raw-reader", settings.kafka.topic_prefix))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation);
+    config
+}
+
 /// The offsets and keys of the records of `topic`'s `partition` from `offset` to its end, as
 /// `isolation` reads them ("read_committed" or "read_uncommitted").
 pub fn raw_records_from(
@@ -246,14 +257,7 @@ pub fn raw_records_from(
     use rdkafka::Message;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::error::KafkaError;
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &settings.kafka.brokers)
-        .set("group.id", format!("{}raw-reader", settings.kafka.topic_prefix))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", isolation)
-        .create()
-        .unwrap();
+    let consumer: BaseConsumer = raw_reader(settings, isolation).set("enable.partition.eof", "true").create().unwrap();
     let mut list = rdkafka::TopicPartitionList::new();
     list.add_partition_offset(
         &format!("{}{topic}", settings.kafka.topic_prefix),
@@ -281,14 +285,7 @@ pub fn raw_answer_keys(settings: &Settings, isolation: &str) -> Vec<String> {
     use rdkafka::Message;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let topic = format!("{}answers", settings.kafka.topic_prefix);
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &settings.kafka.brokers)
-        .set("group.id", format!("{}raw-reader", settings.kafka.topic_prefix))
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", isolation)
-        .create()
-        .unwrap();
+    let consumer: BaseConsumer = raw_reader(settings, isolation).set("auto.offset.reset", "earliest").create().unwrap();
     consumer.subscribe(&[&topic]).unwrap();
     let (mut keys, mut quiet) = (Vec::new(), std::time::Instant::now());
     // Done once nothing came for 5 s (the partitions are assigned within that, too).
