@@ -7,8 +7,8 @@
 //! 0.2.3, the test broker, does; Apache Kafka lists only those that reach the fetch's offset) makes
 //! a read_committed consumer that starts reading after the abort marker skip every later record of
 //! that producer id, so a restarted stage's outputs were lost to such readers. Why not a new id
-//! alone, as Kafka Streams does: a transaction left open then blocks its partitions' readers until
-//! the broker times it out (`kafka.transaction_timeout_ms`), and the test broker never does.
+//! alone: a transaction left open then blocks its partitions' readers until the broker times it
+//! out (`kafka.transaction_timeout_ms`), and the test broker never does.
 //!
 //! The id is kept as the metadata of a committed offset, in a group of its own that is never
 //! joined (`<prefix><group>.<instance>.producer`), as `claims` keeps record starts.
