@@ -221,7 +221,7 @@ fn answering_llm() -> impl Fn(&str) -> Reply {
 /// Publishes one `missing` record for each key.
 async fn publish_keys(bus: &KafkaBus, keys: &[String]) {
     for key in keys {
-        bus.publish(Record { key: key.clone(), ..missing(key) }).await.unwrap();
+        bus.publish(missing(key)).await.unwrap();
     }
 }
 
