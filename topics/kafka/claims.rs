@@ -15,34 +15,29 @@
 //! A commit is one broker round trip per record started; the LLM stages spend seconds per record.
 //! Where the broker refuses such commits, a warning says so once and crash loops are not counted.
 
+use rdkafka::config::ClientConfig;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use super::wire::OffsetNotes;
 
 /// The most starts one partition's metadata lists (Kafka keeps 4 KiB of it by default).
 const MAX_LISTED: usize = 100;
 
 pub(super) struct Claims {
-    consumer: BaseConsumer,
+    notes: OffsetNotes,
     /// Starts per offset of each partition: those read back from earlier processes, and this one's.
     partitions: Mutex<HashMap<(String, i32), BTreeMap<i64, u32>>>,
     warned: AtomicBool,
 }
 
 impl Claims {
-    pub(super) fn new(mut base: ClientConfig, group: &str) -> Option<Claims> {
-        let consumer = base
-            .set("group.id", format!("{group}.claims"))
-            .set("enable.auto.commit", "false")
-            .create()
+    pub(super) fn new(base: ClientConfig, group: &str) -> Option<Claims> {
+        let notes = OffsetNotes::new(&base, &format!("{group}.claims"))
             .map_err(|error| tracing::warn!(%error, "no claims consumer: crash loops are not counted"))
             .ok()?;
-        Some(Claims { consumer, partitions: Mutex::default(), warned: AtomicBool::new(false) })
+        Some(Claims { notes, partitions: Mutex::default(), warned: AtomicBool::new(false) })
     }
 
     /// How many times earlier processes started `offset` (reads the partition's counts from the
@@ -89,10 +84,7 @@ impl Claims {
     }
 
     fn commit(&self, topic: &str, partition: i32, offset: i64, metadata: String) {
-        let mut list = TopicPartitionList::new();
-        list.add_partition(topic, partition).set_metadata(metadata);
-        let _ = list.set_partition_offset(topic, partition, Offset::Offset(offset));
-        if let Err(error) = self.consumer.commit(&list, CommitMode::Sync)
+        if let Err(error) = self.notes.write(topic, partition, offset, metadata)
             && !self.warned.swap(true, Ordering::Relaxed)
         {
             tracing::warn!(%error, "cannot commit record starts: crash loops are not counted");
@@ -100,12 +92,8 @@ impl Claims {
     }
 
     fn read(&self, topic: &str, partition: i32) -> BTreeMap<i64, u32> {
-        let mut list = TopicPartitionList::new();
-        let _ = list.add_partition(topic, partition);
-        match self.consumer.committed_offsets(list, Duration::from_secs(10)) {
-            Ok(committed) => {
-                committed.find_partition(topic, partition).map(|element| decode(element.metadata())).unwrap_or_default()
-            }
+        match self.notes.read(topic, partition) {
+            Ok(metadata) => decode(&metadata),
             Err(error) => {
                 tracing::warn!(%error, topic, partition, "cannot read record starts: counted from 0");
                 BTreeMap::new()

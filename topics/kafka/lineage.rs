@@ -13,20 +13,16 @@
 //! The id is kept as the metadata of a committed offset, in a group of its own that is never
 //! joined (`<prefix><group>.<instance>.producer`), as `claims` keeps record starts.
 
-use std::time::Duration;
-
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
 
-use super::wire::transport;
+use super::wire::{OffsetNotes, transport};
 use crate::topics::bus::BusError;
 
 /// How the committed metadata names the id.
 const PREFIX: &str = "lacuna-producer:";
 
 pub(super) struct Lineage {
-    consumer: BaseConsumer,
+    notes: OffsetNotes,
     /// Any topic's partition 0 (the process's first input): the group commits an offset there.
     topic: String,
 }
@@ -35,32 +31,18 @@ impl Lineage {
     /// The replica whose ids start with `stable` (`<prefix><group>.<instance>`), keeping them on
     /// `topic`, which must exist.
     pub(super) fn new(base: &ClientConfig, stable: &str, topic: &str) -> Result<Lineage, BusError> {
-        let consumer = base
-            .clone()
-            .set("group.id", format!("{stable}.producer"))
-            .set("enable.auto.commit", "false")
-            .create()
-            .map_err(transport)?;
-        Ok(Lineage { consumer, topic: topic.to_string() })
+        let notes = OffsetNotes::new(base, &format!("{stable}.producer")).map_err(transport)?;
+        Ok(Lineage { notes, topic: topic.to_string() })
     }
 
     /// The transactional id the replica's last process wrote under, if one did.
     pub(super) fn last(&self) -> Result<Option<String>, BusError> {
-        let mut list = TopicPartitionList::new();
-        let _ = list.add_partition(&self.topic, 0);
-        let committed = self.consumer.committed_offsets(list, Duration::from_secs(10)).map_err(transport)?;
-        let last = committed.find_partition(&self.topic, 0).and_then(|element| decode(element.metadata()));
-        // Dropped before the consumer, which otherwise can hang (see ENVIRONMENT.md).
-        drop(committed);
-        Ok(last)
+        Ok(decode(&self.notes.read(&self.topic, 0).map_err(transport)?))
     }
 
     /// `id` is the one this process writes under: kept before its first write.
     pub(super) fn record(&self, id: &str) -> Result<(), BusError> {
-        let mut list = TopicPartitionList::new();
-        list.add_partition_offset(&self.topic, 0, Offset::Offset(0)).map_err(transport)?;
-        list.find_partition(&self.topic, 0).expect("just added").set_metadata(format!("{PREFIX}{id}"));
-        self.consumer.commit(&list, CommitMode::Sync).map_err(transport)
+        self.notes.write(&self.topic, 0, 0, format!("{PREFIX}{id}")).map_err(transport)
     }
 }
 

@@ -18,7 +18,8 @@
 //! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
 //! - `transactions`: exactly-once: a process's outputs and consumed positions in one transaction.
 //! - `lineage`: exactly-once across a replica's restarts: a transactional id per process, the last one kept.
-//! - `wire`: what every file here shares: our records' headers, and librdkafka errors as `BusError`s.
+//! - `wire`: what every file here shares: our records' headers, librdkafka errors as `BusError`s, and
+//!   notes kept on the broker as committed offsets' metadata.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

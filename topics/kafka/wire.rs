@@ -1,7 +1,13 @@
-//! What every file of the Kafka bus shares: the headers our records carry, and how a librdkafka
-//! error becomes a [`BusError`] (transient, or a rejection no retry can mend).
+//! What every file of the Kafka bus shares: the headers our records carry, how a librdkafka error
+//! becomes a [`BusError`] (transient, or a rejection no retry can mend), and notes kept on the
+//! broker as the metadata of committed offsets.
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::topics::bus::BusError;
 
@@ -31,5 +37,31 @@ pub(super) fn publish_error(error: KafkaError) -> BusError {
             | TransactionalIdAuthorizationFailed,
         ) => BusError::Rejected(error.to_string()),
         _ => transport(error),
+    }
+}
+
+/// Notes kept on the broker, so they outlive the process: the metadata of offsets committed by a
+/// consumer group that never joins (`claims`' record starts, `lineage`'s transactional id).
+pub(super) struct OffsetNotes(BaseConsumer);
+
+impl OffsetNotes {
+    pub(super) fn new(base: &ClientConfig, group: &str) -> KafkaResult<OffsetNotes> {
+        base.clone().set("group.id", group).set("enable.auto.commit", "false").create().map(OffsetNotes)
+    }
+
+    /// Keeps `note` with `offset` of the partition, in place of the one before.
+    pub(super) fn write(&self, topic: &str, partition: i32, offset: i64, note: String) -> KafkaResult<()> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, partition, Offset::Offset(offset))?;
+        list.find_partition(topic, partition).expect("just added").set_metadata(note);
+        self.0.commit(&list, CommitMode::Sync)
+    }
+
+    /// The note kept for the partition, empty when there is none.
+    pub(super) fn read(&self, topic: &str, partition: i32) -> KafkaResult<String> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition(topic, partition);
+        let committed = self.0.committed_offsets(list, Duration::from_secs(10))?;
+        Ok(committed.find_partition(topic, partition).map(|element| element.metadata().to_string()).unwrap_or_default())
     }
 }
