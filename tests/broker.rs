@@ -288,19 +288,20 @@ async fn partitions_paused_when_revoked_are_read_again_when_given_back() {
 /// Submits `count` questions to a cluster of stage processes, runs `disrupt` once a quarter of the
 /// answers are in, and returns the ids in the answers file when the sink has them all.
 fn run_disrupted(test: &str, count: usize, disrupt: impl FnOnce(&mut Cluster)) -> (BTreeSet<String>, Vec<String>) {
-    let (expected, written, _) = run_disrupted_with(test, count, &[], disrupt);
+    let (expected, written, _) = run_disrupted_with(test, count, (answering_llm(), &[]), disrupt);
     (expected, written)
 }
 
 /// [`run_disrupted`] with more environment for every process; also returns the cluster's settings.
+/// and an LLM of its own.
 fn run_disrupted_with(
     test: &str,
     count: usize,
-    env: &[(&str, &str)],
+    (script, env): (impl Fn(&str) -> Reply + Send + Sync + 'static, &[(&str, &str)]),
     disrupt: impl FnOnce(&mut Cluster),
 ) -> (BTreeSet<String>, Vec<String>, Settings) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let llm = runtime.block_on(FakeLlm::start(answering_llm()));
+    let llm = runtime.block_on(FakeLlm::start(script));
     let settings = settings(test, &llm.base_url);
     let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, env);
     let dir = support::scratch_dir(test);
@@ -339,7 +340,7 @@ fn run_disrupted_with(
 /// Returns the question ids and the raw answers topic's keys, read `read_committed`.
 fn sigkill_without_dedupe(test: &str, delivery: &str) -> (BTreeSet<String>, Vec<String>) {
     let env = [("LACUNA__BUS__DELIVERY", delivery), ("LACUNA__BUS__DEDUPE_WINDOW", "0")];
-    let (expected, written, settings) = run_disrupted_with(test, 200, &env, |cluster| {
+    let (expected, written, settings) = run_disrupted_with(test, 200, (answering_llm(), &env), |cluster| {
         let mut killed = cluster.signal_at_work("leaf", "-KILL", Duration::from_secs(60));
         killed.wait().unwrap();
         cluster.spawn("leaf");
@@ -358,6 +359,39 @@ fn exactly_once_a_sigkilled_stage_leaves_one_committed_answer_per_question_witho
     let _serial = serial();
     let (expected, raw) = sigkill_without_dedupe("eos-sigkill", "exactly_once");
     assert_eq!(raw.iter().cloned().collect::<BTreeSet<_>>(), expected, "every question answered on the topic");
+    assert_eq!(repeats(&raw), 0, "one committed record per question: {} records for {}", raw.len(), expected.len());
+}
+
+/// A second leaf replica joins while the first is mid-work, and the work on the partitions it takes
+/// outlasts `kafka.drain_timeout_ms`. That work is the new owner's now: it reads the records again
+/// from the last committed position. Under exactly-once, what the first replica finishes late must
+/// not reach the next topic, or the question goes on twice (no dedupe anywhere here).
+#[test]
+fn exactly_once_work_on_a_revoked_partition_that_outlasts_the_drain_is_not_published_twice() {
+    let _serial = serial();
+    let slow_leaf = |prompt: &str| match prompt_kind(prompt) {
+        Prompt::Leaf => Reply::Delayed(Duration::from_millis(2500), Box::new(answering_llm()(prompt))),
+        _ => answering_llm()(prompt),
+    };
+    let env = [
+        ("LACUNA__BUS__DELIVERY", "exactly_once"),
+        ("LACUNA__BUS__DEDUPE_WINDOW", "0"),
+        ("LACUNA__KAFKA__DRAIN_TIMEOUT_MS", "100"),
+        ("LACUNA__STAGES__LEAF__LLM_CONCURRENCY", "4"),
+    ];
+    let (expected, written, settings) = run_disrupted_with("eos-revoked", 80, (slow_leaf, &env), |cluster| {
+        cluster.spawn_replica("leaf", "leaf-b", "replica-1");
+        // A commit the test broker refuses mid-rebalance ends a replica (exit 75); a Deployment
+        // would start it again.
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            cluster.restart_if_exited("leaf");
+            cluster.restart_if_exited("leaf-b");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected, "no question lost");
+    let raw = support::cluster::raw_answer_keys(&settings, "read_committed");
     assert_eq!(repeats(&raw), 0, "one committed record per question: {} records for {}", raw.len(), expected.len());
 }
 

@@ -78,6 +78,8 @@ pub struct Cluster {
     env: Vec<(String, String)>,
     stages: Vec<(String, Child)>,
     metrics_ports: std::collections::HashMap<String, u16>,
+    /// Each name's stage and `kafka.instance_id`, so a restart runs the same replica again.
+    replicas: std::collections::HashMap<String, (String, String)>,
 }
 
 impl Cluster {
@@ -106,7 +108,8 @@ impl Cluster {
         ];
         env.extend(super::ANSWER_CHECKS_OFF.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let mut cluster = Cluster { env, stages: Vec::new(), metrics_ports: Default::default() };
+        let mut cluster =
+            Cluster { env, stages: Vec::new(), metrics_ports: Default::default(), replicas: Default::default() };
         for stage in PipelineKind::Migres.stages() {
             cluster.spawn(stage.name);
         }
@@ -119,11 +122,26 @@ impl Cluster {
         command
     }
 
+    /// The stage `name` (again, if it ran before: the same replica).
     pub fn spawn(&mut self, name: &str) {
+        let (stage, instance) =
+            self.replicas.get(name).cloned().unwrap_or_else(|| (name.to_string(), "replica-0".to_string()));
+        self.spawn_replica(&stage, name, &instance);
+    }
+
+    /// A replica of `stage`, known here as `name`, under `kafka.instance_id` = `instance`: with
+    /// another instance than the first, it joins the stage's group beside it.
+    pub fn spawn_replica(&mut self, stage: &str, name: &str, instance: &str) {
         // A restarted stage keeps its port: whatever watches it finds it again.
         let port = *self.metrics_ports.entry(name.to_string()).or_insert_with(free_port);
         let listen = format!("127.0.0.1:{port}");
-        let child = self.command(&["stage", name]).env("LACUNA__METRICS__LISTEN", listen).spawn().unwrap();
+        let child = self
+            .command(&["stage", stage])
+            .env("LACUNA__METRICS__LISTEN", listen)
+            .env("LACUNA__KAFKA__INSTANCE_ID", instance)
+            .spawn()
+            .unwrap();
+        self.replicas.insert(name.to_string(), (stage.to_string(), instance.to_string()));
         self.stages.push((name.to_string(), child));
     }
 
