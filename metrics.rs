@@ -39,6 +39,7 @@ pub struct Metrics {
     pub degraded: IntCounterVec,
     pub publish_retries: IntCounterVec,
     pub duplicates_skipped: IntCounterVec,
+    pub events_let_go: IntCounterVec,
     pub nacks: IntCounterVec,
     pub dropped_deliveries: IntCounterVec,
     pub stage_failures: IntCounterVec,
@@ -170,6 +171,11 @@ impl Metrics {
             duplicates_skipped: counter(
                 "lacuna_stage_duplicates_skipped_total",
                 "Events a stage acknowledged without processing: it had already finished the same event (bus.dedupe_window).",
+                s,
+            ),
+            events_let_go: counter(
+                "lacuna_stage_events_let_go_total",
+                "Events whose partition was revoked while the stage processed them: their outcome was dropped, the partition's new owner does them again.",
                 s,
             ),
             publish_retries: counter(
@@ -380,6 +386,7 @@ impl Metrics {
             Box::new(self.degraded.clone()),
             Box::new(self.publish_retries.clone()),
             Box::new(self.duplicates_skipped.clone()),
+            Box::new(self.events_let_go.clone()),
             Box::new(self.nacks.clone()),
             Box::new(self.dropped_deliveries.clone()),
             Box::new(self.stage_failures.clone()),

@@ -31,6 +31,7 @@ pub struct Delivery {
     pub position: Option<(i32, i64)>,
     claim: Option<Box<dyn FnOnce() -> Option<u32> + Send>>,
     start: Option<Box<dyn FnOnce(u32) + Send>>,
+    owned: Option<Box<dyn Fn() -> bool + Send + Sync>>,
     ack: Option<Box<dyn FnOnce() + Send>>,
 }
 
@@ -42,16 +43,19 @@ pub struct DeliveryHooks {
     /// Counts the start where a crash during the work would be seen (before the work begins): the
     /// record's starts in all, this one included.
     pub start: Box<dyn FnOnce(u32) + Send>,
+    /// Whether the record is still this process's to finish: false once its partition was revoked
+    /// (the new owner reads it again from the last committed position).
+    pub owned: Box<dyn Fn() -> bool + Send + Sync>,
     pub ack: Box<dyn FnOnce() + Send>,
 }
 
 impl Delivery {
     pub fn new(record: Record, attempt: u32, hooks: Option<DeliveryHooks>) -> Self {
-        let (claim, start, ack) = match hooks {
-            Some(hooks) => (Some(hooks.claim), Some(hooks.start), Some(hooks.ack)),
-            None => (None, None, None),
+        let (claim, start, owned, ack) = match hooks {
+            Some(hooks) => (Some(hooks.claim), Some(hooks.start), Some(hooks.owned), Some(hooks.ack)),
+            None => (None, None, None, None),
         };
-        Delivery { record, attempt, redeliveries: 0, position: None, claim, start, ack }
+        Delivery { record, attempt, redeliveries: 0, position: None, claim, start, owned, ack }
     }
 
     /// The delivery, read at `offset` of `partition`.
@@ -83,6 +87,19 @@ impl Delivery {
         if let Some(start) = self.start.take() {
             start(self.redeliveries + 1);
         }
+    }
+
+    /// Whether this process may still publish the record's outcome. False on Kafka once the
+    /// record's partition was revoked: its new owner does it again from the last committed position,
+    /// so outputs published here too would reach the next topic twice.
+    pub fn owned(&self) -> bool {
+        self.owned.as_ref().is_none_or(|owned| owned())
+    }
+
+    /// Lets go of a delivery that is no longer this process's ([`Delivery::owned`] false): nothing to
+    /// acknowledge or refuse.
+    pub fn let_go(mut self) {
+        self.ack = None;
     }
 
     /// The record, acknowledged: for readers that are done with it once they have it.

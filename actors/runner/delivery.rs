@@ -132,6 +132,17 @@ async fn finish<S: Stage>(
     (tries, fingerprint): (u32, Option<u128>),
 ) {
     let m = &METRICS;
+    // Checked inside the hold, where no revocation can come between the check and the outputs.
+    if !delivery.owned() {
+        tracing::warn!(
+            stage = S::NAME,
+            key = %delivery.record.key,
+            "its partition was revoked while this event was processed: the new owner does it, its outcome here is dropped"
+        );
+        m.events_let_go.with_label_values(&[S::NAME]).inc();
+        delivery.let_go();
+        return;
+    }
     let mut published = publish_all(S::NAME, context, outputs).await;
     if let Published::Rejected(reason) = published {
         // No retry helps a record the bus will never take: the question ends here, with the reason.

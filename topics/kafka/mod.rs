@@ -242,11 +242,10 @@ impl KafkaBus {
             group: group_id.clone(),
             commit_transaction: transactions.map(|transactions| {
                 let transactions = Arc::downgrade(transactions);
-                Box::new(move || {
-                    if let Some(transactions) = transactions.upgrade() {
-                        transactions.commit();
-                    }
-                }) as Box<dyn Fn() + Send + Sync>
+                Box::new(move |then: &dyn Fn()| match transactions.upgrade() {
+                    Some(transactions) => transactions.commit_then(then),
+                    None => then(),
+                }) as Box<dyn Fn(&dyn Fn()) + Send + Sync>
             }),
         };
         let mut config = self.base.clone();

@@ -59,6 +59,14 @@ impl OffsetTracker {
         }
     }
 
+    /// Whether the offset, fetched in `assignment`, is still this process's: its partition not
+    /// revoked (nor revoked and assigned again) since.
+    pub(super) fn owns(&self, topic: &str, partition: i32, offset: i64, assignment: u64) -> bool {
+        self.partitions
+            .get(&(topic.to_string(), partition))
+            .is_some_and(|p| p.assignment == assignment && p.offsets.contains_key(&offset))
+    }
+
     /// Marks an offset done; returns the offset to store when the partition's lowest offsets are done.
     pub(super) fn ack(&mut self, topic: &str, partition: i32, offset: i64, assignment: u64) -> Option<i64> {
         let partition = self.partitions.get_mut(&(topic.to_string(), partition))?;
@@ -142,7 +150,10 @@ mod tests {
         let (kept, revoked) = (tracker.register("t", 0, 5), tracker.register("t", 1, 7));
         assert!(tracker.claim("t", 0, 5, kept) && tracker.claim("t", 1, 7, revoked));
         assert_eq!(tracker.started(&[("t".into(), 1)]), 1, "a revocation waits for this one");
+        assert!(tracker.owns("t", 1, 7, revoked));
         tracker.revoke(&[("t".into(), 1)]);
+        assert!(!tracker.owns("t", 1, 7, revoked), "its outcome is the new owner's to publish");
+        assert!(tracker.owns("t", 0, 5, kept));
         assert_eq!(tracker.ack("t", 1, 7, revoked), None, "a revoked partition's late ack is ignored");
         assert_eq!(tracker.ack("t", 0, 5, kept), Some(6), "the other partition carries on");
     }

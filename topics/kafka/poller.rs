@@ -164,8 +164,8 @@ fn to_delivery(
         tracker.lock().unwrap().ack(&name, partition, offset, assignment);
         return None;
     }
-    let (consumer, claim_tracker, tracker, claim_name) =
-        (consumer.clone(), tracker.clone(), tracker.clone(), name.clone());
+    let (consumer, claim_tracker, owned_tracker, tracker, claim_name, owned_name) =
+        (consumer.clone(), tracker.clone(), tracker.clone(), tracker.clone(), name.clone(), name.clone());
     let (claims, start_claims, done_claims) = (claims.clone(), claims.clone(), claims.clone());
     let start_name = name.clone();
     let claim = Box::new(move || {
@@ -180,6 +180,7 @@ fn to_delivery(
             claims.start(&start_name, partition, offset, starts);
         }
     });
+    let owned = Box::new(move || owned_tracker.lock().unwrap().owns(&owned_name, partition, offset, assignment));
     let catch_up = catch_up.clone();
     let ack = Box::new(move || {
         if let Some(catch_up) = &catch_up {
@@ -196,7 +197,7 @@ fn to_delivery(
         }
     });
     Some(
-        Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, start, ack }))
+        Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, start, owned, ack }))
             .at(partition, offset),
     )
 }

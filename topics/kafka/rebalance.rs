@@ -19,8 +19,8 @@ pub(super) struct TrackingContext {
     /// The consumer group, as the broker knows it.
     pub(super) group: String,
     /// Exactly-once: commits the process's transaction, which carries the positions (the consumer
-    /// commits none itself).
-    pub(super) commit_transaction: Option<Box<dyn Fn() + Send + Sync>>,
+    /// commits none itself), and runs the given step before any record's outputs can join the next.
+    pub(super) commit_transaction: Option<Box<dyn Fn(&dyn Fn()) + Send + Sync>>,
 }
 
 impl ClientContext for TrackingContext {
@@ -75,19 +75,27 @@ impl ConsumerContext for TrackingContext {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Work still running on them finds them gone when it finishes, and publishes nothing: the
+        // new owner does it again from the position committed here.
+        let revoke = || self.tracker.lock().unwrap().revoke(&partitions);
         if let Some(commit_transaction) = &self.commit_transaction {
-            commit_transaction();
-        } else if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync)
-            && !is_no_offset(&error)
-        {
-            tracing::warn!(%error, "commit before rebalance failed");
+            // Forgotten before the next transaction takes outputs: work that finished after this
+            // commit must not publish into it (exactly-once would carry both its outputs and the
+            // new owner's).
+            commit_transaction(&revoke);
+        } else {
+            if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync)
+                && !is_no_offset(&error)
+            {
+                tracing::warn!(%error, "commit before rebalance failed");
+            }
+            revoke();
         }
         tracing::info!(
             partitions = partitions.len(),
             waited_ms = started.elapsed().as_millis() as u64,
             "partitions revoked"
         );
-        self.tracker.lock().unwrap().revoke(&partitions);
     }
 }
 

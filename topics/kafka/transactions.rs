@@ -171,9 +171,16 @@ impl Transactions {
     /// Commits what was published and consumed since the last commit, then begins the next
     /// transaction. Blocking: called from the commit thread, a revocation, or a shutdown.
     pub(super) fn commit(&self) {
+        self.commit_then(&|| {});
+    }
+
+    /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
+    /// revocation forgets its partitions there).
+    pub(super) fn commit_then(&self, then: &dyn Fn()) {
         let mut last = self.committing.lock().unwrap();
         self.gate.close();
         let outcome = self.commit_closed(&mut last);
+        then();
         self.gate.open();
         if let Err(error) = outcome {
             self.fail(&error);
