@@ -54,6 +54,7 @@ pub struct Metrics {
     pub answer_passages: HistogramVec,
     pub queue_depth: IntGaugeVec,
     pub paused_partitions: IntGaugeVec,
+    pub waiting_records: IntGaugeVec,
     pub consumer_lag: IntGaugeVec,
     pub join_pending: IntGaugeVec,
     /// 1 while `/readyz` answers 200: the alert on a stage that is up but not working reads it.
@@ -257,6 +258,14 @@ impl Metrics {
                 &["group"],
             )
             .expect("a valid gauge"),
+            waiting_records: IntGaugeVec::new(
+                Opts::new(
+                    "lacuna_kafka_waiting_records",
+                    "Records a consumer fetched and holds in memory because its stage is full.",
+                ),
+                &["group"],
+            )
+            .expect("a valid gauge"),
             consumer_lag: IntGaugeVec::new(
                 Opts::new(
                     "lacuna_kafka_consumer_lag",
@@ -401,6 +410,7 @@ impl Metrics {
             Box::new(self.answer_passages.clone()),
             Box::new(self.queue_depth.clone()),
             Box::new(self.paused_partitions.clone()),
+            Box::new(self.waiting_records.clone()),
             Box::new(self.consumer_lag.clone()),
             Box::new(self.join_pending.clone()),
             Box::new(self.ready.clone()),

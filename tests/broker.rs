@@ -285,6 +285,48 @@ async fn partitions_paused_when_revoked_are_read_again_when_given_back() {
     assert!(unread.is_empty(), "records never read, on the partitions the stage got back: {unread:?}");
 }
 
+/// Hole 6: a full stage that inherits partitions with a backlog (a peer scaled down, or dead and
+/// expired) must not pull that backlog into memory. It pauses partitions assigned while it is full
+/// at its next turn, so what it holds is about a record per partition, fetched before the pause.
+#[tokio::test]
+async fn a_full_stage_that_inherits_a_peers_backlog_does_not_pull_it_into_memory() {
+    let _serial = serial();
+    let mut settings = settings("inherit", "http://127.0.0.1:9/v1");
+    settings.kafka.prefetch = 1;
+    let bus = bus(&settings).await;
+    let group = "inherit";
+    let mut stage = bus.subscribe(&[Topic::Missing], group).await.unwrap();
+    let peer = bus.subscribe(&[Topic::Missing], group).await.unwrap();
+    // Both in the group by now, two partitions each.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let keys: Vec<String> = (0..400).map(|n| format!("b-{n}")).collect();
+    publish_keys(&bus, &keys).await;
+    // The stage works on one record for as long as the peer's partitions move: it is full.
+    let in_flight = next(&mut stage).await.claim().expect("claimed");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = lacuna::metrics::METRICS.waiting_records.with_label_values(&[group]);
+    // The peer leaves the group; the stage is given its partitions, about 200 records behind.
+    drop(peer);
+    let (mut most, started) = (0, Instant::now());
+    while started.elapsed() < Duration::from_secs(20) {
+        most = most.max(waiting.get());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    in_flight.ack();
+    // The stage did inherit them: it reads from every partition, its peer's included. (Slowly: with
+    // one record of room, each record it takes resumes the partitions and the next pauses them.)
+    let (mut partitions, started) = (BTreeSet::new(), Instant::now());
+    while partitions.len() < settings.kafka.partitions as usize && started.elapsed() < Duration::from_secs(60) {
+        if let Ok(Some(delivery)) = tokio::time::timeout(Duration::from_millis(500), stage.next()).await {
+            partitions.extend(delivery.position.map(|(partition, _)| partition));
+            delivery.ack();
+        }
+    }
+    assert_eq!(partitions.len(), settings.kafka.partitions as usize, "the stage read every partition: {partitions:?}");
+    let bound = 2 * settings.kafka.partitions as i64;
+    assert!(most <= bound, "a full stage held {most} fetched records in memory (bound {bound})");
+}
+
 /// Submits `count` questions to a cluster of stage processes, runs `disrupt` once a quarter of the
 /// answers are in, and returns the ids in the answers file when the sink has them all.
 fn run_disrupted(test: &str, count: usize, disrupt: impl FnOnce(&mut Cluster)) -> (BTreeSet<String>, Vec<String>) {

@@ -295,6 +295,7 @@ impl KafkaBus {
             names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
         let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));
         let paused = crate::metrics::METRICS.paused_partitions.with_label_values(&[group]);
+        let waiting = crate::metrics::METRICS.waiting_records.with_label_values(&[group]);
         // A thread of its own: a revocation blocks the poll that serves it while the revoked
         // partitions' work drains (up to kafka.drain_timeout_ms), and on a shared runtime that would
         // stall every other task there, other stages' pollers included, past max.poll.interval.ms.
@@ -309,7 +310,7 @@ impl KafkaBus {
                         tracker,
                         topic_of,
                         sender,
-                        paused,
+                        (paused, waiting),
                         (catch_up, claims, done_before),
                     )),
                     // Dropping the sender ends the feed: the stage fails and says so.

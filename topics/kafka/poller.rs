@@ -57,7 +57,7 @@ pub(super) async fn poll(
     tracker: Arc<Mutex<OffsetTracker>>,
     topic_of: HashMap<String, Topic>,
     sender: mpsc::Sender<Delivery>,
-    paused_gauge: prometheus::IntGauge,
+    (paused_gauge, waiting_gauge): (prometheus::IntGauge, prometheus::IntGauge),
     (catch_up, claims, done_before): (Option<Arc<CatchUp>>, Option<Arc<Claims>>, Option<Arc<DoneBefore>>),
 ) {
     let mut waiting: VecDeque<Delivery> = VecDeque::new();
@@ -69,8 +69,10 @@ pub(super) async fn poll(
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
                 Err(mpsc::error::TrySendError::Full(delivery)) => waiting.push_front(delivery),
             }
-            // Again at each turn: partitions assigned since the last are paused too.
+            // Again at each turn: partitions assigned since the last are paused too, so a backlog
+            // they bring (a peer's, inherited in a rebalance) stays on the broker.
             paused_gauge.set(paused.pause_assigned(&consumer));
+            waiting_gauge.set(waiting.len() as i64);
             tokio::select! {
                 permit = sender.reserve() => match permit {
                     Ok(permit) => permit.send(waiting.pop_front().expect("a waiting delivery")),
@@ -80,6 +82,7 @@ pub(super) async fn poll(
             }
             continue;
         }
+        waiting_gauge.set(0);
         if paused.resume(&consumer) {
             paused_gauge.set(0);
         }
