@@ -327,8 +327,8 @@ fn run_disrupted(test: &str, count: usize, disrupt: impl FnOnce(&mut Cluster)) -
     (expected, written)
 }
 
-/// [`run_disrupted`] with more environment for every process; also returns the cluster's settings.
-/// and an LLM of its own.
+/// [`run_disrupted`] with an LLM of its own (`script`) and more environment for every process; also
+/// returns the cluster's settings.
 fn run_disrupted_with(
     test: &str,
     count: usize,
@@ -404,9 +404,10 @@ fn exactly_once_a_sigkilled_stage_leaves_one_committed_answer_per_question_witho
 #[test]
 fn exactly_once_work_on_a_revoked_partition_that_outlasts_the_drain_is_not_published_twice() {
     let _serial = serial();
-    let slow_leaf = |prompt: &str| match prompt_kind(prompt) {
-        Prompt::Leaf => Reply::Delayed(Duration::from_millis(2500), Box::new(answering_llm()(prompt))),
-        _ => answering_llm()(prompt),
+    let answering = answering_llm();
+    let slow_leaf = move |prompt: &str| match prompt_kind(prompt) {
+        Prompt::Leaf => Reply::Delayed(Duration::from_millis(2500), Box::new(answering(prompt))),
+        _ => answering(prompt),
     };
     let env = [
         ("LACUNA__BUS__DELIVERY", "exactly_once"),

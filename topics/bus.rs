@@ -73,7 +73,7 @@ impl Delivery {
                 Some(earlier) => self.redeliveries = earlier,
                 None => {
                     // Given up, not dropped: nothing to acknowledge here any more.
-                    self.ack = None;
+                    self.let_go();
                     return None;
                 }
             }

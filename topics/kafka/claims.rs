@@ -15,10 +15,11 @@
 //! A commit is one broker round trip per record started; the LLM stages spend seconds per record.
 //! Where the broker refuses such commits, a warning says so once and crash loops are not counted.
 
-use rdkafka::config::ClientConfig;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use rdkafka::config::ClientConfig;
 
 use super::wire::OffsetNotes;
 

@@ -50,13 +50,11 @@ impl OffsetTracker {
 
     /// The stage takes the offset on; false when its partition was revoked since it was fetched.
     pub(super) fn claim(&mut self, topic: &str, partition: i32, offset: i64, assignment: u64) -> bool {
-        match self.partitions.get_mut(&(topic.to_string(), partition)) {
-            Some(p) if p.assignment == assignment && p.offsets.contains_key(&offset) => {
-                p.offsets.insert(offset, Progress::Started);
-                true
-            }
-            _ => false,
+        if !self.owns(topic, partition, offset, assignment) {
+            return false;
         }
+        self.partition(topic, partition).offsets.insert(offset, Progress::Started);
+        true
     }
 
     /// Whether the offset, fetched in `assignment`, is still this process's: its partition not
