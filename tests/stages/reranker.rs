@@ -100,6 +100,28 @@ async fn cuda_runs_on_a_gpu_and_falls_back_to_the_cpu_elsewhere() {
     }
 }
 
+/// A process that used the CUDA provider exits with status 0, not the abort of a session torn down
+/// after the CUDA driver ("CUDA failure 4: driver shutting down" in `cudaFreeHost`).
+#[test]
+fn a_process_that_used_cuda_exits_cleanly() {
+    let gpu_here = lacuna::actors::clients::gpu::cuda_in_runtime() && std::path::Path::new("/dev/nvidia0").exists();
+    if !gpu_here {
+        println!("SKIPPED: no GPU or no CUDA build of ONNX Runtime here (LACUNA_ORT=gpu)");
+        return;
+    }
+    let dataset = crate::support::data_dir().join("hotpotqa");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .args(["bench", "rerank", "--pairs", "64", "--dataset"])
+        .arg(&dataset)
+        .env("LACUNA__ONNX__EXECUTION_PROVIDER", "cuda")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(!stderr.contains("terminate called") && !stderr.contains("CUDA failure"), "{stderr}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("cuda"), "it ran on CUDA");
+}
+
 /// With the default settings a pair's score is its own: the same whatever else is scored with it or
 /// at the same time, so an answer never depends on which events happened to share the re-ranker.
 #[tokio::test]
