@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ort::environment::Environment;
@@ -242,9 +242,10 @@ impl PairClassifier {
         let queue = Arc::new(Mutex::new(queue));
         for (n, session) in opened.into_iter().enumerate() {
             let (encoder, queue) = (encoder.clone(), queue.clone());
+            let slot = held(session);
             std::thread::Builder::new()
                 .name(format!("{label}-{n}"))
-                .spawn(move || work(session, &encoder, &queue, coalescing))
+                .spawn(move || work(&slot, &encoder, &queue, coalescing))
                 .map_err(|e| ModelError::Load {
                     path: model_path.clone(),
                     message: format!("cannot start a worker: {e}"),
@@ -286,11 +287,20 @@ impl PairClassifier {
 }
 
 /// A worker's life: gather a round, score it, hand each job its rows; ends when every
-/// [`PairClassifier`] handle is gone.
-fn work(mut session: Session, encoder: &PairEncoder, queue: &Mutex<Receiver<Job>>, coalescing: Coalescing) {
+/// [`PairClassifier`] handle is gone. A round holds the session's slot, so [`release_sessions`]
+/// waits for it; after the release, calls get an error.
+fn work(slot: &Mutex<Option<Session>>, encoder: &PairEncoder, queue: &Mutex<Receiver<Job>>, coalescing: Coalescing) {
     while let Some(round) = gather(queue, coalescing) {
         let pairs: Vec<(String, String)> = round.iter().flat_map(|job| job.pairs.iter().cloned()).collect();
-        match encoder.classify(&mut session, &pairs) {
+        let mut session = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let scored = match session.as_mut() {
+            Some(session) => encoder.classify(session, &pairs),
+            None => Err(ModelError::Inference(format!(
+                "the {} sessions were released: the process is ending",
+                encoder.label
+            ))),
+        };
+        match scored {
             Ok(rows) => {
                 let mut rows = rows.into_iter();
                 for job in round {
@@ -306,6 +316,31 @@ fn work(mut session: Session, encoder: &PairEncoder, queue: &Mutex<Receiver<Job>
             }
         }
     }
+}
+
+/// Every worker's session, so that the process can drop them all before it exits.
+static SESSIONS: Mutex<Vec<Weak<Mutex<Option<Session>>>>> = Mutex::new(Vec::new());
+
+/// `session` in a slot that [`release_sessions`] can empty.
+fn held(session: Session) -> Arc<Mutex<Option<Session>>> {
+    let slot = Arc::new(Mutex::new(Some(session)));
+    let mut sessions = SESSIONS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    sessions.retain(|weak| weak.strong_count() > 0);
+    sessions.push(Arc::downgrade(&slot));
+    slot
+}
+
+/// Drops every worker's session now, each after its round in progress, and says how many. The
+/// process calls this before it exits: a session left to the exit is torn down after the CUDA
+/// driver, and the CUDA provider then aborts the process ("CUDA failure 4: driver shutting down" in
+/// `cudaFreeHost`). Workers stay, answering every later call with an error.
+pub fn release_sessions() -> usize {
+    let sessions = std::mem::take(&mut *SESSIONS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    sessions
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter(|slot| slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take().is_some())
+        .count()
 }
 
 /// The next round: the first job waiting, then with coalescing every job arriving within the wait,
