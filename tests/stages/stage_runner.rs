@@ -148,3 +148,24 @@ async fn a_stage_works_on_several_events_at_once() {
     assert!(overlapping >= 2, "only {overlapping} of the 4 calls were in flight together: one event at a time");
     running.stop();
 }
+
+/// A stage whose `max_in_flight` is above actix's default mailbox (16), started with a backlog
+/// waiting, takes it all: the feeder may send before the actor has run, so the mailbox must be
+/// sized when the actor is made, not when it starts. (The host bench's `--open 64
+/// --llm-concurrency 32` failed retrieve with "its mailbox was full despite the in-flight bound".)
+#[actix::test]
+async fn a_stage_started_with_a_backlog_above_the_default_mailbox_takes_it_all() {
+    let llm = FakeLlm::start(|_| Reply::Json(json!({"queries": ["Where is it?"]}))).await;
+    let mut settings: Settings = support::settings(&llm.base_url);
+    settings.stages.entry("query_gen".into()).or_default().max_in_flight = Some(40);
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(64));
+    let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
+    for n in 0..40 {
+        bus.publish(missing(&format!("backlog-{n}"))).await.unwrap();
+    }
+    let running = support::start_query_gen(&bus, &settings).await;
+    for _ in 0..40 {
+        next(&mut queries).await;
+    }
+    running.stop();
+}
