@@ -40,12 +40,6 @@ pub struct StageActor<S: Stage> {
 
 impl<S: Stage> Actor for StageActor<S> {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        // The feeder holds a slot per event it sends, so the mailbox never holds more than
-        // max_in_flight of them: that is the one bound (actix's default, 16, would be a second).
-        ctx.set_mailbox_capacity(self.runner.max_in_flight);
-    }
 }
 
 /// A delivery plus the in-flight slot it occupies until it is fully handled.
@@ -159,15 +153,21 @@ pub async fn spawn_stage<S: Stage>(
     let arbiter = Arbiter::new();
     let (max_in_flight, max_attempts) = (runner.max_in_flight, runner.retry.max_attempts);
     let (actor_bus, actor_counters, actor_health) = (bus.clone(), counters.clone(), health.clone());
-    let addr = StageActor::start_in_arbiter(&arbiter.handle(), move |_| StageActor {
-        stage: Rc::new(stage),
-        bus: actor_bus,
-        finished: Rc::new(Window::new(runner.dedupe_window)),
-        key_order: KeyOrder::default(),
-        runner,
-        counters: actor_counters,
-        wiring,
-        health: actor_health,
+    let addr = StageActor::start_in_arbiter(&arbiter.handle(), move |ctx: &mut Context<StageActor<S>>| {
+        // The feeder holds a slot per event it sends, so the mailbox never holds more than
+        // max_in_flight of them: that is the one bound (actix's default, 16, would be a second). Set
+        // here, as the actor is made: the feeder can send before the actor's `started` has run.
+        ctx.set_mailbox_capacity(max_in_flight);
+        StageActor {
+            stage: Rc::new(stage),
+            bus: actor_bus,
+            finished: Rc::new(Window::new(runner.dedupe_window)),
+            key_order: KeyOrder::default(),
+            runner,
+            counters: actor_counters,
+            wiring,
+            health: actor_health,
+        }
     });
     if let Some(every) = tick_every {
         let addr = addr.clone();
