@@ -18,6 +18,73 @@ pub struct ModelSettings {
     pub coalesce_ms: u64,
     /// The most pairs a round gathers.
     pub coalesce_max_pairs: usize,
+    /// Which of the model's graphs the sessions load.
+    #[serde(default)]
+    pub graph: Graph,
+    /// What replaces `batch_size`, `sessions`, `threads` and `coalesce_ms` when the sessions run on
+    /// CUDA: a GPU wants few sessions and large batches, CPUs the opposite.
+    #[serde(default)]
+    pub cuda: Option<Parallelism>,
+}
+
+/// How a model's pairs are spread over sessions and batches on one execution provider.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Parallelism {
+    pub batch_size: usize,
+    pub sessions: usize,
+    pub threads: usize,
+    pub coalesce_ms: u64,
+}
+
+/// The graph a model's sessions load from its folder.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Graph {
+    /// The float graph on CUDA when setup derived one, the installed graph otherwise.
+    #[default]
+    Auto,
+    /// `model.onnx` as installed (the re-ranker's is quantised to int8 for CPUs).
+    Installed,
+    /// `model.float.onnx`, derived from the installed graph at setup (`scripts/float-graph.py`): the
+    /// CUDA provider has no kernels for the int8 graph's quantised operators.
+    Float,
+}
+
+/// The installed graph's file name, and the float graph's.
+pub const INSTALLED_GRAPH: &str = "model.onnx";
+pub const FLOAT_GRAPH: &str = "model.float.onnx";
+
+impl ModelSettings {
+    /// The settings a model runs with on `provider`: the `cuda` table's values on CUDA.
+    pub fn on(&self, provider: ExecutionProvider) -> ModelSettings {
+        match (provider, self.cuda) {
+            (ExecutionProvider::Cuda, Some(p)) => ModelSettings {
+                batch_size: p.batch_size,
+                sessions: p.sessions,
+                threads: p.threads,
+                coalesce_ms: p.coalesce_ms,
+                ..self.clone()
+            },
+            _ => self.clone(),
+        }
+    }
+
+    /// The file of `graph` itself, wherever the sessions run.
+    pub fn graph_path_of(&self, graph: Graph) -> PathBuf {
+        self.model_dir.join(if graph == Graph::Float { FLOAT_GRAPH } else { INSTALLED_GRAPH })
+    }
+
+    /// The graph file the sessions load on `provider`. `auto` takes the float graph on CUDA only
+    /// when it exists; `float` insists on it.
+    pub fn graph_path(&self, provider: ExecutionProvider) -> PathBuf {
+        let float = self.graph_path_of(Graph::Float);
+        match self.graph {
+            Graph::Float => float,
+            Graph::Auto if provider == ExecutionProvider::Cuda && float.exists() => float,
+            Graph::Auto | Graph::Installed => self.graph_path_of(Graph::Installed),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -107,4 +174,28 @@ pub enum ExecutionProvider {
     Cpu,
     /// CUDA, falling back to the CPU with a warning when the runtime or the GPU is missing.
     Cuda,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+
+    #[test]
+    fn cuda_gets_its_own_batches_and_the_float_graph_when_there_is_one() {
+        let dir = std::env::temp_dir().join(format!("lacuna-graph-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let model = ModelSettings { model_dir: dir.clone(), ..Settings::defaults().rerank };
+        let (cpu, cuda) = (model.on(ExecutionProvider::Cpu), model.on(ExecutionProvider::Cuda));
+        assert_eq!((cpu.batch_size, cpu.coalesce_ms), (1, 0), "the CPU keeps the default's pairs scored alone");
+        assert!(cuda.batch_size > 1 && cuda.coalesce_ms > 0 && cuda.sessions > 0, "{cuda:?}");
+        // Before setup derived the float graph, `auto` loads the installed one everywhere.
+        assert_eq!(model.graph_path(ExecutionProvider::Cuda), dir.join(INSTALLED_GRAPH));
+        std::fs::write(dir.join(FLOAT_GRAPH), b"").unwrap();
+        assert_eq!(model.graph_path(ExecutionProvider::Cuda), dir.join(FLOAT_GRAPH));
+        assert_eq!(model.graph_path(ExecutionProvider::Cpu), dir.join(INSTALLED_GRAPH), "the CPU keeps int8");
+        let installed = ModelSettings { graph: Graph::Installed, ..model };
+        assert_eq!(installed.graph_path(ExecutionProvider::Cuda), dir.join(INSTALLED_GRAPH));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -35,7 +35,8 @@ pub fn provenance(settings: &Settings, pipeline: PipelineKind, search: Option<&S
         config_sha256: config_sha256(settings),
         prompts_sha256,
         model: settings.llm.model.clone(),
-        reranker_sha256: file_sha256(&settings.rerank.model_dir.join("model.onnx")),
+        // The graph the settings load: the float one on CUDA where setup derived it.
+        reranker_sha256: file_sha256(&settings.rerank.graph_path(settings.onnx.execution_provider)),
         index_generation: search.and_then(Search::generation).into_iter().collect(),
     }
 }

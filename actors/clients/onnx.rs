@@ -212,20 +212,32 @@ pub struct PairClassifier {
     sessions: usize,
     threads: usize,
     provider: ExecutionProvider,
+    graph: PathBuf,
 }
 
 impl PairClassifier {
-    /// Loads `model.onnx` and `tokenizer.json` from `settings.model_dir` and starts the workers.
+    /// Loads the graph for the provider the sessions run on (`ModelSettings::graph_path`) and
+    /// `tokenizer.json` from `settings.model_dir`, and starts the workers. On CUDA the `cuda` table's
+    /// batch, sessions and coalescing apply; a CUDA provider that does not start falls back to the
+    /// CPU with the CPU's settings and graph.
     pub fn load(label: &'static str, settings: &ModelSettings, onnx: &OnnxSettings) -> Result<Self, ModelError> {
-        let (sessions, threads) = resolve_parallelism(settings);
-        let model_path = settings.model_dir.join("model.onnx");
-        let mut opened = Vec::new();
-        let mut provider = onnx.execution_provider;
-        for _ in 0..sessions {
-            let (session, used) = open_session(&model_path, &onnx.library_path, threads, onnx.execution_provider)?;
-            provider = used;
-            opened.push(session);
-        }
+        let mut provider = super::gpu::expected(onnx.execution_provider);
+        let (settings, model_path, sessions, threads, opened) = loop {
+            let settings = settings.on(provider);
+            let (sessions, threads) = resolve_parallelism(&settings);
+            let model_path = settings.graph_path(provider);
+            let (first, used) = open_session(&model_path, &onnx.library_path, threads, provider)?;
+            if used != provider {
+                provider = used;
+                continue;
+            }
+            let mut opened = vec![first];
+            for _ in 1..sessions {
+                opened.push(open_session(&model_path, &onnx.library_path, threads, provider)?.0);
+            }
+            break (settings, model_path, sessions, threads, opened);
+        };
+        tracing::info!(model = label, graph = %model_path.display(), ?provider, sessions, threads, "model loaded");
         let encoder = Arc::new(PairEncoder::load(
             label,
             &settings.model_dir,
@@ -251,7 +263,12 @@ impl PairClassifier {
                     message: format!("cannot start a worker: {e}"),
                 })?;
         }
-        Ok(PairClassifier { encoder, jobs, sessions, threads, provider })
+        Ok(PairClassifier { encoder, jobs, sessions, threads, provider, graph: model_path })
+    }
+
+    /// The graph file the sessions loaded.
+    pub fn graph(&self) -> &Path {
+        &self.graph
     }
 
     pub fn encoder(&self) -> &PairEncoder {
