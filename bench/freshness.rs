@@ -123,6 +123,7 @@ pub async fn run(settings: &Settings, dataset: &Dataset, options: &FreshnessOpti
                 &settings,
                 &dataset,
                 folder,
+                None,
             )
             .await
         }

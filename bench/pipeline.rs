@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::bench::replica::{Replica, free_port};
 use crate::config::Settings;
 use crate::eval::dataset::Dataset;
 use crate::metrics::METRICS;
@@ -48,6 +49,17 @@ pub struct PipelineBench {
     pub latency_p95: f64,
     /// The process's peak resident memory so far (VmHWM), in MiB.
     pub peak_rss_mib: f64,
+    /// With stages in processes of their own: each process's stage and how it exited after SIGTERM.
+    pub processes: Vec<(String, String)>,
+}
+
+/// A stage that runs in `replicas` processes of its own (`binary`, a `lacuna` executable) instead of
+/// in the bench's process, on the run's Kafka topics.
+#[derive(Clone, Debug)]
+pub struct OutOfProcess {
+    pub binary: std::path::PathBuf,
+    pub stage: &'static str,
+    pub replicas: usize,
 }
 
 /// Runs `questions` of `dataset` through `kind` once with `settings` (whose LLM endpoint is already
@@ -58,7 +70,7 @@ pub async fn run(
     settings: &Settings,
     dataset: &Dataset,
 ) -> anyhow::Result<PipelineBench> {
-    run_on(label, (kind, Transport::InProcess), settings, dataset, dataset.index_dir()?).await
+    run_on(label, (kind, Transport::InProcess), settings, dataset, dataset.index_dir()?, None).await
 }
 
 /// [`run`] over `transport`. On Kafka each run has topics and groups of its own (a fresh prefix),
@@ -68,13 +80,19 @@ pub async fn run_over(
     (kind, transport): (PipelineKind, Transport),
     settings: &Settings,
     dataset: &Dataset,
+    elsewhere: Option<&OutOfProcess>,
 ) -> anyhow::Result<PipelineBench> {
     let mut settings = settings.clone();
     if transport == Transport::Kafka {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
         settings.kafka.topic_prefix = format!("{}bench-{nanos}.", settings.kafka.topic_prefix);
     }
-    run_on(label, (kind, transport), &settings, dataset, dataset.index_dir()?).await
+    if let Some(elsewhere) = elsewhere {
+        anyhow::ensure!(transport == Transport::Kafka, "stages in processes of their own need --transport kafka");
+        // A replica without a partition of its own would idle.
+        settings.kafka.partitions = settings.kafka.partitions.max(elsewhere.replicas as i32);
+    }
+    run_on(label, (kind, transport), &settings, dataset, dataset.index_dir()?, elsewhere).await
 }
 
 /// [`run`], searching the index at `index_dir` (one that changes while it runs, for `bench freshness`).
@@ -84,13 +102,28 @@ pub async fn run_on(
     settings: &Settings,
     dataset: &Dataset,
     index_dir: std::path::PathBuf,
+    elsewhere: Option<&OutOfProcess>,
 ) -> anyhow::Result<PipelineBench> {
     let mut settings = settings.clone();
     settings.search.index_dir = index_dir;
     settings.bus.queue_capacity = settings.bus.queue_capacity.max(settings.run.max_open_questions + 1);
     let parts = Parts::load(&settings, kind)?;
     let before = Snapshot::take();
-    let mut pipeline = Pipeline::start_with(kind, transport, &settings, parts).await?;
+    let mut pipeline = match elsewhere {
+        None => Pipeline::start_with(kind, transport, &settings, parts).await?,
+        Some(out) => {
+            let bus = kind.kafka_bus(&settings).await?;
+            Pipeline::start_on_without(kind, bus, &settings, parts, &[out.stage]).await?
+        }
+    };
+    let mut processes = Vec::new();
+    for n in 0..elsewhere.map_or(0, |out| out.replicas) {
+        let out = elsewhere.expect("replicas only with processes");
+        let log = std::env::temp_dir().join(format!("lacuna-bench-{}-{n}.log", out.stage));
+        let mut replica = Replica::start_stage(&out.binary, &settings, (out.stage, kind.name()), &log, free_port()?)?;
+        replica.wait_ready(Duration::from_secs(300))?;
+        processes.push(replica);
+    }
 
     // Sample the LLM calls in flight every 5 ms until the run ends.
     let sampling = Arc::new(AtomicBool::new(true));
@@ -125,6 +158,11 @@ pub async fn run_on(
         .await?;
     let seconds = started.elapsed().as_secs_f64();
     pipeline.stop();
+    let stage = elsewhere.map_or("", |out| out.stage);
+    let processes: Vec<(String, String)> = processes
+        .iter_mut()
+        .map(|replica| (stage.to_string(), replica.stop().map_or("unknown".into(), |status| status.to_string())))
+        .collect();
     sampling.store(false, Ordering::Relaxed);
     let samples = sampler.join().unwrap_or_default();
     let after = Snapshot::take();
@@ -163,6 +201,7 @@ pub async fn run_on(
         latency_p50: percentile(&latencies, 0.50),
         latency_p95: percentile(&latencies, 0.95),
         peak_rss_mib: peak_rss_mib(),
+        processes,
     })
 }
 
@@ -273,6 +312,16 @@ impl PipelineBench {
                 out += &format!(" {busy:.1} ({llm:.1}) |");
             }
             out += &format!(" {:.1} |\n", r.seconds);
+        }
+        for r in runs.iter().filter(|r| !r.processes.is_empty()) {
+            let exits: Vec<&str> = r.processes.iter().map(|(_, exit)| exit.as_str()).collect();
+            out += &format!(
+                "\n{}: {} {} processes, after SIGTERM: {}.",
+                r.label,
+                r.processes.len(),
+                r.processes[0].0,
+                exits.join("; ")
+            );
         }
         out
     }

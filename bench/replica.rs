@@ -44,14 +44,35 @@ impl Replica {
         Ok(Replica { child, port })
     }
 
+    /// Starts `binary` as `lacuna stage STAGE --pipeline PIPELINE` on the same settings, calling the
+    /// LLM of `settings`. Anything else it takes from this process's environment, as every `lacuna`
+    /// does (`LACUNA__ONNX__EXECUTION_PROVIDER`, the model paths). Its log goes to `log`.
+    pub fn start_stage(
+        binary: &Path,
+        settings: &Settings,
+        (stage, pipeline): (&str, &str),
+        log: &Path,
+        port: u16,
+    ) -> anyhow::Result<Replica> {
+        let delivery = serde_json::to_value(settings.bus.delivery)?;
+        let child = command(binary, settings, port)
+            .env("LACUNA__LLM__BASE_URL", &settings.llm.base_url)
+            .env("LACUNA__LLM__CACHE", settings.llm.cache.to_string())
+            .env("LACUNA__BUS__DELIVERY", delivery.as_str().unwrap_or("at_least_once"))
+            .args(["stage", stage, "--pipeline", pipeline])
+            .stderr(std::fs::File::create(log)?)
+            .spawn()?;
+        Ok(Replica { child, port })
+    }
+
     /// Waits until it is ready (caught up with the topic), at most `within`; an error when it exits first.
     pub fn wait_ready(&mut self, within: Duration) -> anyhow::Result<()> {
         let started = Instant::now();
         while !ready(self.port) {
             if let Some(status) = self.child.try_wait()? {
-                anyhow::bail!("a retrieve replica exited while catching up: {status}");
+                anyhow::bail!("a replica exited before it was ready: {status}");
             }
-            anyhow::ensure!(started.elapsed() < within, "a retrieve replica was not ready within {within:?}");
+            anyhow::ensure!(started.elapsed() < within, "a replica was not ready within {within:?}");
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(())
@@ -62,10 +83,10 @@ impl Replica {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// SIGTERM, then waits for it to drain and exit.
-    pub fn stop(&mut self) {
+    /// SIGTERM, then waits for it to drain and exit; how it exited.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
+        self.child.wait().ok()
     }
 
     /// SIGKILL: no drain, no last commit.

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 
 use crate::bench::fake_llm::{FakeLlm, Faults, Latency};
 use crate::bench::freshness::FreshnessOptions;
-use crate::bench::pipeline::PipelineBench;
+use crate::bench::pipeline::{OutOfProcess, PipelineBench};
 use crate::config::{DeliveryGuarantee, Settings};
 use crate::eval::dataset::Dataset;
 use crate::pipelines::{PipelineKind, Transport};
@@ -118,6 +118,11 @@ struct PipelineArgs {
     /// print both: what transactions cost, in one run, on the same machine and fake LLM.
     #[arg(long, conflicts_with_all = ["before", "against_default", "against_today"])]
     against_at_least_once: bool,
+    /// Over Kafka: run STAGE in processes of its own (`lacuna stage STAGE`, this binary, this
+    /// environment) instead of in this one, once per replica count: `sentence_filter=1,4,8` runs
+    /// three times. Prints how each process exited after SIGTERM.
+    #[arg(long, value_name = "STAGE=N[,N...]", conflicts_with_all = ["before", "against_default", "against_today", "against_at_least_once"])]
+    stage_processes: Option<String>,
     /// First run with the re-ranking of 41ae80c (one session, one thread, batches of 32 within each
     /// event), then as configured, and print the ratio.
     #[arg(long)]
@@ -231,17 +236,45 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
             let mut settings = settings.clone();
             settings.bus.delivery = delivery;
             eprintln!("running {label} over Kafka ...");
-            runs.push(crate::bench::pipeline::run_over(label, over, &settings, &dataset).await?);
+            runs.push(crate::bench::pipeline::run_over(label, over, &settings, &dataset, None).await?);
+        }
+    } else if let Some(spec) = &args.stage_processes {
+        for elsewhere in stage_processes(args.pipeline, spec)? {
+            let label = format!("{} × {}", elsewhere.stage, elsewhere.replicas);
+            eprintln!("running with {label} processes over Kafka ...");
+            runs.push(crate::bench::pipeline::run_over(&label, over, &settings, &dataset, Some(&elsewhere)).await?);
         }
     } else {
         eprintln!("running as configured ...");
-        runs.push(crate::bench::pipeline::run_over("as configured", over, &settings, &dataset).await?);
+        runs.push(crate::bench::pipeline::run_over("as configured", over, &settings, &dataset, None).await?);
     }
     print!("{}", PipelineBench::markdown(&runs));
     if let Some(fake) = &fake {
         println!("\nThe fake LLM answered {} calls.", fake.calls());
     }
     write_json(args.json.as_ref(), &runs)
+}
+
+/// `STAGE=N[,N...]`: one run per replica count, the stage one of `pipeline`'s.
+fn stage_processes(pipeline: PipelineKind, spec: &str) -> anyhow::Result<Vec<OutOfProcess>> {
+    let (name, counts) =
+        spec.split_once('=').ok_or_else(|| anyhow::anyhow!("--stage-processes {spec}: expected STAGE=N[,N...]"))?;
+    let stage = pipeline
+        .stages()
+        .iter()
+        .map(|s| s.name)
+        .find(|s| *s == name)
+        .ok_or_else(|| anyhow::anyhow!("--stage-processes: {} has no stage {name}", pipeline.name()))?;
+    let binary = std::env::current_exe()?;
+    counts
+        .split(',')
+        .map(|n| {
+            let replicas: usize =
+                n.trim().parse().map_err(|_| anyhow::anyhow!("--stage-processes: {n:?} is not a count"))?;
+            anyhow::ensure!(replicas > 0, "--stage-processes: at least one replica");
+            Ok(OutOfProcess { binary: binary.clone(), stage, replicas })
+        })
+        .collect()
 }
 
 /// `configured` with the `before` profile's answer settings (MIGRES's levers, the NLI check, the key

@@ -91,10 +91,22 @@ impl Pipeline {
         settings: &Settings,
         parts: Parts,
     ) -> Result<Self, StartError> {
+        Self::start_on_without(kind, bus, settings, parts, &[]).await
+    }
+
+    /// Starts every stage on `bus` but those named in `elsewhere`, which run in processes of their own
+    /// on the same topics (`lacuna bench pipeline --stage-processes`).
+    pub async fn start_on_without(
+        kind: PipelineKind,
+        bus: Arc<dyn Bus>,
+        settings: &Settings,
+        parts: Parts,
+        elsewhere: &[&str],
+    ) -> Result<Self, StartError> {
         // Subscribe the answer sink before any stage can publish to it.
         let answers = bus.subscribe(&[Topic::Answers], "answers").await?;
         let mut stages = Vec::new();
-        for stage in kind.stages() {
+        for stage in kind.stages().iter().filter(|stage| !elsewhere.contains(&stage.name)) {
             stages.push(stage.start(bus.clone(), settings, &parts).await?);
         }
         Ok(Pipeline {

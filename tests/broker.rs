@@ -948,3 +948,36 @@ async fn events_written_for_the_previous_schema_version_carry_nothing_it_cannot_
     assert_eq!(kinds, ["failed"], "the degraded step, which version 1 has no kind for, is left out");
     MissingEvent::from_payload(&serde_json::to_vec(&written).unwrap()).expect("and this build still reads it");
 }
+
+/// `lacuna bench pipeline --stage-processes sentence_filter=2` (what the host bench scales): the
+/// stage runs in two `lacuna stage` processes of its own over the broker, every question gets its
+/// record, and both processes exit with status 0 after SIGTERM.
+#[test]
+fn the_pipeline_bench_runs_a_stage_in_processes_of_its_own() {
+    let _serial = serial();
+    let dir = support::scratch_dir("bench-processes");
+    let figures = dir.join("figures.json");
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .args(["bench", "pipeline", "--limit", "6", "--fake-llm-ms", "1", "--transport", "kafka"])
+        .args(["--stage-processes", "sentence_filter=2", "--dataset"])
+        .arg(support::data_dir().join("hotpotqa"))
+        .arg("--json")
+        .arg(&figures)
+        .env("LACUNA__KAFKA__BROKERS", support::cluster::brokers())
+        .env("LACUNA__KAFKA__TOPIC_PREFIX", format!("benchprocs-{nanos}."))
+        .env("LACUNA__METRICS__LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let runs: serde_json::Value = serde_json::from_slice(&std::fs::read(&figures).unwrap()).unwrap();
+    let run = &runs[0];
+    assert_eq!(run["label"], "sentence_filter × 2");
+    assert_eq!((run["questions"].as_u64(), run["errors"].as_u64()), (Some(6), Some(0)), "{run}");
+    let processes = run["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2, "{run}");
+    for process in processes {
+        assert_eq!(process, &json!(["sentence_filter", "exit status: 0"]), "{stderr}");
+    }
+}
