@@ -80,6 +80,17 @@ print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvid
 PY
 }
 
+# The environment of a step on `cpu` or `cuda`, in the unpacked folder $1.
+use_provider() {
+    if [ "$2" = cuda ]; then
+        export ORT_DYLIB_PATH="$1/ort/gpu/libonnxruntime.so.1.31.1"
+        export LD_LIBRARY_PATH="$(cuda_libs):$1/ort/gpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        export LACUNA__ONNX__EXECUTION_PROVIDER=cuda
+    else
+        export ORT_DYLIB_PATH="$1/ort/cpu/libonnxruntime.so.1.31.1"
+    fi
+}
+
 # Runs one step, keeps its output, and records its exit status for the table.
 step() {
     local name=$1; shift
@@ -117,13 +128,7 @@ run() {
         --llm-concurrency 32 --retrieve-top-n 50)
     for provider in "${providers[@]}"; do
         (
-            if [ "$provider" = cuda ]; then
-                export ORT_DYLIB_PATH="$root/ort/gpu/libonnxruntime.so.1.31.1"
-                export LD_LIBRARY_PATH="$(cuda_libs):$root/ort/gpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-                export LACUNA__ONNX__EXECUTION_PROVIDER=cuda
-            else
-                export ORT_DYLIB_PATH="$root/ort/cpu/libonnxruntime.so.1.31.1"
-            fi
+            use_provider "$root" "$provider"
             step "rerank-$provider" "$bin" bench rerank --dataset "$data" --pairs "$pairs" --json "$OUT/rerank-$provider.json"
             step "pipeline-$provider" "$bin" "${pipeline[@]}" --json "$OUT/pipeline-$provider.json"
         )
@@ -140,15 +145,9 @@ run() {
     for n in ${HOST_BENCH_REPLICAS:-1 4 8}; do
         (
             export LACUNA__KAFKA__BROKERS=127.0.0.1:$port
-            if [ "$best" = cuda ]; then
-                export ORT_DYLIB_PATH="$root/ort/gpu/libonnxruntime.so.1.31.1"
-                export LD_LIBRARY_PATH="$(cuda_libs):$root/ort/gpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-                export LACUNA__ONNX__EXECUTION_PROVIDER=cuda
-            else
-                export ORT_DYLIB_PATH="$root/ort/cpu/libonnxruntime.so.1.31.1"
-                # Each process one session per core of its share.
-                export LACUNA__RERANK__SESSIONS=$(( cores / n > 0 ? cores / n : 1 )) LACUNA__RERANK__THREADS=1
-            fi
+            use_provider "$root" "$best"
+            # On the CPU each process gets one session per core of its share.
+            [ "$best" = cuda ] || export LACUNA__RERANK__SESSIONS=$(( cores / n > 0 ? cores / n : 1 )) LACUNA__RERANK__THREADS=1
             step "kafka-sentence_filter-$n-$best" "$bin" "${pipeline[@]}" --transport kafka \
                 --stage-processes "sentence_filter=$n" --json "$OUT/kafka-$n.json"
         )
