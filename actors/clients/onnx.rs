@@ -213,6 +213,8 @@ pub struct PairClassifier {
     threads: usize,
     provider: ExecutionProvider,
     graph: PathBuf,
+    /// The workers' sessions, for [`PairClassifier::release`].
+    slots: Vec<Arc<Mutex<Option<Session>>>>,
 }
 
 impl PairClassifier {
@@ -252,9 +254,11 @@ impl PairClassifier {
         let (jobs, queue) = std::sync::mpsc::channel::<Job>();
         // Workers take turns at the queue: while one scores a round, the next gathers its own.
         let queue = Arc::new(Mutex::new(queue));
+        let mut slots = Vec::new();
         for (n, session) in opened.into_iter().enumerate() {
             let (encoder, queue) = (encoder.clone(), queue.clone());
             let slot = held(session);
+            slots.push(slot.clone());
             std::thread::Builder::new()
                 .name(format!("{label}-{n}"))
                 .spawn(move || work(&slot, &encoder, &queue, coalescing))
@@ -263,7 +267,12 @@ impl PairClassifier {
                     message: format!("cannot start a worker: {e}"),
                 })?;
         }
-        Ok(PairClassifier { encoder, jobs, sessions, threads, provider, graph: model_path })
+        Ok(PairClassifier { encoder, jobs, sessions, threads, provider, graph: model_path, slots })
+    }
+
+    /// Drops this model's sessions now, as [`release_sessions`] drops every model's.
+    pub fn release(&self) -> usize {
+        empty(self.slots.iter().cloned())
     }
 
     /// The graph file the sessions loaded.
@@ -353,11 +362,12 @@ fn held(session: Session) -> Arc<Mutex<Option<Session>>> {
 /// `cudaFreeHost`). Workers stay, answering every later call with an error.
 pub fn release_sessions() -> usize {
     let sessions = std::mem::take(&mut *SESSIONS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
-    sessions
-        .iter()
-        .filter_map(Weak::upgrade)
-        .filter(|slot| slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take().is_some())
-        .count()
+    empty(sessions.iter().filter_map(Weak::upgrade))
+}
+
+/// Empties `slots`, each after its round in progress; how many still held a session.
+fn empty(slots: impl Iterator<Item = Arc<Mutex<Option<Session>>>>) -> usize {
+    slots.filter(|slot| slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take().is_some()).count()
 }
 
 /// The next round: the first job waiting, then with coalescing every job arriving within the wait,

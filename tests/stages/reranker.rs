@@ -2,7 +2,7 @@
 //! session: the same batches give the same scores, and callers sharing a round each get their own.
 
 use lacuna::actors::clients::Reranker;
-use lacuna::actors::clients::onnx::{PairEncoder, open_session, release_sessions};
+use lacuna::actors::clients::onnx::{PairEncoder, open_session};
 use lacuna::config::{ExecutionProvider, Graph, ModelSettings, Settings};
 
 /// Pairs of many lengths: a query against passages of one to twelve sentences.
@@ -130,16 +130,17 @@ async fn the_float_graph_scores_what_the_installed_graph_scores() {
 }
 
 /// Released sessions are gone before the process exits (a CUDA session left to the exit aborts it);
-/// a call after the release is an error, not a hang.
+/// a call after the release is an error, not a hang. (`release_sessions`, which `main` calls, empties
+/// every model's slots the same way; it is process-wide, so this test releases one model's.)
 #[tokio::test]
 async fn released_sessions_are_dropped_and_later_calls_fail() {
     let reranker = Reranker::load(&model(2, 0), &Settings::defaults().onnx).unwrap();
     let pairs = pairs("Who is Hugo?", 3);
     assert_eq!(reranker.score(pairs.clone()).await.unwrap().len(), 3);
-    assert_eq!(release_sessions(), 2, "both sessions released");
+    assert_eq!(reranker.model().release(), 2, "both sessions released");
     let error = reranker.score(pairs).await.unwrap_err().to_string();
     assert!(error.contains("released"), "{error}");
-    assert_eq!(release_sessions(), 0, "nothing is left to release");
+    assert_eq!(reranker.model().release(), 0, "nothing is left to release");
 }
 
 /// A process that used the CUDA provider exits with status 0, not the abort of a session torn down
