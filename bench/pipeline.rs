@@ -117,8 +117,7 @@ pub async fn run_on(
         }
     };
     let mut processes = Vec::new();
-    for n in 0..elsewhere.map_or(0, |out| out.replicas) {
-        let out = elsewhere.expect("replicas only with processes");
+    for (n, out) in elsewhere.iter().flat_map(|out| (0..out.replicas).map(move |n| (n, out))) {
         let log = std::env::temp_dir().join(format!("lacuna-bench-{}-{n}.log", out.stage));
         let mut replica = Replica::start_stage(&out.binary, &settings, (out.stage, kind.name()), &log, free_port()?)?;
         replica.wait_ready(Duration::from_secs(300))?;
