@@ -2,10 +2,12 @@
 //! MIGRES method (and its sibling methods) as a dataflow of actors exchanging events over a bus.
 //!
 //! Layout (a map of the architecture), each layer using only those below it, in this order:
-//! `metrics`, `config` < `topics` < `actors` < `pipelines` < `eval` < `bench` < `serve` < `cli`
+//! `metrics`, `config` < `telemetry` < `topics` < `actors` < `pipelines` < `eval` < `bench` < `serve` < `cli`
 //! (`tests/topology.rs` checks it, and that no files of a folder import each other in a circle):
 //! - `config/`: `default.toml` and the typed settings, one file per group of sections, and the
 //!   evaluation profiles (`paper`).
+//! - `telemetry/`: OpenTelemetry traces: the trace context records carry, the spans of LLM calls,
+//!   and the bounded export over OTLP.
 //! - `topics/`: the event of each topic, the question's memory and trace, the bus trait, the
 //!   in-process bus, and the Kafka bus (`topics/kafka/`).
 //! - `actors/`: `stages/`, one file per stage (retrieve, sentence_filter, leaf, verify, main,
@@ -33,4 +35,5 @@ pub mod eval;
 pub mod metrics;
 pub mod pipelines;
 pub mod serve;
+pub mod telemetry;
 pub mod topics;

@@ -18,6 +18,8 @@ pub struct Metrics {
     pub processing_seconds: HistogramVec,
     pub in_flight: IntGaugeVec,
     pub progress_dropped: IntCounterVec,
+    pub trace_spans_exported: IntCounterVec,
+    pub trace_spans_dropped: IntCounterVec,
     pub serve_requests: IntCounterVec,
     pub serve_open_questions: IntGaugeVec,
     pub serve_registry_bytes: IntGaugeVec,
@@ -294,6 +296,16 @@ impl Metrics {
                 "Progress records a stage could not publish in time (best-effort: the question goes on).",
                 s,
             ),
+            trace_spans_exported: counter(
+                "lacuna_trace_spans_exported_total",
+                "Spans the OTLP backend accepted ([otel]).",
+                &[],
+            ),
+            trace_spans_dropped: counter(
+                "lacuna_trace_spans_dropped_total",
+                "Spans dropped instead of slowing a question: the export queue was full (queue_full), or the backend failed or was too slow to take their batch (export_failed).",
+                &["reason"],
+            ),
             serve_requests: counter(
                 "lacuna_serve_requests_total",
                 "HTTP requests `lacuna serve` answered, by route and status code.",
@@ -368,6 +380,12 @@ impl Metrics {
         for collector in metrics.collectors() {
             metrics.registry.register(collector).expect("metric names are unique");
         }
+        // Series of a fixed label set start at 0, so a rate over them reads 0 rather than nothing
+        // (traces off, or on and never dropping).
+        metrics.trace_spans_exported.with_label_values::<&str>(&[]);
+        for reason in ["queue_full", "export_failed"] {
+            metrics.trace_spans_dropped.with_label_values(&[reason]);
+        }
         metrics
     }
 
@@ -417,6 +435,8 @@ impl Metrics {
             Box::new(self.join_deadlines.clone()),
             Box::new(self.join_late_results.clone()),
             Box::new(self.progress_dropped.clone()),
+            Box::new(self.trace_spans_exported.clone()),
+            Box::new(self.trace_spans_dropped.clone()),
             Box::new(self.serve_requests.clone()),
             Box::new(self.serve_open_questions.clone()),
             Box::new(self.serve_registry_bytes.clone()),

@@ -4,7 +4,7 @@
 //! One file per group of sections: `methods` (`[migres]`, `[reader]`, `[qpaug]`, `[raisf]`,
 //! `[rqrag]`, `[join]`), `llm` (`[llm]`, `[budget]`), `models` (`[rerank]`, `[nli]`, `[onnx]`),
 //! `search`, `bus` (`[bus]`, `[kafka]`, `[retry]`, `[stages.*]`) and `process` (`[run]`, `[serve]`,
-//! `[eval]`, `[log]`, `[metrics]`); `profiles` layers evaluation profiles over the defaults.
+//! `[eval]`, `[log]`, `[metrics]`, `[otel]`); `profiles` layers evaluation profiles over the defaults.
 
 mod bus;
 mod llm;
@@ -41,6 +41,7 @@ pub struct Settings {
     pub kafka: KafkaSettings,
     pub run: RunSettings,
     pub metrics: MetricsSettings,
+    pub otel: OtelSettings,
     pub serve: ServeSettings,
     pub log: LogSettings,
     pub retry: RetrySettings,

@@ -1,4 +1,4 @@
-//! What a process does besides the pipeline: `run`, `serve`, `eval`, logs and metrics.
+//! What a process does besides the pipeline: `run`, `serve`, `eval`, logs, metrics and traces.
 
 use serde::{Deserialize, Serialize};
 
@@ -80,4 +80,45 @@ pub struct EvalSettings {
     pub judge_base_url: String,
     pub judge_model: String,
     pub judge_api_key_env: String,
+}
+
+/// `[otel]`: OpenTelemetry traces of every question, exported over OTLP (`telemetry/`,
+/// docs/operations.md). Off without an endpoint.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtelSettings {
+    /// The OTLP endpoint: the collector's base URL for `http` (`/v1/traces` is added), its gRPC
+    /// address for `grpc`. Empty: `OTEL_EXPORTER_OTLP_ENDPOINT` if set, else no traces.
+    pub endpoint: String,
+    pub protocol: OtelProtocol,
+    /// The environment variable holding the exporter's headers, `key=value,key2=value2` (OTLP's own
+    /// format), so API keys stay out of the configuration; empty: none.
+    pub headers_env: String,
+    /// The share of questions traced, 0 to 1: a question's first span decides, and every process
+    /// it crosses follows that decision (the `traceparent`'s sampled flag).
+    pub sampling_ratio: f64,
+    /// Attributes of every span's resource besides `service.name` and `service.instance.id`, e.g.
+    /// `{ "deployment.environment.name" = "prod" }`.
+    pub resource_attributes: std::collections::BTreeMap<String, String>,
+    /// Ended spans waiting for export, at most; past it new ones are dropped and counted
+    /// (`lacuna_trace_spans_dropped_total`): a slow backend never holds a question up.
+    pub queue_size: usize,
+    /// Spans per export request, at most.
+    pub batch_size: usize,
+    /// A batch goes out at least this often.
+    pub export_interval_ms: u64,
+    /// One export request's limit; a batch that fails or passes it is dropped and counted.
+    pub export_timeout_ms: u64,
+    /// Prompt and completion text on LLM spans (the GenAI conventions' `gen_ai.input.messages` and
+    /// `gen_ai.output.messages`). Off: prompts hold users' questions and passages.
+    pub record_content: bool,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OtelProtocol {
+    /// OTLP/HTTP with protobuf bodies.
+    Http,
+    /// OTLP/gRPC (plaintext).
+    Grpc,
 }

@@ -145,9 +145,10 @@ fn a_pipeline_creates_only_the_topics_it_uses() {
 }
 
 /// The layers, lowest first: each uses only those below it. `metrics` (the metric names) uses none.
-const LAYERS: [&str; 9] = ["metrics", "config", "topics", "actors", "pipelines", "eval", "bench", "serve", "cli"];
+const LAYERS: [&str; 10] =
+    ["metrics", "config", "telemetry", "topics", "actors", "pipelines", "eval", "bench", "serve", "cli"];
 
-/// Each layer uses only those below it: config < topics < actors < pipelines < eval < bench < serve
+/// Each layer uses only those below it: config < telemetry < topics < actors < pipelines < eval < bench < serve
 /// < cli, with `metrics` under them all.
 #[test]
 fn each_layer_imports_only_the_layers_below_it() {
