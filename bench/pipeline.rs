@@ -107,6 +107,7 @@ pub async fn run_on(
     let mut settings = settings.clone();
     settings.search.index_dir = index_dir;
     settings.bus.queue_capacity = settings.bus.queue_capacity.max(settings.run.max_open_questions + 1);
+    reset_peak_rss();
     let parts = Parts::load(&settings, kind)?;
     let before = Snapshot::take();
     let mut pipeline = match elsewhere {
@@ -217,6 +218,12 @@ fn difference(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> 
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
         .filter(|(_, v)| *v > 0.0)
         .collect()
+}
+
+/// Starts the peak resident set over from the present one (Linux: `5` to /proc/self/clear_refs), so
+/// that each run of one invocation reports its own peak, not the largest of those before it.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// The peak resident set of this process (VmHWM in /proc/self/status), in MiB; 0 where unknown.

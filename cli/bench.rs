@@ -123,6 +123,10 @@ struct PipelineArgs {
     /// three times. Prints how each process exited after SIGTERM.
     #[arg(long, value_name = "STAGE=N[,N...]", conflicts_with_all = ["before", "against_default", "against_today", "against_at_least_once"])]
     stage_processes: Option<String>,
+    /// Three runs exporting spans to this OTLP endpoint (`otel.protocol`): traces off, at
+    /// `otel.sampling_ratio`, and at 100%; what tracing costs, in one run, on the same machine.
+    #[arg(long, value_name = "ENDPOINT", conflicts_with_all = ["before", "against_default", "against_today", "against_at_least_once", "stage_processes"])]
+    against_traces: Option<String>,
     /// First run with the re-ranking of 41ae80c (one session, one thread, batches of 32 within each
     /// event), then as configured, and print the ratio.
     #[arg(long)]
@@ -238,6 +242,8 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
             eprintln!("running {label} over Kafka ...");
             runs.push(crate::bench::pipeline::run_over(label, over, &settings, &dataset, None).await?);
         }
+    } else if let Some(endpoint) = &args.against_traces {
+        runs.extend(traced_runs(endpoint, over, &settings, &dataset).await?);
     } else if let Some(spec) = &args.stage_processes {
         for elsewhere in stage_processes(args.pipeline, spec)? {
             let label = format!("{} × {}", elsewhere.stage, elsewhere.replicas);
@@ -253,6 +259,53 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
         println!("\nThe fake LLM answered {} calls.", fake.calls());
     }
     write_json(args.json.as_ref(), &runs)
+}
+
+/// Traces off, at `otel.sampling_ratio`, and at 100%, each exporting to `endpoint`; prints the spans
+/// each run sent and dropped.
+async fn traced_runs(
+    endpoint: &str,
+    over: (crate::pipelines::PipelineKind, Transport),
+    settings: &Settings,
+    dataset: &Dataset,
+) -> anyhow::Result<Vec<PipelineBench>> {
+    anyhow::ensure!(
+        crate::telemetry::endpoint(&settings.otel).is_none(),
+        "--against-traces sets the endpoint itself: leave otel.endpoint and OTEL_EXPORTER_OTLP_ENDPOINT unset"
+    );
+    let default = settings.otel.sampling_ratio;
+    let ratios = [
+        (None, "traces off".to_string()),
+        (Some(default), format!("traces at {default}")),
+        (Some(1.0), "traces at 1".into()),
+    ];
+    let (mut runs, mut spans) = (Vec::new(), Vec::new());
+    for (ratio, label) in ratios {
+        let traces = match ratio {
+            Some(ratio) => {
+                let otel = crate::config::OtelSettings {
+                    endpoint: endpoint.to_string(),
+                    sampling_ratio: ratio,
+                    ..settings.otel.clone()
+                };
+                crate::telemetry::init(&otel, "bench")?
+            }
+            None => None,
+        };
+        let before = crate::telemetry::export_counts();
+        eprintln!("running with {label} ...");
+        runs.push(crate::bench::pipeline::run_over(&label, over, settings, dataset, None).await?);
+        // Shut down: what is queued goes out before the counts are read.
+        drop(traces);
+        crate::telemetry::uninstall();
+        let after = crate::telemetry::export_counts();
+        spans.push((label, after.0 - before.0, after.1 - before.1));
+    }
+    eprintln!("\n| run | spans exported | spans dropped |\n|---|---|---|");
+    for (label, exported, dropped) in spans {
+        eprintln!("| {label} | {exported} | {dropped} |");
+    }
+    Ok(runs)
 }
 
 /// `STAGE=N[,N...]`: one run per replica count, the stage one of `pipeline`'s.

@@ -44,8 +44,12 @@ pub async fn dlq(settings: &Settings, args: DlqArgs) -> anyhow::Result<()> {
                     tracing::error!(key = %letter.key, "dead letter cut to fit bus.max_event_bytes: cannot be replayed, skipped")
                 }
                 Ok(letter) => {
-                    let record =
-                        Record { topic: letter.original_topic, key: letter.key, payload: letter.payload.into_bytes() };
+                    let record = Record {
+                        topic: letter.original_topic,
+                        key: letter.key,
+                        payload: letter.payload.into_bytes(),
+                        traceparent: letter.traceparent,
+                    };
                     // Letters from before `attempts` was recorded say 0: they were tried at least once.
                     bus.publish_attempt(record, letter.attempts.max(1) + 1).await?;
                     replayed += 1;

@@ -98,6 +98,31 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+impl Command {
+    /// The command's name on the command line, for the trace resource (`lacuna.process`).
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Index(_) => "index",
+            Command::Ingest(_) => "ingest",
+            Command::Indexer(_) => "indexer",
+            Command::VerifyIndex(_) => "verify-index",
+            Command::Ask(_) => "ask",
+            Command::Run(_) => "run",
+            Command::Serve(_) => "serve",
+            Command::Stage(_) => "stage",
+            Command::Submit(_) => "submit",
+            Command::Answers(_) => "answers",
+            Command::Dlq(_) => "dlq",
+            Command::Eval(_) => "eval",
+            Command::Topics(_) => "topics",
+            Command::Graph(_) => "graph",
+            Command::Calibrate(_) => "calibrate",
+            Command::Recall(_) => "recall",
+            Command::Bench(_) => "bench",
+        }
+    }
+}
+
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let layers = match &cli.profile {
@@ -108,6 +133,9 @@ pub async fn main() -> anyhow::Result<()> {
         Settings::load_with(cli.config.as_deref(), &layers).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     settings.check_stage_names(PipelineKind::all_stage_names()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     init_logs(&settings.log);
+    // Dropped as the command returns: what is queued goes out before the process ends.
+    let _traces = crate::telemetry::init(&settings.otel, cli.command.name())
+        .map_err(|e| anyhow::anyhow!("configuration: [otel]: {e:#}"))?;
     match cli.command {
         Command::Index(args) => index::index(&settings, args).await,
         Command::Ingest(args) => ingest::ingest(&settings, args).await,

@@ -278,8 +278,12 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(8));
         let mut subscription = bus.subscribe(&[Topic::Answers], "sink").await.unwrap();
-        let garbled =
-            Record { topic: Topic::Answers, key: "q9".into(), payload: br#"{"schema_version": 99}"#.to_vec() };
+        let garbled = Record {
+            topic: Topic::Answers,
+            key: "q9".into(),
+            payload: br#"{"schema_version": 99}"#.to_vec(),
+            traceparent: None,
+        };
         bus.publish(garbled).await.unwrap();
         let mut file = AnswerFile::open(&path).unwrap();
         drain(&mut *subscription, &mut file, Some(1), Duration::from_secs(5)).await.unwrap();

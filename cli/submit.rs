@@ -39,7 +39,9 @@ pub async fn submit(settings: &Settings, args: SubmitArgs) -> anyhow::Result<()>
         }
         match reader.line(n + 1, &line?) {
             Some(Input::Question(question)) => {
-                publish_record(&*bus, &settings.retry, "submit", question.to_record()).await?;
+                let mut record = question.to_record();
+                record.traceparent = crate::telemetry::question_traceparent(&question.id, None);
+                publish_record(&*bus, &settings.retry, "submit", record).await?;
                 submitted += 1;
             }
             Some(Input::Rejected(error)) => {

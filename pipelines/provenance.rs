@@ -38,6 +38,7 @@ pub fn provenance(settings: &Settings, pipeline: PipelineKind, search: Option<&S
         // The graph the settings load: the float one on CUDA where setup derived it.
         reranker_sha256: file_sha256(&settings.rerank.graph_path(settings.onnx.execution_provider)),
         index_generation: search.and_then(Search::generation).into_iter().collect(),
+        trace_id: None,
     }
 }
 
@@ -46,6 +47,10 @@ pub fn provenance(settings: &Settings, pipeline: PipelineKind, search: Option<&S
 /// deployment wrote inline (`sasl.password=...`): its value is left out.
 pub fn config_sha256(settings: &Settings) -> String {
     let mut value = serde_json::to_value(settings).expect("settings serialise");
+    // Where traces go shapes no answer: turning them on must not make a run look like another's.
+    if let Some(settings) = value.as_object_mut() {
+        settings.remove("otel");
+    }
     if let Some(Value::Array(properties)) = value.pointer_mut("/kafka/properties") {
         for property in properties.iter_mut() {
             if let Some(text) = property.as_str()
@@ -102,6 +107,11 @@ mod tests {
         let mut plain = settings.clone();
         plain.kafka.properties = vec!["security.protocol=SSL".into(), "sasl.password=x".into()];
         assert_ne!(with_password("x"), config_sha256(&plain), "other properties are");
+
+        let mut traced = settings.clone();
+        traced.otel.endpoint = "http://127.0.0.1:4318".into();
+        traced.otel.sampling_ratio = 1.0;
+        assert_eq!(config_sha256(&settings), config_sha256(&traced), "where traces go shapes no answer");
     }
 
     #[test]

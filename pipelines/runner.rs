@@ -137,7 +137,9 @@ impl Pipeline {
             while open.len() < self.max_open_questions {
                 let Some(question) = pending.next() else { break };
                 open.insert(question.id.clone());
-                self.bus.publish(question.to_record()).await?;
+                let mut record = question.to_record();
+                record.traceparent = crate::telemetry::question_traceparent(&question.id, None);
+                self.bus.publish(record).await?;
             }
             if open.is_empty() {
                 return Ok(());

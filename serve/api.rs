@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use super::bodies::{
     Accepted, AcceptedQuestion, AnswerRequest, Batch, IdempotencyKey, NeedsToken, Question, QuestionId, QuestionList,
     QuestionView, ResumeHeader, ResumeQuery, StageLoad, Stages, StillRunning, StreamEvent, Submission, SubmitRefused,
-    TopicQueue,
+    TopicQueue, TraceParent,
 };
 use super::http::{
     ApiError, ErrorBody, ErrorCode, bearer_matches, json_reply, parse_json, read_body, require_json, with_location,
@@ -155,7 +155,11 @@ impl Api {
 
     /// Admits the questions and publishes the new ones; each id with whether it was new. A question
     /// counts as accepted only once the bus took it (over Kafka: the broker acknowledged it).
-    async fn submit(&self, questions: Vec<NewQuestion>) -> Result<Vec<(String, bool)>, ApiError> {
+    async fn submit(
+        &self,
+        questions: Vec<NewQuestion>,
+        traceparent: Option<&str>,
+    ) -> Result<Vec<(String, bool)>, ApiError> {
         let pipelines: Vec<String> = questions.iter().map(|q| q.pipeline.clone()).collect();
         let admitted = self.registry.admit(questions).map_err(|error| match error {
             AdmitError::TooManyOpen { .. } => {
@@ -178,7 +182,9 @@ impl Api {
                 Admitted::Existing(id) => ids.push((id, false)),
                 Admitted::New(question) => {
                     let id = question.id.clone();
-                    if let Err(error) = self.buses[&pipeline].publish(question.to_record()).await {
+                    let mut record = question.to_record();
+                    record.traceparent = crate::telemetry::question_traceparent(&id, traceparent);
+                    if let Err(error) = self.buses[&pipeline].publish(record).await {
                         for id in &unpublished {
                             self.registry.withdraw(id);
                         }
@@ -207,7 +213,7 @@ impl Api {
     post,
     path = "/v1/questions",
     tag = "questions",
-    params(IdempotencyKey),
+    params(IdempotencyKey, TraceParent),
     request_body(content = Submission, content_type = "application/json"),
     responses(
         (status = 202, description = "Accepted; Location is the first question's URL.", body = Accepted,
@@ -217,7 +223,7 @@ impl Api {
 )]
 pub async fn post_questions(State(api): State<Arc<Api>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let (questions, _) = api.read_questions(&headers, body, &[]).await?;
-    let ids = api.submit(questions).await?;
+    let ids = api.submit(questions, trace_parent(&headers)).await?;
     let listed = ids
         .iter()
         .map(|(id, new)| AcceptedQuestion { id: id.clone(), location: location(id), duplicate: !new })
@@ -232,7 +238,7 @@ pub async fn post_questions(State(api): State<Arc<Api>>, headers: HeaderMap, bod
     post,
     path = "/v1/answer",
     tag = "questions",
-    params(IdempotencyKey),
+    params(IdempotencyKey, TraceParent),
     request_body(content = AnswerRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The record.", body = crate::topics::VersionedAnswer),
@@ -250,7 +256,7 @@ pub async fn answer(State(api): State<Arc<Api>>, headers: HeaderMap, body: Body)
         Value::Null => api.settings.answer_timeout_ms,
         value => value.as_u64().ok_or_else(|| ApiError::bad_request("timeout_ms must be a whole number"))?,
     };
-    let ids = api.submit(questions).await?;
+    let ids = api.submit(questions, trace_parent(&headers)).await?;
     let id = &ids[0].0;
     if let Some(record) = api.registry.wait_record(id, Duration::from_millis(timeout)).await {
         return Ok(json_reply(StatusCode::OK, &record));
@@ -348,6 +354,11 @@ pub async fn events(
 
 /// The index of the first event to send: 0, or one past the `Last-Event-ID` the client saw (the
 /// header, else `last_event_id` in the query). Either one given must be an event id.
+/// The caller's `traceparent` header, as text; a malformed one is ignored where it is read.
+fn trace_parent(headers: &HeaderMap) -> Option<&str> {
+    headers.get("traceparent").and_then(|value| value.to_str().ok())
+}
+
 fn resume_from(headers: &HeaderMap, query: Option<&str>) -> Result<usize, ApiError> {
     let from_query = query.and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("last_event_id=")));
     let from_header = headers.get("last-event-id").and_then(|v| v.to_str().ok());

@@ -170,6 +170,18 @@ pub struct IdempotencyKey {
     pub idempotency_key: String,
 }
 
+/// The W3C `traceparent` header (documentation only, like [`IdempotencyKey`]): the questions join
+/// the caller's trace, and their records name it (`provenance.trace_id`). One that is not a valid
+/// trace context is ignored, as the W3C specification asks.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct TraceParent {
+    /// `00-<32 hex trace id>-<16 hex parent span id>-<2 hex flags>`.
+    #[serde(rename = "traceparent")]
+    #[param(required = false, example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")]
+    pub traceparent: Option<String>,
+}
+
 /// Where a stream resumes: after the event with this id, from the `Last-Event-ID` header or, for
 /// clients that cannot set headers, the `last_event_id` query parameter. Documentation only: both
 /// are read by [`resume_from`], so that a bad one gets the JSON 400 every refusal has.

@@ -64,9 +64,14 @@ async fn a_restarted_consumer_resumes_after_the_last_acknowledged_record_in_orde
     let bus = bus(&settings).await;
     // One key: one partition, so offsets are in publish order.
     for n in 0..6 {
-        bus.publish(Record { topic: Topic::Missing, key: "k".into(), payload: n.to_string().into_bytes() })
-            .await
-            .unwrap();
+        bus.publish(Record {
+            topic: Topic::Missing,
+            key: "k".into(),
+            payload: n.to_string().into_bytes(),
+            traceparent: None,
+        })
+        .await
+        .unwrap();
     }
     let mut first = bus.subscribe(&[Topic::Missing], "resume").await.unwrap();
     let mut deliveries = Vec::new();
@@ -102,9 +107,14 @@ async fn poison_message_goes_to_dead_letter_topic_and_the_others_flow() {
     let mut answers = bus.subscribe(&[Topic::Answers], "t-answers").await.unwrap();
 
     bus.publish(missing("good-1")).await.unwrap();
-    bus.publish(Record { topic: Topic::Missing, key: "poison".into(), payload: b"\xff not json".to_vec() })
-        .await
-        .unwrap();
+    bus.publish(Record {
+        topic: Topic::Missing,
+        key: "poison".into(),
+        payload: b"\xff not json".to_vec(),
+        traceparent: None,
+    })
+    .await
+    .unwrap();
     bus.publish(missing("good-2")).await.unwrap();
 
     let letter = DeadLetter::from_payload(&next_record(&mut dead).await.payload).unwrap();

@@ -61,7 +61,12 @@ async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
 
     // Nobody consumes `facts` here: two records wait in it.
     for n in 0..2 {
-        let record = lacuna::topics::Record { topic: Topic::Facts, key: format!("f{n}"), payload: b"{}".to_vec() };
+        let record = lacuna::topics::Record {
+            topic: Topic::Facts,
+            key: format!("f{n}"),
+            payload: b"{}".to_vec(),
+            traceparent: None,
+        };
         bus.publish(record).await.unwrap();
     }
 

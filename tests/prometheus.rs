@@ -197,7 +197,8 @@ async fn migres_with_faults() {
     let bus: Arc<dyn Bus> = Arc::new(FaultyBus::new(inner).failing(Topic::Queries, refused_once));
     let mut pipeline =
         Pipeline::start_on(PipelineKind::Migres, bus.clone(), &settings, support::parts(&settings)).await.unwrap();
-    let poison = Record { topic: Topic::Facts, key: "poison".into(), payload: b"{not json".to_vec() };
+    let poison =
+        Record { topic: Topic::Facts, key: "poison".into(), payload: b"{not json".to_vec(), traceparent: None };
     bus.publish(poison).await.unwrap();
     let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
     let first = QuestionEvent::new("first", question.clone()).idempotent();

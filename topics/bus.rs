@@ -12,6 +12,16 @@ pub struct Record {
     pub topic: Topic,
     pub key: String,
     pub payload: Vec<u8>,
+    /// The W3C trace context of the span that published it (Kafka: the `traceparent` header), so
+    /// that one question is one trace across every process it crosses (`telemetry/`). `None` where
+    /// nothing traces.
+    pub traceparent: Option<String>,
+}
+
+impl Record {
+    pub fn new(topic: Topic, key: impl Into<String>, payload: Vec<u8>) -> Record {
+        Record { topic, key: key.into(), payload, traceparent: None }
+    }
 }
 
 /// A record handed to a consumer. Acknowledging it tells the bus the record is done with (Kafka: its

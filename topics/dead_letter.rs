@@ -23,6 +23,9 @@ pub struct DeadLetter {
     /// Set when the payload was cut to fit `bus.max_event_bytes`: it cannot be replayed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub payload_truncated: bool,
+    /// The original record's trace context: a replay continues its question's trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl DeadLetter {
@@ -37,6 +40,7 @@ impl DeadLetter {
             payload: String::from_utf8_lossy(&original.payload).into_owned(),
             attempts,
             payload_truncated: false,
+            traceparent: original.traceparent.clone(),
         }
     }
 }

@@ -43,7 +43,9 @@ impl InProcessBus {
 
 #[async_trait]
 impl Bus for InProcessBus {
-    async fn publish(&self, record: Record) -> Result<(), BusError> {
+    async fn publish(&self, mut record: Record) -> Result<(), BusError> {
+        // The publishing span's context goes with the record, as a Kafka header would.
+        record.traceparent = record.traceparent.or_else(crate::telemetry::current_traceparent);
         let topic = record.topic;
         if topic.is_table() {
             let mut tables = self.tables.lock().unwrap();
@@ -74,10 +76,7 @@ impl Bus for InProcessBus {
         let tables = self.tables.lock().unwrap();
         let mut entries: Vec<_> = tables.get(&topic).into_iter().flatten().collect();
         entries.sort_by_key(|(_, (n, _))| *n);
-        Ok(entries
-            .into_iter()
-            .map(|(key, (_, payload))| Record { topic, key: key.clone(), payload: payload.clone() })
-            .collect())
+        Ok(entries.into_iter().map(|(key, (_, payload))| Record::new(topic, key.clone(), payload.clone())).collect())
     }
 }
 

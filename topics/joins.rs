@@ -66,17 +66,13 @@ impl JoinEvent {
 
     /// The same event as a `join_state` entry.
     pub fn to_state_record(&self) -> Record {
-        Record {
-            topic: Topic::JoinState,
-            key: self.state_key(),
-            payload: serde_json::to_vec(self).expect("events serialise to JSON"),
-        }
+        Record::new(Topic::JoinState, self.state_key(), serde_json::to_vec(self).expect("events serialise to JSON"))
     }
 }
 
 /// A `join_state` tombstone: the entry under `key` is done with.
 pub fn state_tombstone(key: String) -> Record {
-    Record { topic: Topic::JoinState, key, payload: Vec::new() }
+    Record::new(Topic::JoinState, key, Vec::new())
 }
 
 impl Event for JoinEvent {

@@ -153,11 +153,7 @@ pub trait Event: Serialize + DeserializeOwned + Send + 'static {
 
     /// Serialises into a record for the bus.
     fn to_record(&self) -> Record {
-        Record {
-            topic: Self::TOPIC,
-            key: self.key().to_string(),
-            payload: serde_json::to_vec(self).expect("events serialise to JSON"),
-        }
+        Record::new(Self::TOPIC, self.key(), serde_json::to_vec(self).expect("events serialise to JSON"))
     }
 
     /// Parses a record's payload: this build's schema version or the one before (see

@@ -28,6 +28,10 @@ pub struct Provenance {
     pub reranker_sha256: Option<String>,
     /// The generations of the indexes this answer read (each retrieval's, once each, in order).
     pub index_generation: Vec<String>,
+    /// The question's OpenTelemetry trace (`[otel]`): where to see where its time went. Absent when
+    /// nothing traced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 impl Provenance {

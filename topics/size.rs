@@ -200,7 +200,12 @@ mod tests {
             .map(|i| json!({"stage": "sentence_filter", "iteration": 1, "kind": "passage_scored", "query": "q", "passage_id": format!("p{i}"), "score": 0.5, "kept": i == 0}))
             .collect();
         let payload = json!({"schema_version": 1, "memory": {"facts": ["kept"], "trace": trace}});
-        Record { topic: Topic::Facts, key: "q".into(), payload: serde_json::to_vec(&payload).unwrap() }
+        Record {
+            topic: Topic::Facts,
+            key: "q".into(),
+            payload: serde_json::to_vec(&payload).unwrap(),
+            traceparent: None,
+        }
     }
 
     #[test]
@@ -228,7 +233,12 @@ mod tests {
             .map(|i| json!({"passage": {"id": format!("p{i}"), "title": "t", "text": long}, "score": 1.0}))
             .collect();
         let payload = json!({"memory": {"facts": ["kept"], "best_passages": best, "trace": []}});
-        let big = Record { topic: Topic::Facts, key: "q".into(), payload: serde_json::to_vec(&payload).unwrap() };
+        let big = Record {
+            topic: Topic::Facts,
+            key: "q".into(),
+            payload: serde_json::to_vec(&payload).unwrap(),
+            traceparent: None,
+        };
         let fitted = fit(big.clone(), big.payload.len() / 2).unwrap();
         let value: Value = serde_json::from_slice(&fitted.payload).unwrap();
         let best = value["memory"]["best_passages"].as_array().unwrap();
@@ -254,7 +264,12 @@ mod tests {
             .map(|i| json!({"node": {"path": [i]}, "question": "q", "candidates": [], "trace": steps(400)}))
             .collect();
         let payload = json!({"memory": {"facts": ["kept"], "trace": steps(40)}, "results": results, "missing": []});
-        let big = Record { topic: Topic::Joined, key: "q".into(), payload: serde_json::to_vec(&payload).unwrap() };
+        let big = Record {
+            topic: Topic::Joined,
+            key: "q".into(),
+            payload: serde_json::to_vec(&payload).unwrap(),
+            traceparent: None,
+        };
         let fitted = fit(big.clone(), big.payload.len() / 4);
         let fitted = fitted.expect("the children's repeated traces can go");
         let value: Value = serde_json::from_slice(&fitted.payload).unwrap();
@@ -270,7 +285,12 @@ mod tests {
             .map(|i| json!({"stage": "leaf", "iteration": 1, "kind": "facts", "facts": [format!("fact {i}")]}))
             .collect();
         let payload = json!({"status": "error", "question_id": "q", "question": "Who?", "stage": "join", "error_type": "publish_rejected", "message": "too large", "trace": steps});
-        let big = Record { topic: Topic::Answers, key: "q".into(), payload: serde_json::to_vec(&payload).unwrap() };
+        let big = Record {
+            topic: Topic::Answers,
+            key: "q".into(),
+            payload: serde_json::to_vec(&payload).unwrap(),
+            traceparent: None,
+        };
         let fitted = fit(big.clone(), 1024).expect("an error record fits without its trace");
         let value: Value = serde_json::from_slice(&fitted.payload).unwrap();
         assert_eq!(value["error_type"], "publish_rejected");

@@ -15,6 +15,7 @@ use super::call_stats::CallStats;
 use super::llm_cache::{CachedResponse, ResponseCache};
 use super::schema::Schema;
 use crate::config::{CacheMode, LlmSettings};
+use crate::telemetry::genai::{LlmOutcome, LlmSpan};
 use crate::topics::AnswerLogprobs;
 
 #[derive(Debug, thiserror::Error, Clone)]
@@ -268,6 +269,8 @@ impl LlmClient {
         accept: impl Fn(&str, bool) -> Result<T, Unusable>,
     ) -> Result<Completion<T>, LlmError> {
         let (m, stage) = (&crate::metrics::METRICS, &[&*self.stage]);
+        let prompt = crate::telemetry::genai::record_content().then(|| body["messages"].to_string());
+        let span = LlmSpan::start(&self.settings.model, &self.settings.base_url, &self.stage, prompt);
         let cache = self.cache.as_ref().map(|cache| (cache, ResponseCache::key(&self.settings.base_url, &body)));
         if let Some((cache, key)) = &cache
             && let Some(hit) = cache.get(key)
@@ -284,6 +287,7 @@ impl LlmClient {
                 ..CallStats::default()
             };
             attempt_spend::charge(&stats);
+            span.end(self.outcome(&stats, &hit.text));
             return Ok(Completion { value, stats });
         }
         if let Some((_, key)) = &cache
@@ -291,6 +295,7 @@ impl LlmClient {
         {
             let error = LlmError::NotCached(key.clone());
             m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc();
+            span.fail(error.error_type(), error.to_string(), self.breaker.state_name(), (0, 0));
             return Err(error);
         }
 
@@ -326,7 +331,7 @@ impl LlmClient {
             Ok((text, value, stats)) => {
                 if let Some((cache, key)) = &cache {
                     let entry = CachedResponse {
-                        text,
+                        text: text.clone(),
                         prompt_tokens: spent.prompt_tokens,
                         completion_tokens: spent.completion_tokens,
                         cached_tokens: spent.cached_tokens,
@@ -352,16 +357,35 @@ impl LlmClient {
                     ..spent
                 };
                 attempt_spend::charge(&stats);
+                span.end(self.outcome(&stats, &text));
                 Ok(Completion { value, stats })
             }
             Err(error) => {
                 m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc();
                 // A call the endpoint answered, or timed out on, was spent even though it failed.
-                if !matches!(error, LlmError::Unreachable { .. }) {
+                let charged = !matches!(error, LlmError::Unreachable { .. });
+                if charged {
                     attempt_spend::charge(&spent);
                 }
+                let tokens = if charged { (spent.prompt_tokens, spent.completion_tokens) } else { (0, 0) };
+                span.fail(error.error_type(), error.to_string(), self.breaker.state_name(), tokens);
                 Err(error)
             }
+        }
+    }
+
+    /// What a call came to, for its span: the tokens it charged to the question.
+    fn outcome<'a>(&'a self, stats: &CallStats, text: &'a str) -> LlmOutcome<'a> {
+        LlmOutcome {
+            input_tokens: stats.prompt_tokens,
+            output_tokens: stats.completion_tokens,
+            cached_tokens: stats.cached_tokens,
+            finish_reason: if stats.truncated { "length" } else { "stop" },
+            reasks: stats.reasks,
+            attempts: stats.attempts,
+            cache_hit: stats.cache_hit,
+            breaker: self.breaker.state_name(),
+            completion: crate::telemetry::genai::record_content().then_some(text),
         }
     }
 

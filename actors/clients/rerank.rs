@@ -3,6 +3,9 @@
 
 use std::sync::Arc;
 
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _};
+use opentelemetry::{Context, KeyValue};
+
 use super::onnx::{ModelError, PairClassifier};
 use crate::config::{ModelSettings, OnnxSettings};
 
@@ -29,8 +32,36 @@ impl Reranker {
     /// One score per pair, in order; higher is more relevant. The pairs may share batches with other
     /// callers' (`coalesce_ms`).
     pub async fn score(&self, pairs: Vec<(String, String)>) -> Result<Vec<f32>, ModelError> {
-        let rows = self.model.classify(pairs).await?;
-        Ok(rows.into_iter().map(|row| row.first().copied().unwrap_or(f32::MIN)).collect())
+        self.score_keeping(pairs, None).await
+    }
+
+    /// [`Reranker::score`], in a `rerank` span that says how many pairs scored at least `keep_at`.
+    pub async fn score_keeping(
+        &self,
+        pairs: Vec<(String, String)>,
+        keep_at: Option<f32>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let attributes = vec![
+            KeyValue::new("lacuna.rerank.pairs", pairs.len() as i64),
+            KeyValue::new("openinference.span.kind", "RERANKER"),
+        ];
+        let trace = crate::telemetry::child_span("rerank", SpanKind::Internal, &Context::current(), attributes);
+        let rows = self.model.classify(pairs).await;
+        let span = trace.span();
+        let scores: Vec<f32> = match rows {
+            Ok(rows) => rows.into_iter().map(|row| row.first().copied().unwrap_or(f32::MIN)).collect(),
+            Err(error) => {
+                span.set_status(Status::error(error.to_string()));
+                span.end();
+                return Err(error);
+            }
+        };
+        if let Some(threshold) = keep_at {
+            let kept = scores.iter().filter(|&&score| score >= threshold).count();
+            span.set_attribute(KeyValue::new("lacuna.rerank.kept", kept as i64));
+        }
+        span.end();
+        Ok(scores)
     }
 }
 

@@ -4,6 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{FutureExt as _, SpanKind, Status, TraceContextExt as _};
 use tracing::Instrument;
 
 use super::dedupe::{Window, fingerprint};
@@ -49,18 +51,30 @@ pub(super) async fn handle_delivery<S: Stage>(stage: &S, context: &Handling<'_>,
         attempt = delivery.attempt,
         redeliveries = delivery.redeliveries,
     );
+    let trace = stage_span(S::NAME, &delivery, memory.as_ref().map_or(0, |m| m.iteration));
     let usage = memory.map(|m| m.usage);
-    if S::PUBLISHES_ITSELF {
+    // The stage's LLM calls, searches and publishes happen in its span: children, and the context
+    // its outputs carry on.
+    let handled = if S::PUBLISHES_ITSELF {
         // Its own publishes inside `process` belong with the outputs and the acknowledgement.
-        atomically(context.bus, handle_with_retries(stage, context, delivery, usage)).instrument(span).await;
+        atomically(context.bus, handle_with_retries(stage, context, delivery, usage))
+            .instrument(span)
+            .with_context(trace.clone())
+            .await
     } else {
-        handle_with_retries(stage, context, delivery, usage).instrument(span).await;
-    }
+        handle_with_retries(stage, context, delivery, usage).instrument(span).with_context(trace.clone()).await
+    };
+    handled.end(&trace);
     timer.observe_duration();
     in_flight.dec();
 }
 
-async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delivery: Delivery, usage: Option<Usage>) {
+async fn handle_with_retries<S: Stage>(
+    stage: &S,
+    context: &Handling<'_>,
+    delivery: Delivery,
+    usage: Option<Usage>,
+) -> Handled {
     let (m, retry) = (&METRICS, &context.runner.retry);
     let fingerprint = context.finished.as_ref().and_then(|_| fingerprint(&delivery.record));
     if let (Some(window), Some(fingerprint)) = (context.finished, fingerprint)
@@ -69,7 +83,7 @@ async fn handle_with_retries<S: Stage>(stage: &S, context: &Handling<'_>, delive
         m.duplicates_skipped.with_label_values(&[S::NAME]).inc();
         tracing::info!(stage = S::NAME, key = %delivery.record.key, "already finished this event: skipped");
         delivery.ack();
-        return;
+        return Handled::Skipped;
     }
     // Tries of this delivery; its own attempt number counts those of earlier dead-letter replays.
     let mut attempt = 1;
@@ -130,7 +144,7 @@ async fn finish<S: Stage>(
     delivery: Delivery,
     (outputs, mut failure): (Vec<Record>, Option<&'static str>),
     (tries, fingerprint): (u32, Option<u128>),
-) {
+) -> Handled {
     let m = &METRICS;
     // Checked inside the hold, where no revocation can come between the check and the outputs.
     if !delivery.owned() {
@@ -141,7 +155,7 @@ async fn finish<S: Stage>(
         );
         m.events_let_go.with_label_values(&[S::NAME]).inc();
         delivery.let_go();
-        return;
+        return Handled::LetGo;
     }
     let mut published = publish_all(S::NAME, context, outputs).await;
     if let Published::Rejected(reason) = published {
@@ -171,6 +185,7 @@ async fn finish<S: Stage>(
                 }
             }
             delivery.ack();
+            Handled::Done(failure)
         }
         Published::Rejected(reason) | Published::Failed(reason) => {
             // Neither the outcome nor the error record can go out: leaving a hole in the partition
@@ -178,8 +193,73 @@ async fn finish<S: Stage>(
             let reason = format!("cannot publish the outcome of {}'s event: {reason}", delivery.record.key);
             context.health.fail(reason.clone());
             delivery.nack(&reason);
+            Handled::Refused(reason)
         }
     }
+}
+
+/// How an event's handling ended, for its span.
+enum Handled {
+    /// Finished before (the dedupe window): acknowledged, nothing done.
+    Skipped,
+    /// Its outputs published and the event acknowledged; with the `error_type` when they are its
+    /// question's error record and dead letter.
+    Done(Option<&'static str>),
+    /// Its partition moved away meanwhile: the new owner does it.
+    LetGo,
+    /// Its outcome could not be published: refused, and the stage fails.
+    Refused(String),
+}
+
+impl Handled {
+    /// Ends the event's span with the outcome, an error status for a failure.
+    fn end(self, trace: &opentelemetry::Context) {
+        let span = trace.span();
+        let outcome = match &self {
+            Handled::Skipped => "skipped_duplicate",
+            Handled::Done(None) => "published",
+            Handled::Done(Some(_)) => "failed",
+            Handled::LetGo => "let_go",
+            Handled::Refused(_) => "refused",
+        };
+        span.set_attribute(KeyValue::new("lacuna.outcome", outcome));
+        match self {
+            Handled::Done(Some(error_type)) => {
+                span.set_attribute(KeyValue::new("error.type", error_type));
+                span.set_status(Status::error(error_type));
+            }
+            Handled::Refused(reason) => {
+                span.set_attribute(KeyValue::new("error.type", "bus_unavailable"));
+                span.set_status(Status::error(reason));
+            }
+            _ => {}
+        }
+        span.end();
+    }
+}
+
+/// The span of one event handled by `stage`: a child of the span that published the record (its
+/// `traceparent`), with where it was read from and which try this is.
+fn stage_span(stage: &'static str, delivery: &Delivery, iteration: u64) -> opentelemetry::Context {
+    let record = &delivery.record;
+    let mut attributes = vec![
+        KeyValue::new("lacuna.stage", stage),
+        KeyValue::new("lacuna.question_id", record.key.clone()),
+        KeyValue::new("lacuna.iteration", iteration as i64),
+        KeyValue::new("lacuna.attempt", i64::from(delivery.attempt)),
+        KeyValue::new("lacuna.redeliveries", i64::from(delivery.redeliveries)),
+        KeyValue::new("lacuna.replica", crate::telemetry::replica()),
+        KeyValue::new("messaging.operation.type", "process"),
+        KeyValue::new("messaging.destination.name", record.topic.name()),
+        KeyValue::new("openinference.span.kind", "CHAIN"),
+    ];
+    if let Some((partition, offset)) = delivery.position {
+        attributes.push(KeyValue::new("messaging.system", "kafka"));
+        attributes.push(KeyValue::new("messaging.destination.partition.id", partition.to_string()));
+        attributes.push(KeyValue::new("messaging.kafka.offset", offset));
+    }
+    let parent = crate::telemetry::parent_from(record.traceparent.as_deref());
+    crate::telemetry::child_span(stage, SpanKind::Consumer, &parent, attributes)
 }
 
 /// How publishing one event's outputs went.
@@ -226,7 +306,9 @@ fn stamped(record: Record, provenance: &Provenance) -> Record {
     if stamp.is_some() {
         return record;
     }
-    *stamp = Some(provenance.for_trace(trace));
+    let mut provenance = provenance.for_trace(trace);
+    provenance.trace_id = crate::telemetry::current_trace_id();
+    *stamp = Some(provenance);
     answer.to_record()
 }
 

@@ -125,7 +125,7 @@ impl SentenceFilter {
     /// Each hit's passage scored against the query that found it.
     async fn passage_scores(&self, hits: &[RetrievedPassage]) -> Result<Vec<f32>, StageError> {
         let pairs = hits.iter().map(|h| (h.query.clone(), titled(&h.passage.title, &h.passage.text))).collect();
-        Ok(self.reranker.score(pairs).await?)
+        Ok(self.reranker.score_keeping(pairs, Some(self.settings.rerank_threshold)).await?)
     }
 
     /// The evidence `mode` keeps of the event's hits; `scores` are the hits' passage scores when
@@ -181,7 +181,8 @@ impl SentenceFilter {
             .zip(&sentences)
             .flat_map(|((hit, _), list)| list.iter().map(|s| (hit.query.clone(), titled(&hit.passage.title, s))))
             .collect();
-        let mut sentence_scores = self.reranker.score(pairs).await?.into_iter();
+        let mut sentence_scores =
+            self.reranker.score_keeping(pairs, Some(self.settings.sentence_threshold)).await?.into_iter();
 
         let mut snippets: Vec<Snippet> = Vec::new();
         for ((hit, passage_score), list) in kept.iter().zip(sentences) {

@@ -193,6 +193,14 @@ def check_values_file(name):
             refs = [env.get(f"LACUNA_KAFKA_SECRET_{i}", {}).get("valueFrom", {}).get("secretKeyRef") for i in (0, 1)]
             check(refs == [{"name": "kafka-lacuna", "key": "password"}, {"name": "my-cluster-cluster-ca-cert", "key": "ca.crt"}],
                   f"{label}: {component} does not read the Kafka secrets from their Secrets: {refs}")
+        # Traces: the endpoint in lacuna.toml, the exporter's headers only as a Secret reference.
+        check(len(configs) == 1 and 'endpoint = "http://otel-collector.monitoring:4317"' in configs[0]
+              and 'protocol = "grpc"' in configs[0] and "sampling_ratio = 0.25" in configs[0],
+              f"{label}: [otel] is not in lacuna.toml as set")
+        for component, d in list(deployments.items()) + [("serve", serve)]:
+            env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+            ref = env.get("OTEL_EXPORTER_OTLP_HEADERS", {}).get("valueFrom", {}).get("secretKeyRef")
+            check(ref == {"name": "otlp-headers", "key": "headers"}, f"{label}: {component} does not read the OTLP headers from their Secret: {ref}")
         env = deployments["leaf"]["spec"]["template"]["spec"]["containers"][0].get("env", [])
         check(any(e["name"] == "LACUNA_LLM_API_KEY" and e["valueFrom"]["secretKeyRef"]["name"] == "openai" for e in env),
               f"{label}: the API key does not come from the Secret")

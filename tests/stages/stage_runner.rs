@@ -36,7 +36,14 @@ async fn poison_event_ends_in_error_record_and_dead_letter_and_others_flow() {
     let running = support::start_query_gen(&bus, &settings).await;
 
     bus.publish(missing("good-1")).await.unwrap();
-    bus.publish(Record { topic: Topic::Missing, key: "poison".into(), payload: b"{not json".to_vec() }).await.unwrap();
+    bus.publish(Record {
+        topic: Topic::Missing,
+        key: "poison".into(),
+        payload: b"{not json".to_vec(),
+        traceparent: None,
+    })
+    .await
+    .unwrap();
     bus.publish(missing("good-2")).await.unwrap();
 
     let error = match VersionedAnswer::from_payload(&next(&mut answers).await.payload).unwrap().record {

@@ -57,7 +57,7 @@ use poller::{KafkaSubscription, poll};
 use rebalance::TrackingContext;
 use table::read_whole_topic;
 use transactions::{DoneBefore, Transactions};
-pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER};
+pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER, TRACEPARENT_HEADER};
 use wire::{publish_error, transport};
 
 use super::Topic;
@@ -325,9 +325,14 @@ impl KafkaBus {
     pub async fn publish_attempt(&self, record: Record, attempt: u32) -> Result<(), BusError> {
         let name = self.topic_name(record.topic);
         let attempt = attempt.to_string();
-        let headers = OwnedHeaders::new()
+        let mut headers = OwnedHeaders::new()
             .insert(Header { key: QUESTION_HEADER, value: Some(record.key.as_bytes()) })
             .insert(Header { key: ATTEMPT_HEADER, value: Some(attempt.as_bytes()) });
+        // The publishing span's context, unless the record brings one (a dead letter's replay).
+        let traceparent = record.traceparent.clone().or_else(crate::telemetry::current_traceparent);
+        if let Some(traceparent) = &traceparent {
+            headers = headers.insert(Header { key: TRACEPARENT_HEADER, value: Some(traceparent.as_bytes()) });
+        }
         let payload = match self.write_schema_version {
             0 => record.payload,
             version => super::schema::write_as(record.payload, version),

@@ -17,7 +17,7 @@ use super::claims::Claims;
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, is_no_offset};
 use super::transactions::{DoneBefore, Transactions};
-use super::wire::{ATTEMPT_HEADER, transport};
+use super::wire::{ATTEMPT_HEADER, TRACEPARENT_HEADER, transport};
 use crate::topics::Topic;
 use crate::topics::bus::{BusError, Delivery, DeliveryHooks, Record, Subscription};
 
@@ -154,11 +154,13 @@ fn to_delivery(
     let (name, partition, offset) = (message.topic().to_string(), message.partition(), message.offset());
     let topic = *topic_of.get(&name)?;
     let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
-    let attempt = message
-        .headers()
-        .and_then(|headers| headers.iter().find(|h| h.key == ATTEMPT_HEADER))
-        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok())
-        .unwrap_or(1);
+    let header = |name: &str| {
+        let headers = message.headers()?;
+        let header = headers.iter().find(|h| h.key == name)?;
+        std::str::from_utf8(header.value?).ok().map(str::to_string)
+    };
+    let attempt = header(ATTEMPT_HEADER).and_then(|a| a.parse().ok()).unwrap_or(1);
+    let traceparent = header(TRACEPARENT_HEADER);
     let payload = message.payload().unwrap_or_default().to_vec();
     let assignment = tracker.lock().unwrap().register(&name, partition, offset);
     // Finished by an earlier owner, its outputs committed with the position before it: skipped.
@@ -200,7 +202,11 @@ fn to_delivery(
         }
     });
     Some(
-        Delivery::new(Record { topic, key, payload }, attempt, Some(DeliveryHooks { claim, start, owned, ack }))
-            .at(partition, offset),
+        Delivery::new(
+            Record { topic, key, payload, traceparent },
+            attempt,
+            Some(DeliveryHooks { claim, start, owned, ack }),
+        )
+        .at(partition, offset),
     )
 }

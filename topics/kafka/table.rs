@@ -73,5 +73,5 @@ pub(super) fn read_whole_topic(
     }
     let mut records: Vec<_> = table.into_iter().collect();
     records.sort_by_key(|(_, (order, _))| *order);
-    Ok(records.into_iter().map(|(key, (_, payload))| Record { topic, key, payload }).collect())
+    Ok(records.into_iter().map(|(key, (_, payload))| Record::new(topic, key, payload)).collect())
 }

@@ -25,6 +25,9 @@ pub use tantivy::{TantivySearch, TantivyWriter};
 
 use std::path::PathBuf;
 
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _};
+use opentelemetry::{Context, KeyValue};
+
 use crate::config::{SearchBackend, SearchSettings};
 use crate::topics::Passage;
 
@@ -80,6 +83,37 @@ impl Search {
         query: &str,
         limit: usize,
     ) -> Result<(Vec<(Passage, f32)>, Option<String>), SearchError> {
+        let attributes = vec![
+            KeyValue::new("lacuna.search.query", query.to_string()),
+            KeyValue::new("lacuna.search.k", limit as i64),
+            KeyValue::new("lacuna.search.backend", self.backend_name()),
+            KeyValue::new("openinference.span.kind", "RETRIEVER"),
+            KeyValue::new("input.value", query.to_string()),
+        ];
+        let trace = crate::telemetry::child_span("search", SpanKind::Client, &Context::current(), attributes);
+        let found = self.search_in(query, limit).await;
+        let span = trace.span();
+        match &found {
+            Ok((hits, generation)) => {
+                span.set_attribute(KeyValue::new("lacuna.search.hits", hits.len() as i64));
+                if let Some(generation) = generation {
+                    span.set_attribute(KeyValue::new("lacuna.index.generation", generation.clone()));
+                }
+            }
+            Err(error) => span.set_status(Status::error(error.to_string())),
+        }
+        span.end();
+        found
+    }
+
+    fn backend_name(&self) -> &'static str {
+        match self {
+            Search::Tantivy(_) => "tantivy",
+            Search::Meili(_) => "meilisearch",
+        }
+    }
+
+    async fn search_in(&self, query: &str, limit: usize) -> Result<(Vec<(Passage, f32)>, Option<String>), SearchError> {
         match self {
             Search::Tantivy(index) => {
                 let (index, query) = (index.clone(), query.to_string());

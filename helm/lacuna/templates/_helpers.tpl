@@ -82,6 +82,10 @@ every per-stage override names a stage some pipeline has, and only settings a st
 {{- $llm := dict "base_url" .Values.llm.baseUrl "model" .Values.llm.model -}}
 {{- $_ := set $config "llm" (merge $llm (default dict $config.llm)) -}}
 {{- $_ := set $config "metrics" (dict "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port))) -}}
+{{- if .Values.otel.endpoint -}}
+{{- $otel := dict "endpoint" .Values.otel.endpoint "protocol" .Values.otel.protocol "sampling_ratio" (float64 .Values.otel.samplingRatio) -}}
+{{- $_ := set $config "otel" (merge $otel (default dict $config.otel)) -}}
+{{- end -}}
 {{- if .Values.serve.enabled -}}
 {{- $bus := merge (dict "progress" true) (default dict $config.bus) -}}
 {{- $_ := set $config "bus" $bus -}}
@@ -141,5 +145,16 @@ every per-stage override names a stage some pipeline has, and only settings a st
     secretKeyRef:
       name: {{ .Values.meilisearch.apiKeySecret.name }}
       key: {{ .Values.meilisearch.apiKeySecret.key }}
+{{- end }}
+{{- end -}}
+
+{{/* The OTLP exporter's headers from their Secret, as OTEL_EXPORTER_OTLP_HEADERS (otel.headers_env). */}}
+{{- define "lacuna.otelHeadersEnv" -}}
+{{- if and .Values.otel.endpoint .Values.otel.headersSecret.name }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.otel.headersSecret.name }}
+      key: {{ .Values.otel.headersSecret.key }}
 {{- end }}
 {{- end -}}
