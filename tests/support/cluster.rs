@@ -169,6 +169,11 @@ impl Cluster {
         text.lines().find_map(|line| line.strip_prefix(&series)?.trim().parse().ok())
     }
 
+    /// The stage's `/metrics` as text (None while it does not answer).
+    pub fn metrics(&self, name: &str) -> Option<String> {
+        scrape(self.metrics_ports[name])
+    }
+
     /// Sends `signal` to the stage once its metrics show work in flight, so the signal interrupts
     /// work rather than an idle process. Panics if the stage never has any within `within`.
     pub fn signal_at_work(&mut self, name: &str, signal: &str, within: std::time::Duration) -> Child {

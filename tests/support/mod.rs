@@ -7,6 +7,7 @@ pub mod fake_meili;
 pub mod faulty_bus;
 pub mod methods;
 pub mod onnx_graph;
+pub mod phoenix;
 pub mod scripted;
 
 use std::path::PathBuf;

@@ -75,3 +75,46 @@ pub fn made_up_reader(prompt: &str) -> Reply {
         _ => Reply::Status(400),
     }
 }
+
+/// Two rounds of the loop per question: the first finds a source and the main module asks for
+/// more. With one passage a query (the cluster's setting) the second round mostly finds only used
+/// passages, falls back on the model's knowledge and ends with the final-answer call; where it finds
+/// a new passage, its fact makes the question answerable. Every reply follows from the prompt alone.
+pub fn two_hops(prompt: &str) -> Reply {
+    match prompt_kind(prompt) {
+        Prompt::Main => {
+            let information = last_field(prompt, "Information: ");
+            if information.contains("Second source:") {
+                Reply::Json(json!({"answerable": true, "answer": information, "confidence": 4,
+                    "explanation": "Both sources.", "missing_information": ""}))
+            } else {
+                Reply::Json(json!({"answerable": false, "answer": "unanswerable", "confidence": 1,
+                    "explanation": "One source.", "missing_information": "A second source."}))
+            }
+        }
+        Prompt::QueryGen => {
+            Reply::Json(json!({"queries": [format!("more about {}", last_field(prompt, "Question: "))]}))
+        }
+        Prompt::Leaf => {
+            let second = last_field(prompt, "Question: ").contains("more about");
+            let facts: Vec<_> = passages_in(prompt)
+                .into_iter()
+                .take(1)
+                .map(|(i, title, _)| {
+                    let label = if second { "Second source" } else { "Source" };
+                    json!({"fact": format!("{label}: {title}."), "passages": [i]})
+                })
+                .collect();
+            Reply::Json(json!({"facts": facts}))
+        }
+        Prompt::Entailment => Reply::Json(json!({"entailed": true})),
+        Prompt::FinalAnswer => Reply::Json(
+            json!({"answer": last_field(prompt, "Information: "), "confidence": 2, "explanation": "At the limit."}),
+        ),
+        // The reader fallback, when the final answer above is "None" (no fact at all).
+        Prompt::Reader => {
+            Reply::Json(json!({"answer": "From the documents.", "confidence": 2, "explanation": "Read."}))
+        }
+        _ => Reply::Text("I don't know.".into()),
+    }
+}
