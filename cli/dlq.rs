@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 
 use crate::config::Settings;
 use crate::pipelines::PipelineKind;
+use crate::telemetry::TraceHeaders;
 use crate::topics::bus::atomically;
 use crate::topics::dead_letter::DeadLetter;
 use crate::topics::{Bus, Event, Record, Topic};
@@ -48,7 +49,7 @@ pub async fn dlq(settings: &Settings, args: DlqArgs) -> anyhow::Result<()> {
                         topic: letter.original_topic,
                         key: letter.key,
                         payload: letter.payload.into_bytes(),
-                        traceparent: letter.traceparent,
+                        trace: TraceHeaders { traceparent: letter.traceparent, tracestate: letter.tracestate },
                     };
                     // Letters from before `attempts` was recorded say 0: they were tried at least once.
                     bus.publish_attempt(record, letter.attempts.max(1) + 1).await?;

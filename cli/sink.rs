@@ -282,7 +282,7 @@ mod tests {
             topic: Topic::Answers,
             key: "q9".into(),
             payload: br#"{"schema_version": 99}"#.to_vec(),
-            traceparent: None,
+            trace: Default::default(),
         };
         bus.publish(garbled).await.unwrap();
         let mut file = AnswerFile::open(&path).unwrap();

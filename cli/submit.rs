@@ -40,7 +40,7 @@ pub async fn submit(settings: &Settings, args: SubmitArgs) -> anyhow::Result<()>
         match reader.line(n + 1, &line?) {
             Some(Input::Question(question)) => {
                 let mut record = question.to_record();
-                record.traceparent = crate::telemetry::question_traceparent(&question.id, None);
+                record.trace = crate::telemetry::question_headers(&question.id, None);
                 publish_record(&*bus, &settings.retry, "submit", record).await?;
                 submitted += 1;
             }

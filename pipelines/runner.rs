@@ -138,7 +138,7 @@ impl Pipeline {
                 let Some(question) = pending.next() else { break };
                 open.insert(question.id.clone());
                 let mut record = question.to_record();
-                record.traceparent = crate::telemetry::question_traceparent(&question.id, None);
+                record.trace = crate::telemetry::question_headers(&question.id, None);
                 self.bus.publish(record).await?;
             }
             if open.is_empty() {

@@ -28,8 +28,15 @@ die() { echo "phoenix: ERROR: $*" >&2; exit 1; }
 
 install() {
     mkdir -p "$CACHE"
+    # The lock is held for the install only: a Phoenix started later must not inherit it (the next
+    # start would wait for that server to stop).
     exec 9> "$CACHE/.phoenix.lock"
     flock 9
+    install_locked
+    exec 9>&-
+}
+
+install_locked() {
     if [ "$(cat "$VENV/.lacuna-version" 2> /dev/null)" = "$PHOENIX_VERSION" ] && [ -x "$VENV/bin/phoenix" ]; then
         return
     fi

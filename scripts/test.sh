@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (ONNX Runtime, the re-ranker, the small LLM and its
-# server, a Kafka-protocol broker, helm, Prometheus, all cached under $LACUNA_CACHE; as root, Debian's
+# server, a Kafka-protocol broker, helm, Prometheus, Phoenix, all cached under $LACUNA_CACHE; as root, Debian's
 # chromium for the live page's browser test), builds, checks the Helm
 # chart, starts a test LLM server and broker on 127.0.0.1, runs every test, and stops them by PID. Safe to run again: installed parts are reused.
 set -euo pipefail
@@ -14,6 +14,10 @@ export LACUNA_FLOAT_GRAPH=1
 eval "$(scripts/setup.sh --env)"
 # Debian's Prometheus and promtool, for the dashboard and alerting-rule tests (tests/prometheus.rs).
 eval "$(scripts/prometheus.sh --env)"
+
+# Arize Phoenix, the OpenTelemetry backend the trace tests export to (tests/traces.rs): a venv of
+# wheels under the cache, about a minute the first time.
+scripts/phoenix.sh install
 
 # Headless Chromium and chromedriver for the live page's browser test (tests/serve_page.rs): Debian's
 # packages, installed when missing if we are root; without them that test says SKIPPED.

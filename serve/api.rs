@@ -183,7 +183,7 @@ impl Api {
                 Admitted::New(question) => {
                     let id = question.id.clone();
                     let mut record = question.to_record();
-                    record.traceparent = crate::telemetry::question_traceparent(&id, traceparent);
+                    record.trace = crate::telemetry::question_headers(&id, traceparent);
                     if let Err(error) = self.buses[&pipeline].publish(record).await {
                         for id in &unpublished {
                             self.registry.withdraw(id);

@@ -170,10 +170,13 @@ impl SpanProcessor for BoundedExport {
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        let flushed = self.flush(timeout.min(self.timeout * 2));
-        // Closing the queue ends the thread once it has sent what it holds.
+        let flushed = self.flush(timeout.min(self.timeout));
+        // Closing the queue ends the thread once it has sent what it holds. It is not waited for
+        // past the flush: a backend that is down must not hold up a process that is stopping.
         self.queue.lock().unwrap().take();
-        if let Some(thread) = self.thread.lock().unwrap().take() {
+        if let Some(thread) = self.thread.lock().unwrap().take()
+            && thread.is_finished()
+        {
             let _ = thread.join();
         }
         flushed

@@ -1,8 +1,8 @@
 //! Traces: every question one OpenTelemetry trace, however many processes and replicas it crosses,
 //! exported over OTLP to whatever backend the platform runs (Tempo, Jaeger, Honeycomb, Phoenix).
 //!
-//! - `context`: the W3C `traceparent` a record carries from the span that published it to the span
-//!   that handles it (Kafka header, HTTP header, in-process field), and the spans made from it.
+//! - `context`: the W3C `traceparent` and `tracestate` a record carries from the span that published
+//!   it to the span that handles it (Kafka headers, in-process fields), and the spans made from them.
 //! - `export`: a bounded queue and a thread of its own between ended spans and the exporter, so that
 //!   a slow or absent backend costs dropped spans (counted), never a slower question.
 //! - `http_client`: OTLP/HTTP through our reqwest.
@@ -25,7 +25,8 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 
 pub use context::{
-    SCOPE, child_span, current_trace_id, current_traceparent, parent_from, question_traceparent, tracer,
+    SCOPE, TraceHeaders, child_span, current_headers, current_trace_id, linked_span, question_headers, record_parent,
+    tracer,
 };
 
 use crate::config::OtelSettings;

@@ -68,7 +68,7 @@ async fn a_restarted_consumer_resumes_after_the_last_acknowledged_record_in_orde
             topic: Topic::Missing,
             key: "k".into(),
             payload: n.to_string().into_bytes(),
-            traceparent: None,
+            trace: Default::default(),
         })
         .await
         .unwrap();
@@ -111,7 +111,7 @@ async fn poison_message_goes_to_dead_letter_topic_and_the_others_flow() {
         topic: Topic::Missing,
         key: "poison".into(),
         payload: b"\xff not json".to_vec(),
-        traceparent: None,
+        trace: Default::default(),
     })
     .await
     .unwrap();

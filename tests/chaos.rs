@@ -74,7 +74,7 @@ fn poison() -> Vec<Record> {
             topic: topics[n % topics.len()],
             key: format!("poison-{n}"),
             payload: payloads[n % payloads.len()].to_vec(),
-            traceparent: None,
+            trace: Default::default(),
         })
         .collect()
 }

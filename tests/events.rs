@@ -24,7 +24,7 @@ use support::scripted::hugo_script;
 /// What a stage of this build makes of `payload` on `topic`: `Ok` or the error type of its record.
 fn outcome(topic: Topic, payload: &[u8]) -> Result<(), &'static str> {
     fn decoded<E: Event>(payload: &[u8]) -> Result<(), &'static str> {
-        let record = Record { topic: E::TOPIC, key: "k".into(), payload: payload.to_vec(), traceparent: None };
+        let record = Record { topic: E::TOPIC, key: "k".into(), payload: payload.to_vec(), trace: Default::default() };
         decode::<E>(&record).map(drop).map_err(|error| error.error_type())
     }
     match topic {
@@ -179,7 +179,7 @@ async fn in_flight_events_of_the_previous_version_reach_an_answer() {
         let pipeline =
             Pipeline::start_on(PipelineKind::Migres, bus.clone(), &settings, support::parts(&settings)).await.unwrap();
         let key = event["memory"]["question_id"].as_str().unwrap().to_string();
-        bus.publish(Record { topic, key, payload: serde_json::to_vec(&event).unwrap(), traceparent: None })
+        bus.publish(Record { topic, key, payload: serde_json::to_vec(&event).unwrap(), trace: Default::default() })
             .await
             .unwrap();
         let started = std::time::Instant::now();

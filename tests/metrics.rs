@@ -65,7 +65,7 @@ async fn a_stage_reports_its_events_and_llm_use_on_metrics() {
             topic: Topic::Facts,
             key: format!("f{n}"),
             payload: b"{}".to_vec(),
-            traceparent: None,
+            trace: Default::default(),
         };
         bus.publish(record).await.unwrap();
     }

@@ -198,7 +198,7 @@ async fn migres_with_faults() {
     let mut pipeline =
         Pipeline::start_on(PipelineKind::Migres, bus.clone(), &settings, support::parts(&settings)).await.unwrap();
     let poison =
-        Record { topic: Topic::Facts, key: "poison".into(), payload: b"{not json".to_vec(), traceparent: None };
+        Record { topic: Topic::Facts, key: "poison".into(), payload: b"{not json".to_vec(), trace: Default::default() };
     bus.publish(poison).await.unwrap();
     let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
     let first = QuestionEvent::new("first", question.clone()).idempotent();

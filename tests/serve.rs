@@ -1073,7 +1073,7 @@ async fn over_kafka_an_undecodable_answer_ends_its_question_and_frees_its_slot()
         topic: lacuna::topics::Topic::Answers,
         key: "garbled".into(),
         payload: br#"{"schema_version": 99, "what": "a record of a later build"}"#.to_vec(),
-        traceparent: None,
+        trace: Default::default(),
     };
     lacuna::topics::Bus::publish(&*bus, garbled).await.unwrap();
     let record = server.registry.wait_record("garbled", Duration::from_secs(30)).await.expect("the question ends");

@@ -115,6 +115,12 @@ fn every_question_is_one_trace_across_the_stage_processes_redeliveries_included(
         let roots: Vec<&&Span> = in_trace.iter().filter(|s| s.parent_id.is_none()).collect();
         assert_eq!(roots.len(), 1, "{question}'s trace has one root: {roots:?}");
         assert_eq!(roots[0].name, "question");
+        // A flat timeline: every stage span hangs from the root, however many rounds the loop took.
+        for span in
+            in_trace.iter().filter(|s| s.text("lacuna.stage").is_some() && s.text("lacuna.question_id").is_some())
+        {
+            assert_eq!(span.parent_id.as_ref(), Some(&roots[0].span_id), "{question}: {} under the root", span.name);
+        }
     }
     // Each stage's spans come from its own processes (the killed leaf's event span never ended).
     let all: Vec<&str> = replicas.values().flatten().copied().collect();

@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 
 use super::Topic;
+use crate::telemetry::TraceHeaders;
 
 /// One event on the wire: JSON bytes keyed by question id.
 #[derive(Clone, Debug, PartialEq)]
@@ -12,15 +13,15 @@ pub struct Record {
     pub topic: Topic,
     pub key: String,
     pub payload: Vec<u8>,
-    /// The W3C trace context of the span that published it (Kafka: the `traceparent` header), so
-    /// that one question is one trace across every process it crosses (`telemetry/`). `None` where
-    /// nothing traces.
-    pub traceparent: Option<String>,
+    /// The W3C trace context of the span that published it (Kafka: the `traceparent` and
+    /// `tracestate` headers), so that one question is one trace across every process it crosses
+    /// (`telemetry/context.rs`). Empty where nothing traces.
+    pub trace: TraceHeaders,
 }
 
 impl Record {
     pub fn new(topic: Topic, key: impl Into<String>, payload: Vec<u8>) -> Record {
-        Record { topic, key: key.into(), payload, traceparent: None }
+        Record { topic, key: key.into(), payload, trace: TraceHeaders::default() }
     }
 }
 

@@ -26,6 +26,8 @@ pub struct DeadLetter {
     /// The original record's trace context: a replay continues its question's trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl DeadLetter {
@@ -40,7 +42,8 @@ impl DeadLetter {
             payload: String::from_utf8_lossy(&original.payload).into_owned(),
             attempts,
             payload_truncated: false,
-            traceparent: original.traceparent.clone(),
+            traceparent: original.trace.traceparent.clone(),
+            tracestate: original.trace.tracestate.clone(),
         }
     }
 }

@@ -45,7 +45,9 @@ impl InProcessBus {
 impl Bus for InProcessBus {
     async fn publish(&self, mut record: Record) -> Result<(), BusError> {
         // The publishing span's context goes with the record, as a Kafka header would.
-        record.traceparent = record.traceparent.or_else(crate::telemetry::current_traceparent);
+        if record.trace.is_empty() {
+            record.trace = crate::telemetry::current_headers();
+        }
         let topic = record.topic;
         if topic.is_table() {
             let mut tables = self.tables.lock().unwrap();

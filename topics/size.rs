@@ -204,7 +204,7 @@ mod tests {
             topic: Topic::Facts,
             key: "q".into(),
             payload: serde_json::to_vec(&payload).unwrap(),
-            traceparent: None,
+            trace: Default::default(),
         }
     }
 
@@ -237,7 +237,7 @@ mod tests {
             topic: Topic::Facts,
             key: "q".into(),
             payload: serde_json::to_vec(&payload).unwrap(),
-            traceparent: None,
+            trace: Default::default(),
         };
         let fitted = fit(big.clone(), big.payload.len() / 2).unwrap();
         let value: Value = serde_json::from_slice(&fitted.payload).unwrap();
@@ -268,7 +268,7 @@ mod tests {
             topic: Topic::Joined,
             key: "q".into(),
             payload: serde_json::to_vec(&payload).unwrap(),
-            traceparent: None,
+            trace: Default::default(),
         };
         let fitted = fit(big.clone(), big.payload.len() / 4);
         let fitted = fitted.expect("the children's repeated traces can go");
@@ -289,7 +289,7 @@ mod tests {
             topic: Topic::Answers,
             key: "q".into(),
             payload: serde_json::to_vec(&payload).unwrap(),
-            traceparent: None,
+            trace: Default::default(),
         };
         let fitted = fit(big.clone(), 1024).expect("an error record fits without its trace");
         let value: Value = serde_json::from_slice(&fitted.payload).unwrap();

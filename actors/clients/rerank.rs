@@ -43,6 +43,8 @@ impl Reranker {
     ) -> Result<Vec<f32>, ModelError> {
         let attributes = vec![
             KeyValue::new("lacuna.rerank.pairs", pairs.len() as i64),
+            KeyValue::new("lacuna.rerank.batch_size", self.model.encoder().batch_size as i64),
+            KeyValue::new("lacuna.rerank.provider", format!("{:?}", self.model.provider()).to_lowercase()),
             KeyValue::new("openinference.span.kind", "RERANKER"),
         ];
         let trace = crate::telemetry::child_span("rerank", SpanKind::Internal, &Context::current(), attributes);

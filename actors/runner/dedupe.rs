@@ -85,7 +85,7 @@ mod tests {
     use crate::topics::Topic;
 
     fn record(payload: &str) -> Record {
-        Record { topic: Topic::Facts, key: "q".into(), payload: payload.as_bytes().to_vec(), traceparent: None }
+        Record { topic: Topic::Facts, key: "q".into(), payload: payload.as_bytes().to_vec(), trace: Default::default() }
     }
 
     #[test]

@@ -238,8 +238,9 @@ impl Handled {
     }
 }
 
-/// The span of one event handled by `stage`: a child of the span that published the record (its
-/// `traceparent`), with where it was read from and which try this is.
+/// The span of one event handled by `stage`: a child of its question's root span, linked to the
+/// span that published the record (`telemetry/context.rs`), with where it was read from and which
+/// try this is.
 fn stage_span(stage: &'static str, delivery: &Delivery, iteration: u64) -> opentelemetry::Context {
     let record = &delivery.record;
     let mut attributes = vec![
@@ -258,8 +259,8 @@ fn stage_span(stage: &'static str, delivery: &Delivery, iteration: u64) -> opent
         attributes.push(KeyValue::new("messaging.destination.partition.id", partition.to_string()));
         attributes.push(KeyValue::new("messaging.kafka.offset", offset));
     }
-    let parent = crate::telemetry::parent_from(record.traceparent.as_deref());
-    crate::telemetry::child_span(stage, SpanKind::Consumer, &parent, attributes)
+    let (parent, links) = crate::telemetry::record_parent(&record.trace);
+    crate::telemetry::linked_span(stage, SpanKind::Consumer, &parent, links, attributes)
 }
 
 /// How publishing one event's outputs went.

@@ -40,7 +40,7 @@ async fn poison_event_ends_in_error_record_and_dead_letter_and_others_flow() {
         topic: Topic::Missing,
         key: "poison".into(),
         payload: b"{not json".to_vec(),
-        traceparent: None,
+        trace: Default::default(),
     })
     .await
     .unwrap();

@@ -57,7 +57,7 @@ use poller::{KafkaSubscription, poll};
 use rebalance::TrackingContext;
 use table::read_whole_topic;
 use transactions::{DoneBefore, Transactions};
-pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER, TRACEPARENT_HEADER};
+pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use wire::{publish_error, transport};
 
 use super::Topic;
@@ -329,9 +329,12 @@ impl KafkaBus {
             .insert(Header { key: QUESTION_HEADER, value: Some(record.key.as_bytes()) })
             .insert(Header { key: ATTEMPT_HEADER, value: Some(attempt.as_bytes()) });
         // The publishing span's context, unless the record brings one (a dead letter's replay).
-        let traceparent = record.traceparent.clone().or_else(crate::telemetry::current_traceparent);
-        if let Some(traceparent) = &traceparent {
+        let trace = if record.trace.is_empty() { crate::telemetry::current_headers() } else { record.trace.clone() };
+        if let Some(traceparent) = &trace.traceparent {
             headers = headers.insert(Header { key: TRACEPARENT_HEADER, value: Some(traceparent.as_bytes()) });
+        }
+        if let Some(tracestate) = &trace.tracestate {
+            headers = headers.insert(Header { key: TRACESTATE_HEADER, value: Some(tracestate.as_bytes()) });
         }
         let payload = match self.write_schema_version {
             0 => record.payload,

@@ -17,7 +17,8 @@ use super::claims::Claims;
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, is_no_offset};
 use super::transactions::{DoneBefore, Transactions};
-use super::wire::{ATTEMPT_HEADER, TRACEPARENT_HEADER, transport};
+use super::wire::{ATTEMPT_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER, transport};
+use crate::telemetry::TraceHeaders;
 use crate::topics::Topic;
 use crate::topics::bus::{BusError, Delivery, DeliveryHooks, Record, Subscription};
 
@@ -160,7 +161,7 @@ fn to_delivery(
         std::str::from_utf8(header.value?).ok().map(str::to_string)
     };
     let attempt = header(ATTEMPT_HEADER).and_then(|a| a.parse().ok()).unwrap_or(1);
-    let traceparent = header(TRACEPARENT_HEADER);
+    let trace = TraceHeaders { traceparent: header(TRACEPARENT_HEADER), tracestate: header(TRACESTATE_HEADER) };
     let payload = message.payload().unwrap_or_default().to_vec();
     let assignment = tracker.lock().unwrap().register(&name, partition, offset);
     // Finished by an earlier owner, its outputs committed with the position before it: skipped.
@@ -202,11 +203,7 @@ fn to_delivery(
         }
     });
     Some(
-        Delivery::new(
-            Record { topic, key, payload, traceparent },
-            attempt,
-            Some(DeliveryHooks { claim, start, owned, ack }),
-        )
-        .at(partition, offset),
+        Delivery::new(Record { topic, key, payload, trace }, attempt, Some(DeliveryHooks { claim, start, owned, ack }))
+            .at(partition, offset),
     )
 }

@@ -13,9 +13,10 @@ use crate::topics::bus::BusError;
 
 pub const ATTEMPT_HEADER: &str = "lacuna-attempt";
 pub const QUESTION_HEADER: &str = "lacuna-question-id";
-/// The W3C trace context (https://www.w3.org/TR/trace-context/), under its own name so that any
+/// The W3C trace context (https://www.w3.org/TR/trace-context/), under its own names so that any
 /// instrumented Kafka client can follow a question's trace.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
+pub const TRACESTATE_HEADER: &str = "tracestate";
 
 pub(super) fn transport(error: impl std::fmt::Display) -> BusError {
     BusError::Transport(error.to_string())
