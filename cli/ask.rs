@@ -88,6 +88,9 @@ fn print_answer(a: &Answered) {
         "LLM calls: {}, tokens: {} prompt ({} cached) + {} completion{cost}",
         u.llm_calls, u.prompt_tokens, u.cached_tokens, u.completion_tokens
     );
+    if let Some(trace_id) = a.provenance.as_ref().and_then(|p| p.trace_id.as_deref()) {
+        println!("Trace: {trace_id}");
+    }
 }
 
 /// For pipelines that fan out: each split with its children, and what each child answered.
