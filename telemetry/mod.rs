@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use opentelemetry::KeyValue;
-use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 
@@ -75,8 +74,6 @@ pub fn init(settings: &OtelSettings, process: &str) -> anyhow::Result<Option<Tra
         .with_sampler(sampler)
         .with_resource(resource)
         .build();
-    // Made once here, so that a misconfigured scope shows at start-up rather than on a question.
-    let _ = provider.tracer(SCOPE);
     opentelemetry::global::set_tracer_provider(provider.clone());
     genai::set_record_content(settings.record_content);
     tracing::info!(%endpoint, protocol = ?settings.protocol, ratio = settings.sampling_ratio, "exporting traces");
@@ -122,7 +119,7 @@ pub fn replica() -> String {
 }
 
 /// The exporter's headers from the variable `otel.headers_env` names, in OTLP's
-/// `key=value,key2=value2` form (values percent-decoded are not needed for API keys; kept as given).
+/// `key=value,key2=value2` form (values kept as given: no percent-decoding).
 fn headers(settings: &OtelSettings) -> anyhow::Result<Vec<(String, String)>> {
     if settings.headers_env.is_empty() {
         return Ok(Vec::new());
