@@ -94,7 +94,6 @@ enum Message {
 #[derive(Debug)]
 pub(super) struct BoundedExport {
     queue: Mutex<Option<SyncSender<Message>>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     timeout: Duration,
 }
 
@@ -104,7 +103,7 @@ impl BoundedExport {
         let (queue, spans) = sync_channel(limits.queue_size);
         let (built_tx, built) = sync_channel(1);
         let timeout = limits.timeout;
-        let thread = std::thread::Builder::new().name("otel-export".into()).spawn(move || {
+        std::thread::Builder::new().name("otel-export".into()).spawn(move || {
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(error) => {
@@ -127,7 +126,7 @@ impl BoundedExport {
             }
         })?;
         built.recv().map_err(|_| anyhow::anyhow!("the export thread ended before its exporter was built"))??;
-        Ok(BoundedExport { queue: Mutex::new(Some(queue)), thread: Mutex::new(Some(thread)), timeout })
+        Ok(BoundedExport { queue: Mutex::new(Some(queue)), timeout })
     }
 
     fn flush(&self, wait: Duration) -> OTelSdkResult {
@@ -174,11 +173,6 @@ impl SpanProcessor for BoundedExport {
         // Closing the queue ends the thread once it has sent what it holds. It is not waited for
         // past the flush: a backend that is down must not hold up a process that is stopping.
         self.queue.lock().unwrap().take();
-        if let Some(thread) = self.thread.lock().unwrap().take()
-            && thread.is_finished()
-        {
-            let _ = thread.join();
-        }
         flushed
     }
 }

@@ -75,7 +75,6 @@ impl Breaker {
             .clone()
     }
 
-    /// When a call that starts now gives up waiting: `llm.breaker.max_wait_ms` from now.
     /// `closed` or `open`, for an LLM call's span.
     pub fn state_name(&self) -> &'static str {
         match &*self.state.lock().unwrap() {
@@ -84,6 +83,7 @@ impl Breaker {
         }
     }
 
+    /// When a call that starts now gives up waiting: `llm.breaker.max_wait_ms` from now.
     pub fn deadline(&self) -> Instant {
         Instant::now() + Duration::from_millis(self.settings.max_wait_ms)
     }

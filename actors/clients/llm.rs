@@ -287,7 +287,7 @@ impl LlmClient {
                 ..CallStats::default()
             };
             attempt_spend::charge(&stats);
-            span.end(self.outcome(&stats, &hit.text));
+            span.end(self.outcome(&stats, crate::telemetry::genai::record_content().then_some(&*hit.text)));
             return Ok(Completion { value, stats });
         }
         if let Some((_, key)) = &cache
@@ -329,9 +329,11 @@ impl LlmClient {
         };
         match outcome {
             Ok((text, value, stats)) => {
+                // Kept for the span only where it records the completion; the cache takes the text.
+                let completion = crate::telemetry::genai::record_content().then(|| text.clone());
                 if let Some((cache, key)) = &cache {
                     let entry = CachedResponse {
-                        text: text.clone(),
+                        text,
                         prompt_tokens: spent.prompt_tokens,
                         completion_tokens: spent.completion_tokens,
                         cached_tokens: spent.cached_tokens,
@@ -357,7 +359,7 @@ impl LlmClient {
                     ..spent
                 };
                 attempt_spend::charge(&stats);
-                span.end(self.outcome(&stats, &text));
+                span.end(self.outcome(&stats, completion.as_deref()));
                 Ok(Completion { value, stats })
             }
             Err(error) => {
@@ -374,8 +376,9 @@ impl LlmClient {
         }
     }
 
-    /// What a call came to, for its span: the tokens it charged to the question.
-    fn outcome<'a>(&'a self, stats: &CallStats, text: &'a str) -> LlmOutcome<'a> {
+    /// What a call came to, for its span: the tokens it charged to the question, and the
+    /// `completion` where the span records it.
+    fn outcome<'a>(&'a self, stats: &CallStats, completion: Option<&'a str>) -> LlmOutcome<'a> {
         LlmOutcome {
             input_tokens: stats.prompt_tokens,
             output_tokens: stats.completion_tokens,
@@ -385,7 +388,7 @@ impl LlmClient {
             attempts: stats.attempts,
             cache_hit: stats.cache_hit,
             breaker: self.breaker.state_name(),
-            completion: crate::telemetry::genai::record_content().then_some(text),
+            completion,
         }
     }
 

@@ -187,15 +187,19 @@ async fn finish<S: Stage>(
             delivery.ack();
             Handled::Done(failure)
         }
-        Published::Rejected(reason) | Published::Failed(reason) => {
-            // Neither the outcome nor the error record can go out: leaving a hole in the partition
-            // would stall it for good, so the stage fails and a restart reads the event again.
-            let reason = format!("cannot publish the outcome of {}'s event: {reason}", delivery.record.key);
-            context.health.fail(reason.clone());
-            delivery.nack(&reason);
-            Handled::Refused(reason)
-        }
+        // The error types are those `StageError::Bus` has for the same bus errors.
+        Published::Rejected(reason) => refuse(context, delivery, "publish_rejected", &reason),
+        Published::Failed(reason) => refuse(context, delivery, "bus", &reason),
     }
+}
+
+/// Neither the outcome nor the error record can go out: leaving a hole in the partition would stall
+/// it for good, so the stage fails and a restart reads the event again.
+fn refuse(context: &Handling<'_>, delivery: Delivery, error_type: &'static str, reason: &str) -> Handled {
+    let reason = format!("cannot publish the outcome of {}'s event: {reason}", delivery.record.key);
+    context.health.fail(reason.clone());
+    delivery.nack(&reason);
+    Handled::Refused(error_type, reason)
 }
 
 /// How an event's handling ended, for its span.
@@ -207,8 +211,9 @@ enum Handled {
     Done(Option<&'static str>),
     /// Its partition moved away meanwhile: the new owner does it.
     LetGo,
-    /// Its outcome could not be published: refused, and the stage fails.
-    Refused(String),
+    /// Its outcome could not be published: refused (with the bus error's `error_type`), and the
+    /// stage fails.
+    Refused(&'static str, String),
 }
 
 impl Handled {
@@ -220,7 +225,7 @@ impl Handled {
             Handled::Done(None) => "published",
             Handled::Done(Some(_)) => "failed",
             Handled::LetGo => "let_go",
-            Handled::Refused(_) => "refused",
+            Handled::Refused(..) => "refused",
         };
         span.set_attribute(KeyValue::new("lacuna.outcome", outcome));
         match self {
@@ -228,8 +233,8 @@ impl Handled {
                 span.set_attribute(KeyValue::new("error.type", error_type));
                 span.set_status(Status::error(error_type));
             }
-            Handled::Refused(reason) => {
-                span.set_attribute(KeyValue::new("error.type", "bus_unavailable"));
+            Handled::Refused(error_type, reason) => {
+                span.set_attribute(KeyValue::new("error.type", error_type));
                 span.set_status(Status::error(reason));
             }
             _ => {}
