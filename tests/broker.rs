@@ -330,6 +330,35 @@ async fn a_full_stage_that_inherits_a_peers_backlog_does_not_pull_it_into_memory
     assert_eq!(paused, settings.kafka.partitions as i64, "the full stage holds every partition, paused");
 }
 
+/// A full stage with a backlog on every partition reads them all in turn. It used to pause all its
+/// partitions at every record it could not take and resume them all at every record it took; each
+/// resume fetched again, and the partition whose fetch came back first won every time (39 of 40
+/// records from one partition, none from two others).
+#[tokio::test]
+async fn a_full_stage_reads_every_partition_in_turn() {
+    let _serial = serial();
+    let mut settings = settings("turns", "http://127.0.0.1:9/v1");
+    settings.kafka.prefetch = 1;
+    let bus = bus(&settings).await;
+    let keys: Vec<String> = (0..400).map(|n| format!("t-{n}")).collect();
+    publish_keys(&bus, &keys).await;
+    let mut stage = bus.subscribe(&[Topic::Missing], "turns").await.unwrap();
+    let mut per_partition = vec![0usize; settings.kafka.partitions as usize];
+    for _ in 0..40 {
+        let delivery = next(&mut stage).await;
+        let (partition, _) = delivery.position.expect("a Kafka delivery has its position");
+        per_partition[partition as usize] += 1;
+        // A slow stage: the poller is full between records.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        delivery.ack();
+    }
+    let fair = 40 / per_partition.len() / 2;
+    assert!(
+        per_partition.iter().all(|&n| n >= fair),
+        "records taken from each partition, of 40: {per_partition:?} (each at least {fair})"
+    );
+}
+
 /// Submits `count` questions to a cluster of stage processes, runs `disrupt` once a quarter of the
 /// answers are in, and returns the ids in the answers file when the sink has them all.
 fn run_disrupted(test: &str, count: usize, disrupt: impl FnOnce(&mut Cluster)) -> (BTreeSet<String>, Vec<String>) {
