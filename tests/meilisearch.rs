@@ -8,7 +8,7 @@ mod support;
 use std::io::Write;
 
 use lacuna::actors::clients::search::Document;
-use lacuna::actors::clients::search::meili::Update;
+use lacuna::actors::clients::search::meili::{Update, next_seq};
 use lacuna::actors::clients::{MeiliSearch, Search, SearchError};
 use lacuna::config::{MeiliSettings, Settings};
 use lacuna::pipelines::parts::Parts;
@@ -149,6 +149,35 @@ async fn overlapping_writes_of_one_document_leave_one_whole_version() {
         let stored = fake.documents("overlapping");
         assert_eq!(stored.len(), passages.len(), "round {round}: no passage of the other version is left");
     }
+}
+
+/// A change numbered before another change of the same document, whose additions land after the
+/// other's deletion (its upload was slow, or retried), must not bring back what the newer change
+/// removed: a deleted document, or the passages of an older version.
+#[tokio::test]
+async fn an_older_write_landing_after_a_newer_change_brings_nothing_back() {
+    let fake = FakeMeili::start();
+    let meili = MeiliSearch::new(on_fake(&fake, "late-older")).unwrap();
+    meili.open_for_writing().await.unwrap();
+    let version = |text: &str| {
+        let document: Document = serde_json::from_value(json!({"id": "doc", "title": "Doc", "text": text})).unwrap();
+        Update { doc_id: "doc".into(), document: Some(document) }
+    };
+    let deletion = Update { doc_id: "doc".into(), document: None };
+
+    let older = next_seq();
+    meili.apply_now(&[deletion], 4, "delete").await.unwrap();
+    meili.apply_numbered(&[version("stale words of the old version.")], 4, "late", older).await.unwrap();
+    assert_eq!(meili.document("doc").await.unwrap(), None, "the deleted document came back");
+    assert!(meili.search("stale old version", 5).await.unwrap().is_empty(), "the deleted document is found");
+
+    let older = next_seq();
+    meili.apply_now(&[version("fresh words of the new version.")], 4, "rewrite").await.unwrap();
+    meili.apply_numbered(&[version("stale words of the old version.")], 4, "late", older).await.unwrap();
+    let (passages, _) = meili.document("doc").await.unwrap().expect("the new version");
+    assert!(passages.iter().all(|p| !p.text.contains("stale")), "{passages:?}");
+    let found = meili.search("stale old version", 5).await.unwrap();
+    assert!(found.iter().all(|(p, _)| !p.text.contains("stale")), "the old version is found: {found:?}");
 }
 
 #[tokio::test]

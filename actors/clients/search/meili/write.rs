@@ -129,7 +129,18 @@ impl MeiliSearch {
     /// deletions of what they replace and of deleted documents. Returns once Meilisearch has done
     /// every task. A batch applied again is numbered again, and supersedes its first application.
     pub async fn apply(&self, updates: &[Update], passage_words: usize, change: &str) -> Result<Written, SearchError> {
-        let seq = next_seq();
+        self.apply_numbered(updates, passage_words, change, next_seq()).await
+    }
+
+    /// [`Self::apply`], numbered `seq`: a change numbered earlier than one applied meanwhile is one
+    /// whose tasks were slow (a test makes that order happen).
+    pub async fn apply_numbered(
+        &self,
+        updates: &[Update],
+        passage_words: usize,
+        change: &str,
+        seq: u64,
+    ) -> Result<Written, SearchError> {
         let mut passages = Vec::new();
         for update in updates {
             if let Some(document) = &update.document {
