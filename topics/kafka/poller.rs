@@ -2,7 +2,7 @@
 //! a full channel pauses the partitions while polling goes on, and each delivery carries the hooks
 //! that claim and acknowledge its offset.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -51,8 +51,8 @@ impl Subscription for KafkaSubscription {
 }
 
 /// Polls the consumer for as long as the subscription lives. Records go to a bounded channel; when
-/// the stage does not take them, the assigned partitions are paused (what was already fetched waits
-/// in a small queue) and polling goes on, which keeps the consumer in its group.
+/// the stage does not take them, each partition with a record waiting is paused (what was already
+/// fetched waits in a small queue) and polling goes on, which keeps the consumer in its group.
 pub(super) async fn poll(
     consumer: Arc<StreamConsumer<TrackingContext>>,
     tracker: Arc<Mutex<OffsetTracker>>,
@@ -61,6 +61,7 @@ pub(super) async fn poll(
     (paused_gauge, waiting_gauge): (prometheus::IntGauge, prometheus::IntGauge),
     (catch_up, claims, done_before): (Option<Arc<CatchUp>>, Option<Arc<Claims>>, Option<Arc<DoneBefore>>),
 ) {
+    let name_of: HashMap<Topic, String> = topic_of.iter().map(|(name, topic)| (*topic, name.clone())).collect();
     let mut waiting: VecDeque<Delivery> = VecDeque::new();
     let mut paused = Paused::default();
     loop {
@@ -70,9 +71,9 @@ pub(super) async fn poll(
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
                 Err(mpsc::error::TrySendError::Full(delivery)) => waiting.push_front(delivery),
             }
-            // Again at each turn: partitions assigned since the last are paused too, so a backlog
-            // they bring (a peer's, inherited in a rebalance) stays on the broker.
-            paused_gauge.set(paused.pause_assigned(&consumer));
+            // Again at each turn: a partition is paused once a record of it waits (one assigned
+            // since, bringing a peer's backlog, included), and resumed once none does.
+            paused_gauge.set(paused.follow(&consumer, partitions_of(&waiting, &name_of)));
             waiting_gauge.set(waiting.len() as i64);
             tokio::select! {
                 permit = sender.reserve() => match permit {
@@ -84,9 +85,7 @@ pub(super) async fn poll(
             continue;
         }
         waiting_gauge.set(0);
-        if paused.resume(&consumer) {
-            paused_gauge.set(0);
-        }
+        paused_gauge.set(paused.follow(&consumer, HashSet::new()));
         tokio::select! {
             message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message)),
             _ = sender.closed() => return,
@@ -94,47 +93,52 @@ pub(super) async fn poll(
     }
 }
 
-/// The partitions a full stage paused. They are resumed as they were paused, not as they are
-/// assigned at that moment: librdkafka keeps a partition's pause through its revocation, so one
-/// revoked meanwhile (a rebalance, a group that rejoins after a broker restart) would come back
-/// paused and never be read again.
+/// The partitions that have a record waiting for the stage.
+fn partitions_of(waiting: &VecDeque<Delivery>, name_of: &HashMap<Topic, String>) -> HashSet<(String, i32)> {
+    waiting
+        .iter()
+        .filter_map(|delivery| Some((name_of.get(&delivery.record.topic)?.clone(), delivery.position?.0)))
+        .collect()
+}
+
+/// The partitions a full stage paused: each while a record of it waits for the stage. Pausing
+/// them all at once, and resuming them all as the stage took one record, made every resume fetch
+/// again, and the partition whose fetch came back first won every turn: a slow stage read one
+/// partition and starved the others. Paused one by one, the records waiting are about one per
+/// partition, and they go to the stage in the order they came.
+///
+/// They are resumed as they were paused, not as they are assigned at that moment: librdkafka keeps
+/// a partition's pause through its revocation, so one revoked meanwhile (a rebalance, a group that
+/// rejoins after a broker restart) would come back paused and never be read again.
 #[derive(Default)]
-struct Paused(Vec<(String, i32)>);
+struct Paused(HashSet<(String, i32)>);
 
 impl Paused {
-    /// Pauses the assigned partitions not paused yet; returns how many are paused.
-    fn pause_assigned(&mut self, consumer: &StreamConsumer<TrackingContext>) -> i64 {
-        let Ok(assignment) = consumer.assignment() else { return self.0.len() as i64 };
-        let mut fresh = TopicPartitionList::new();
-        for element in assignment.elements() {
-            let partition = (element.topic().to_string(), element.partition());
-            if !self.0.contains(&partition) {
-                fresh.add_partition(&partition.0, partition.1);
-                self.0.push(partition);
+    /// Pauses the partitions in `waiting` not paused yet and resumes the paused ones not in it;
+    /// returns how many are paused.
+    fn follow(&mut self, consumer: &StreamConsumer<TrackingContext>, waiting: HashSet<(String, i32)>) -> i64 {
+        let list = |partitions: &mut dyn Iterator<Item = &(String, i32)>| {
+            let mut list = TopicPartitionList::new();
+            for (topic, partition) in partitions {
+                list.add_partition(topic, *partition);
             }
-        }
+            list
+        };
+        let fresh = list(&mut waiting.difference(&self.0));
         if fresh.count() > 0
             && let Err(error) = consumer.pause(&fresh)
         {
             tracing::warn!(%error, "cannot pause partitions");
         }
-        self.0.len() as i64
-    }
-
-    /// Resumes every partition paused; whether there were any.
-    fn resume(&mut self, consumer: &StreamConsumer<TrackingContext>) -> bool {
-        if self.0.is_empty() {
-            return false;
-        }
-        let mut list = TopicPartitionList::new();
-        for (topic, partition) in self.0.drain(..) {
-            list.add_partition(&topic, partition);
-        }
+        let done = list(&mut self.0.difference(&waiting));
         // Partitions librdkafka no longer knows are skipped, each with its error in the list.
-        if let Err(error) = consumer.resume(&list) {
+        if done.count() > 0
+            && let Err(error) = consumer.resume(&done)
+        {
             tracing::warn!(%error, "cannot resume partitions");
         }
-        true
+        self.0 = waiting;
+        self.0.len() as i64
     }
 }
 
