@@ -2,7 +2,7 @@
 //! real client code (meilisearch-sdk, our retries and task waits) runs in tests without a server:
 //! no registry ships one (../shared/ENVIRONMENT.md). Every task is done when it is enqueued. Search
 //! ranks by the share of query words a passage holds; deletions and fetches take the filters Lacuna
-//! writes (`doc_id IN [...]`, optionally `AND (seq < N OR seq NOT EXISTS)`, and `id = "..."`) and refuse
+//! writes (`doc_id IN [...]`, optionally `AND (seq < N OR seq NOT EXISTS)` or `AND seq > N`, and `id = "..."`) and refuse
 //! any other. `set_down` makes every
 //! request answer 503, as a server that is restarting; `set_task_delay` makes each new task report
 //! itself processing for a while, as a busy server's queue does.
@@ -103,10 +103,11 @@ impl FakeMeili {
         self.shared.server.lock().unwrap().uploads
     }
 
-    /// The passage ids (`id`) the index `uid` holds, sorted.
+    /// The passage ids (`id`) the index `uid` holds, sorted; deletions' markers are not passages.
     pub fn passage_ids(&self, uid: &str) -> Vec<String> {
-        let mut ids: Vec<String> =
-            self.documents(uid).values().map(|d| d["id"].as_str().unwrap().to_string()).collect();
+        let documents = self.documents(uid);
+        let passages = documents.values().filter(|d| d["deleted"] != true);
+        let mut ids: Vec<String> = passages.map(|d| d["id"].as_str().unwrap().to_string()).collect();
         ids.sort();
         ids
     }
@@ -272,8 +273,9 @@ fn quoted(text: &str) -> Vec<String> {
 
 /// A filter Lacuna writes.
 enum Filter {
-    /// `doc_id IN [...]`, and `AND (seq < N OR seq NOT EXISTS)` when `below` is N.
-    Documents { ids: Vec<String>, below: Option<u64> },
+    /// `doc_id IN [...]`, and `AND (seq < N OR seq NOT EXISTS)` when `below` is N, or `AND seq > N`
+    /// when `above` is.
+    Documents { ids: Vec<String>, below: Option<u64>, above: Option<u64> },
     /// `id = "..."`.
     Passage(String),
 }
@@ -288,26 +290,31 @@ impl Filter {
         let Some((ids, rest)) = filter.strip_prefix("doc_id IN [").and_then(|f| f.rsplit_once(']')) else {
             return Err(refused());
         };
-        let below = match rest.trim() {
-            "" => None,
+        let (mut below, mut above) = (None, None);
+        match rest.trim() {
+            "" => {}
+            rest if rest.starts_with("AND seq > ") => {
+                above = Some(rest["AND seq > ".len()..].parse().map_err(|_| refused())?);
+            }
             rest => {
                 let seq = rest.strip_prefix("AND (seq < ").and_then(|r| r.strip_suffix(" OR seq NOT EXISTS)"));
-                Some(seq.and_then(|n| n.parse().ok()).ok_or_else(refused)?)
+                below = Some(seq.and_then(|n| n.parse().ok()).ok_or_else(refused)?);
             }
-        };
-        Ok(Filter::Documents { ids: quoted(ids), below })
+        }
+        Ok(Filter::Documents { ids: quoted(ids), below, above })
     }
 
     fn matches(&self, document: &Value) -> bool {
         match self {
             Filter::Passage(id) => document["id"] == id.as_str(),
-            Filter::Documents { ids, below } => {
+            Filter::Documents { ids, below, above } => {
                 let of_ids = document["doc_id"].as_str().is_some_and(|id| ids.iter().any(|i| i == id));
                 let older = match (below, document["seq"].as_u64()) {
                     (Some(below), Some(seq)) => seq < *below,
                     _ => true,
                 };
-                of_ids && older
+                let newer = above.is_none_or(|above| document["seq"].as_u64().is_some_and(|seq| seq > above));
+                of_ids && older && newer
             }
         }
     }

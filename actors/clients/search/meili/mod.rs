@@ -98,6 +98,11 @@ pub struct Stored {
     pub seq: u64,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// A deletion's marker, not a passage: it keeps the deletion's `seq` in the index, so that a
+    /// change numbered before it whose additions land after it (a slow upload) finds it and removes
+    /// them. The document's next write deletes it with the rest of what is older.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 impl Stored {
@@ -112,7 +117,14 @@ impl Stored {
             change: change.to_string(),
             seq: 0,
             metadata: BTreeMap::new(),
+            deleted: false,
         }
+    }
+
+    /// The marker of `doc_id`'s deletion numbered `seq`: no words, so no search finds it.
+    pub fn deletion(doc_id: &str, change: &str, seq: u64) -> Stored {
+        let passage = Passage { id: format!("{doc_id}#deleted"), title: String::new(), text: String::new() };
+        Stored { deleted: true, ..Stored::versioned(passage, doc_id, change, seq) }
     }
 
     /// A passage of a live change numbered `seq`, under a key of its own.

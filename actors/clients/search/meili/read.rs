@@ -50,6 +50,10 @@ pub fn passages(hits: Vec<SearchResult<MeiliHit>>) -> Result<Vec<(Passage, f32)>
                 transient: false,
             });
         };
+        // A deletion's marker has no words; only a search for none could return it.
+        if hit.result.text.is_empty() && hit.result.title.is_empty() {
+            continue;
+        }
         if seen.insert(hit.result.id.clone()) {
             passages.push((hit.result.into(), score as f32));
         }
@@ -129,9 +133,19 @@ impl MeiliSearch {
         let index = self.index();
         let filter = of_documents(doc_ids);
         let mut query = DocumentsQuery::new(&index);
-        query.with_filter(&filter).with_fields(["doc_id"]).with_limit(doc_ids.len() * 16);
+        query.with_filter(&filter).with_fields(["doc_id", "seq", "deleted"]).with_limit(doc_ids.len() * 16);
         let found = self.retrying("find documents", || query.execute::<serde_json::Value>()).await?;
-        Ok(found.results.iter().filter_map(|d| d["doc_id"].as_str().map(str::to_string)).collect())
+        // A document is held when its newest entry is a passage, not a deletion's marker.
+        let mut newest: std::collections::HashMap<&str, (u64, bool)> = Default::default();
+        for stored in &found.results {
+            let Some(doc_id) = stored["doc_id"].as_str() else { continue };
+            let entry = (stored["seq"].as_u64().unwrap_or(0), stored["deleted"].as_bool().unwrap_or(false));
+            let held = newest.entry(doc_id).or_insert(entry);
+            if entry.0 > held.0 {
+                *held = entry;
+            }
+        }
+        Ok(newest.into_iter().filter(|(_, (_, deleted))| !deleted).map(|(id, _)| id.to_string()).collect())
     }
 
     /// How many documents the index holds.

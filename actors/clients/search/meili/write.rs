@@ -143,27 +143,63 @@ impl MeiliSearch {
     ) -> Result<Written, SearchError> {
         let mut passages = Vec::new();
         for update in updates {
-            if let Some(document) = &update.document {
-                passages.extend(document.passages(passage_words).into_iter().map(|p| Stored {
+            match &update.document {
+                Some(document) => passages.extend(document.passages(passage_words).into_iter().map(|p| Stored {
                     metadata: document.metadata.clone(),
                     ..Stored::versioned(p, &update.doc_id, change, seq)
-                }));
+                })),
+                None => passages.push(Stored::deletion(&update.doc_id, change, seq)),
             }
         }
         self.write(&passages).await?;
-        let index = self.index();
         for filter in deletion_filters(updates, seq) {
-            let task = self
-                .retrying("delete documents", || async {
-                    let mut query = DocumentDeletionQuery::new(&index);
-                    query.with_filter(&filter);
-                    index.delete_documents_with(&query).await
-                })
-                .await?;
-            self.finished(&task).await??;
+            self.delete_where(&filter).await?;
         }
+        self.give_way(updates, seq).await?;
         let upserts = updates.iter().filter(|u| u.document.is_some()).count();
-        Ok(Written { upserts, deletes: updates.len() - upserts, passages: passages.len() })
+        let markers = updates.len() - upserts;
+        Ok(Written { upserts, deletes: markers, passages: passages.len() - markers })
+    }
+
+    /// Deletes the passages `filter` matches, and waits for it.
+    async fn delete_where(&self, filter: &str) -> Result<(), SearchError> {
+        let index = self.index();
+        let task = self
+            .retrying("delete documents", || async {
+                let mut query = DocumentDeletionQuery::new(&index);
+                query.with_filter(filter);
+                index.delete_documents_with(&query).await
+            })
+            .await?;
+        self.finished(&task).await??;
+        Ok(())
+    }
+
+    /// After a change numbered `seq` is applied: of its documents, those a newer change wrote or
+    /// deleted meanwhile lose what is older than that change. Meilisearch runs tasks in order, so a
+    /// newer change whose deletion ran before this one's additions landed has its passages or its
+    /// deletion marker in the index by now, and one whose deletion runs later removes them itself.
+    async fn give_way(&self, updates: &[Update], seq: u64) -> Result<(), SearchError> {
+        let index = self.index();
+        let ids: Vec<&str> = updates.iter().map(|u| u.doc_id.as_str()).collect();
+        let mut newest: BTreeMap<String, u64> = BTreeMap::new();
+        for ids in ids.chunks(IDS_PER_FILTER) {
+            let filter = format!("{} AND seq > {seq}", of_documents(ids));
+            let mut query = meilisearch_sdk::documents::DocumentsQuery::new(&index);
+            query.with_filter(&filter).with_fields(["doc_id", "seq"]).with_limit(100_000);
+            let found = self.retrying("find newer changes", || query.execute::<serde_json::Value>()).await?;
+            for stored in found.results {
+                if let (Some(doc_id), Some(newer)) = (stored["doc_id"].as_str(), stored["seq"].as_u64()) {
+                    let held = newest.entry(doc_id.to_string()).or_default();
+                    *held = (*held).max(newer);
+                }
+            }
+        }
+        for (doc_id, newer) in newest {
+            tracing::info!(doc_id, seq, newer, "a newer change of the document came first: this one's passages go");
+            self.delete_where(&format!("{} AND (seq < {newer} OR seq NOT EXISTS)", of_documents(&[&doc_id]))).await?;
+        }
+        Ok(())
     }
 
     /// A change made outside the documents topic (`lacuna ingest`, serve in process), as [`Self::apply`]
@@ -193,6 +229,9 @@ impl MeiliSearch {
         let mut stored = self.retrying("read a document", || query.execute::<Stored>()).await?.results;
         let Some(newest) = stored.iter().map(|s| s.seq).max() else { return Ok(None) };
         stored.retain(|s| s.seq == newest);
+        if stored.iter().any(|s| s.deleted) {
+            return Ok(None);
+        }
         stored.sort_by_key(|s| passage_number(&s.id));
         let metadata = stored[0].metadata.clone();
         let passages = stored.into_iter().map(Passage::from).collect();
