@@ -282,19 +282,20 @@ impl PipelineBench {
         let Some(first) = runs.first() else { return String::new() };
         let mut out = format!(
             "# lacuna bench pipeline: {} on {}, {} questions, {} open\n\n\
-             | run | questions/s | × first | LLM calls | LLM in flight (of {LLM_LIMIT}) | re-ranker pairs/s (inference) | padded/real | p50 s | p95 s | peak RSS MiB | errors |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|\n",
+             | run | questions/s | × first | LLM calls | LLM in flight (of {LLM_LIMIT}) | re-ranker pairs a question | re-ranker pairs/s (inference) | padded/real | p50 s | p95 s | peak RSS MiB | errors |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|\n",
             first.pipeline, first.dataset, first.questions, first.open_questions
         );
         for r in runs {
             out += &format!(
-                "| {} | {:.3} | {:.2} | {} | {:.2} ({:.1}%) | {:.1} | {:.2} | {:.1} | {:.1} | {:.0} | {} |\n",
+                "| {} | {:.3} | {:.2} | {} | {:.2} ({:.1}%) | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.0} | {} |\n",
                 r.label,
                 r.questions_per_second,
                 r.questions_per_second / first.questions_per_second,
                 r.llm_calls,
                 r.llm_in_flight,
                 100.0 * r.llm_concurrency,
+                r.rerank_pairs as f64 / r.questions.max(1) as f64,
                 r.rerank_pairs_per_inference_second,
                 r.padded_per_real,
                 r.latency_p50,

@@ -110,6 +110,10 @@ struct PipelineArgs {
     /// Set migres.retrieve_top_n (passages retrieved per query, all re-ranked).
     #[arg(long)]
     retrieve_top_n: Option<usize>,
+    /// First run with migres.retrieve_top_n = N, then as configured (with `--retrieve-top-n`, say):
+    /// what re-ranking deeper or shallower costs, in one run, on the same machine and fake LLM.
+    #[arg(long, value_name = "N", conflicts_with_all = ["before", "against_default", "against_today"])]
+    against_retrieve_top_n: Option<usize>,
     /// `in-process`, or `kafka`: the pipeline's topics on kafka.brokers (fresh ones for each run),
     /// its stages in this process.
     #[arg(long, default_value = "in-process")]
@@ -227,6 +231,13 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
         today.rerank = crate::bench::rerank::as_in_41ae80c(&today.rerank);
         eprintln!("running with the re-ranking of 41ae80c ...");
         runs.push(crate::bench::pipeline::run("41ae80c re-ranking", args.pipeline, &today, &dataset).await?);
+    }
+    if let Some(n) = args.against_retrieve_top_n {
+        let mut deeper = settings.clone();
+        deeper.migres.retrieve_top_n = n;
+        let label = format!("retrieve_top_n {n}");
+        eprintln!("running with {label} ...");
+        runs.push(crate::bench::pipeline::run(&label, args.pipeline, &deeper, &dataset).await?);
     }
     let over = (args.pipeline, args.transport);
     if args.against_at_least_once {
