@@ -133,6 +133,21 @@ impl Stored {
     }
 }
 
+/// Of stored entries read with their `doc_id`, `seq` and `deleted` fields: each document's newest
+/// `seq`, and whether that entry is a deletion's marker.
+pub(super) fn newest_by_document(found: &[serde_json::Value]) -> BTreeMap<String, (u64, bool)> {
+    let mut newest: BTreeMap<String, (u64, bool)> = BTreeMap::new();
+    for stored in found {
+        let Some(doc_id) = stored["doc_id"].as_str() else { continue };
+        let entry = (stored["seq"].as_u64().unwrap_or(0), stored["deleted"].as_bool().unwrap_or(false));
+        let held = newest.entry(doc_id.to_string()).or_insert(entry);
+        if entry.0 > held.0 {
+            *held = entry;
+        }
+    }
+    newest
+}
+
 /// Meilisearch accepts document ids of letters, digits, `-` and `_`, at most 511 bytes.
 pub fn valid_document_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 511 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')

@@ -9,7 +9,7 @@ use meilisearch_sdk::search::{MatchingStrategies, SearchQuery, SearchResult, Sel
 
 use super::{
     APPLIED_KEY, AppliedDocument, FIELDS, GENERATION_FOR, MeiliHit, MeiliSearch, Stored, applied_generation, key_of,
-    of_documents, quoted,
+    newest_by_document, of_documents, quoted,
 };
 use crate::actors::clients::search::SearchError;
 use crate::actors::clients::search::changes::Applied;
@@ -136,16 +136,8 @@ impl MeiliSearch {
         query.with_filter(&filter).with_fields(["doc_id", "seq", "deleted"]).with_limit(doc_ids.len() * 16);
         let found = self.retrying("find documents", || query.execute::<serde_json::Value>()).await?;
         // A document is held when its newest entry is a passage, not a deletion's marker.
-        let mut newest: std::collections::HashMap<&str, (u64, bool)> = Default::default();
-        for stored in &found.results {
-            let Some(doc_id) = stored["doc_id"].as_str() else { continue };
-            let entry = (stored["seq"].as_u64().unwrap_or(0), stored["deleted"].as_bool().unwrap_or(false));
-            let held = newest.entry(doc_id).or_insert(entry);
-            if entry.0 > held.0 {
-                *held = entry;
-            }
-        }
-        Ok(newest.into_iter().filter(|(_, (_, deleted))| !deleted).map(|(id, _)| id.to_string()).collect())
+        let newest = newest_by_document(&found.results);
+        Ok(newest.into_iter().filter(|(_, (_, deleted))| !deleted).map(|(id, _)| id).collect())
     }
 
     /// How many documents the index holds.

@@ -9,7 +9,10 @@ use meilisearch_sdk::documents::DocumentDeletionQuery;
 use meilisearch_sdk::errors::ErrorCode;
 use meilisearch_sdk::settings::Settings as IndexSettings;
 
-use super::{APPLIED_KEY, AppliedDocument, FIELDS, MeiliSearch, PRIMARY_KEY, SEARCHED, Stored, next_seq, of_documents};
+use super::{
+    APPLIED_KEY, AppliedDocument, FIELDS, MeiliSearch, PRIMARY_KEY, SEARCHED, Stored, newest_by_document, next_seq,
+    of_documents,
+};
 use crate::actors::clients::search::changes::Applied;
 use crate::actors::clients::search::documents::{Document, passage_number};
 use crate::actors::clients::search::{SearchError, for_each_passage};
@@ -188,12 +191,7 @@ impl MeiliSearch {
             let mut query = meilisearch_sdk::documents::DocumentsQuery::new(&index);
             query.with_filter(&filter).with_fields(["doc_id", "seq"]).with_limit(100_000);
             let found = self.retrying("find newer changes", || query.execute::<serde_json::Value>()).await?;
-            for stored in found.results {
-                if let (Some(doc_id), Some(newer)) = (stored["doc_id"].as_str(), stored["seq"].as_u64()) {
-                    let held = newest.entry(doc_id.to_string()).or_default();
-                    *held = (*held).max(newer);
-                }
-            }
+            newest.extend(newest_by_document(&found.results).into_iter().map(|(doc_id, (newer, _))| (doc_id, newer)));
         }
         for (doc_id, newer) in newest {
             tracing::info!(doc_id, seq, newer, "a newer change of the document came first: this one's passages go");
