@@ -232,14 +232,15 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
         eprintln!("running with the re-ranking of 41ae80c ...");
         runs.push(crate::bench::pipeline::run("41ae80c re-ranking", args.pipeline, &today, &dataset).await?);
     }
+    let over = (args.pipeline, args.transport);
     if let Some(n) = args.against_retrieve_top_n {
         let mut deeper = settings.clone();
         deeper.migres.retrieve_top_n = n;
         let label = format!("retrieve_top_n {n}");
         eprintln!("running with {label} ...");
-        runs.push(crate::bench::pipeline::run(&label, args.pipeline, &deeper, &dataset).await?);
+        // Over the same transport as the run it is compared with.
+        runs.push(crate::bench::pipeline::run_over(&label, over, &deeper, &dataset, None).await?);
     }
-    let over = (args.pipeline, args.transport);
     if args.against_at_least_once {
         anyhow::ensure!(
             args.transport == Transport::Kafka,
