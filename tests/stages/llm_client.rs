@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lacuna::actors::clients::{LlmClient, LlmError, Schema};
+use lacuna::config::CacheMode;
 use serde_json::{Value, json};
 
 use crate::support;
@@ -71,6 +72,34 @@ async fn a_broken_reply_is_asked_again_with_a_new_seed_and_never_cached() {
     assert_eq!(entries.len(), 1);
     let texts: Vec<Value> = entries.iter().map(|e| serde_json::from_str::<Value>(e).unwrap()["text"].clone()).collect();
     assert_eq!(texts, vec![json!("{\"a\":3}")], "only the usable reply is kept");
+}
+
+/// A recorded run in which a call stayed unusable through its re-asks (the run went on without it,
+/// as the reader fallback does) replays as that same failure, sending nothing: a replay reproduces
+/// the run it replays, its failed calls included. With `read_write` the call is asked again: a
+/// broken reply is never read back as an answer.
+#[tokio::test]
+async fn a_call_that_stayed_broken_replays_as_the_same_bad_response() {
+    let llm = FakeLlm::start(|_| Reply::Text("the answer is {a: seven".into())).await;
+    let mut settings = support::settings(&llm.base_url).llm;
+    settings.cache = true;
+    settings.cache_dir = support::scratch_dir("broken-replay-cache");
+    let _ = std::fs::remove_dir_all(&settings.cache_dir);
+    let ask = |settings: &lacuna::config::LlmSettings| {
+        let llm = LlmClient::new(settings.clone());
+        async move { llm.structured::<Value>("", "hi", &schema()).await.unwrap_err() }
+    };
+
+    let recorded = ask(&settings).await;
+    assert_eq!((recorded.error_type(), llm.calls()), ("llm_bad_response", 3));
+    settings.cache_mode = CacheMode::Replay;
+    let replayed = ask(&settings).await;
+    assert_eq!((replayed.error_type(), replayed.to_string()), (recorded.error_type(), recorded.to_string()));
+    assert_eq!(llm.calls(), 3, "a replay sends nothing");
+
+    settings.cache_mode = CacheMode::ReadWrite;
+    assert_eq!(ask(&settings).await.error_type(), "llm_bad_response");
+    assert_eq!(llm.calls(), 6, "asked again, re-asks and all");
 }
 
 #[tokio::test]
