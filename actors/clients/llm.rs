@@ -272,8 +272,9 @@ impl LlmClient {
         let prompt = crate::telemetry::genai::record_content().then(|| body["messages"].to_string());
         let span = LlmSpan::start(&self.settings.model, &self.settings.base_url, &self.stage, prompt);
         let cache = self.cache.as_ref().map(|cache| (cache, ResponseCache::key(&self.settings.base_url, &body)));
-        if let Some((cache, key)) = &cache
-            && let Some(hit) = cache.get(key)
+        let hit = cache.as_ref().and_then(|(cache, key)| cache.get(key));
+        if let Some(hit) = &hit
+            && hit.failed.is_none()
             && let Ok(value) = accept(&hit.text, hit.truncated)
         {
             m.llm_cache_hits.with_label_values(stage).inc();
@@ -293,9 +294,23 @@ impl LlmClient {
         if let Some((_, key)) = &cache
             && self.settings.cache_mode == CacheMode::Replay
         {
-            let error = LlmError::NotCached(key.clone());
+            // The recorded call failed after its re-asks: so does its replay, at the same cost.
+            let (error, tokens) = match hit.and_then(|hit| hit.failed.clone().map(|message| (message, hit))) {
+                Some((message, hit)) => {
+                    let spent = CallStats {
+                        prompt_tokens: hit.prompt_tokens,
+                        completion_tokens: hit.completion_tokens,
+                        cached_tokens: hit.cached_tokens,
+                        cache_hit: true,
+                        ..CallStats::default()
+                    };
+                    attempt_spend::charge(&spent);
+                    (LlmError::BadResponse(message), (hit.prompt_tokens, hit.completion_tokens))
+                }
+                None => (LlmError::NotCached(key.clone()), (0, 0)),
+            };
             m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc();
-            span.fail(error.error_type(), error.to_string(), self.breaker.state_name(), (0, 0));
+            span.fail(error.error_type(), error.to_string(), self.breaker.state_name(), tokens);
             return Err(error);
         }
 
@@ -339,6 +354,7 @@ impl LlmClient {
                         cached_tokens: spent.cached_tokens,
                         logprobs: stats.logprobs.clone(),
                         truncated: stats.truncated,
+                        failed: None,
                     };
                     // A cache that cannot be written costs a repeat call later, not this answer.
                     if let Err(error) = cache.put(key, &entry) {
@@ -363,6 +379,20 @@ impl LlmClient {
                 Ok(Completion { value, stats })
             }
             Err(error) => {
+                if let (Some((cache, key)), LlmError::BadResponse(message)) = (&cache, &error) {
+                    let entry = CachedResponse {
+                        text: String::new(),
+                        prompt_tokens: spent.prompt_tokens,
+                        completion_tokens: spent.completion_tokens,
+                        cached_tokens: spent.cached_tokens,
+                        logprobs: None,
+                        truncated: false,
+                        failed: Some(message.clone()),
+                    };
+                    if let Err(error) = cache.put(key, &entry) {
+                        tracing::warn!(%error, dir = %cache.dir().display(), "cannot write the LLM response cache");
+                    }
+                }
                 m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc();
                 // A call the endpoint answered, or timed out on, was spent even though it failed.
                 let charged = !matches!(error, LlmError::Unreachable { .. });

@@ -5,7 +5,10 @@
 //!
 //! One small JSON file per entry, written to a temporary name and renamed, so concurrent writers and
 //! a crash never leave a half-written entry. Only answers the caller could use are stored, under the
-//! call's first request even when it took re-asks: a broken reply is never read back.
+//! call's first request even when it took re-asks: a broken reply is never read back as an answer.
+//! A call whose replies stayed unusable through its re-asks is stored as that failure, which only a
+//! replay reads back (`llm.cache_mode = "replay"`): the recorded run went on without the call, and so
+//! must its replay.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +33,10 @@ pub struct CachedResponse {
     /// The reply stopped at `max_tokens` (kept by free-text calls only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// The call ended unusable after its re-asks, with this `llm_bad_response` message (`text` is
+    /// then empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 impl ResponseCache {
@@ -101,6 +108,7 @@ mod tests {
             cached_tokens: 0,
             logprobs: None,
             truncated: false,
+            failed: None,
         };
         cache.put(&key, &response).unwrap();
         assert_eq!(cache.get(&key), Some(response));
