@@ -122,6 +122,7 @@ impl Settings {
         fill(&mut self.rerank.model_dir, "LACUNA_RERANKER_DIR", cache.join("reranker"));
         fill(&mut self.nli.model.model_dir, "LACUNA_NLI_DIR", cache.join("nli"));
         fill(&mut self.llm.cache_dir, "LACUNA_LLM_CACHE_DIR", cache.join("llm-responses"));
+        fill(&mut self.rerank.cache.dir, "LACUNA_RERANK_CACHE_DIR", cache.join("rerank-scores"));
     }
 
     fn validate(&self) -> Result<(), String> {

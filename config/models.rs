@@ -25,6 +25,33 @@ pub struct ModelSettings {
     /// CUDA: a GPU wants few sessions and large batches, CPUs the opposite.
     #[serde(default)]
     pub cuda: Option<Parallelism>,
+    /// Scores kept on disk and read back (the re-ranker's only; `clients/score_cache.rs`). Not part
+    /// of a run's settings: a replayed score is the score that was computed.
+    #[serde(default, skip_serializing)]
+    pub cache: ScoreCacheSettings,
+}
+
+/// Where the re-ranker's scores are kept, and whether a pair the cache lacks may be scored.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreCacheSettings {
+    pub mode: ScoreCacheMode,
+    /// Empty: $LACUNA_RERANK_CACHE_DIR, else <cache>/rerank-scores.
+    #[serde(default)]
+    pub dir: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoreCacheMode {
+    /// Every pair is scored by the model.
+    #[default]
+    Off,
+    /// A pair the cache holds gets its stored score; any other is scored and stored.
+    ReadWrite,
+    /// A pair the cache lacks is an error (`rerank_cache_miss`), never scored: proves a run reads
+    /// the scores a recorded run computed, on any CPU.
+    Replay,
 }
 
 /// How a model's pairs are spread over sessions and batches on one execution provider.

@@ -148,7 +148,7 @@ fn flatten(prefix: &str, value: &Value, leaves: &mut BTreeMap<String, Value>) {
 /// Error records that an interruption or a failing server causes, not the question or the method:
 /// their questions are asked again.
 const INFRASTRUCTURE_ERRORS: &[&str] =
-    &["llm_unreachable", "llm_timeout", "llm_http_status", "llm_cache_miss", "search", "bus"];
+    &["llm_unreachable", "llm_timeout", "llm_http_status", "llm_cache_miss", "rerank_cache_miss", "search", "bus"];
 
 /// The answers of an interrupted run, in the order written, the first per question kept. Only the
 /// last line may fail to parse, when the interruption cut it short (without its newline); its question

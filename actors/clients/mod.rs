@@ -25,6 +25,7 @@ pub mod nli;
 pub mod onnx;
 pub mod rerank;
 pub mod schema;
+pub mod score_cache;
 pub mod search;
 
 pub use backoff::{backoff, jittered};

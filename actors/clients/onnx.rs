@@ -30,6 +30,8 @@ pub enum ModelError {
     Load { path: PathBuf, message: String },
     #[error("inference failed: {0}")]
     Inference(String),
+    #[error("rerank.cache.mode = \"replay\" and the score cache has no entry {0} for this pair")]
+    NotCached(String),
 }
 
 // ONNX Runtime allows one environment per process: load it once, remember the outcome.

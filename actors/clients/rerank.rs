@@ -7,16 +7,21 @@ use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _};
 use opentelemetry::{Context, KeyValue};
 
 use super::onnx::{ModelError, PairClassifier};
+use super::score_cache::ScoreCache;
 use crate::config::{ModelSettings, OnnxSettings};
 
 #[derive(Clone)]
 pub struct Reranker {
     model: Arc<PairClassifier>,
+    /// `rerank.cache`: scores read back instead of scored again.
+    cache: Option<Arc<ScoreCache>>,
 }
 
 impl Reranker {
     pub fn load(settings: &ModelSettings, onnx: &OnnxSettings) -> Result<Self, ModelError> {
-        Ok(Reranker { model: Arc::new(PairClassifier::load("reranker", settings, onnx)?) })
+        let model = PairClassifier::load("reranker", settings, onnx)?;
+        let cache = ScoreCache::open(&settings.cache, model.graph())?.map(Arc::new);
+        Ok(Reranker { model: Arc::new(model), cache })
     }
 
     /// The classifier underneath, for `lacuna bench rerank`.
@@ -48,10 +53,10 @@ impl Reranker {
             KeyValue::new("openinference.span.kind", "RERANKER"),
         ];
         let trace = crate::telemetry::child_span("rerank", SpanKind::Internal, &Context::current(), attributes);
-        let rows = self.model.classify(pairs).await;
+        let scores = self.scored(pairs).await;
         let span = trace.span();
-        let scores: Vec<f32> = match rows {
-            Ok(rows) => rows.into_iter().map(|row| row.first().copied().unwrap_or(f32::MIN)).collect(),
+        let scores = match scores {
+            Ok(scores) => scores,
             Err(error) => {
                 span.set_status(Status::error(error.to_string()));
                 span.end();
@@ -64,6 +69,36 @@ impl Reranker {
         }
         span.end();
         Ok(scores)
+    }
+
+    /// The model's scores, those the cache holds read from it and the others stored in it.
+    async fn scored(&self, pairs: Vec<(String, String)>) -> Result<Vec<f32>, ModelError> {
+        let Some(cache) = &self.cache else { return self.classified(pairs).await };
+        let found = cache.lookup(&pairs)?;
+        let missing: Vec<(String, String)> =
+            pairs.into_iter().zip(&found).filter(|(_, (_, score))| score.is_none()).map(|(pair, _)| pair).collect();
+        let mut computed = self.classified(missing).await?.into_iter();
+        let mut new = Vec::new();
+        let scores = found
+            .into_iter()
+            .map(|(key, score)| {
+                score.unwrap_or_else(|| {
+                    let score = computed.next().expect("one score per pair scored");
+                    new.push((key, score));
+                    score
+                })
+            })
+            .collect();
+        // A cache that cannot be written costs a rescoring later, not this answer.
+        if let Err(error) = cache.store(&new) {
+            tracing::warn!(%error, "cannot write the re-ranker's score cache");
+        }
+        Ok(scores)
+    }
+
+    async fn classified(&self, pairs: Vec<(String, String)>) -> Result<Vec<f32>, ModelError> {
+        let rows = self.model.classify(pairs).await?;
+        Ok(rows.into_iter().map(|row| row.first().copied().unwrap_or(f32::MIN)).collect())
     }
 }
 

@@ -65,6 +65,7 @@ impl StageError {
                 "missing_index"
             }
             StageError::Search(_) => "search",
+            StageError::Model(ModelError::NotCached(_)) => "rerank_cache_miss",
             StageError::Model(_) | StageError::Nli(NliError::Model(_)) => "model",
             StageError::Bus(BusError::Rejected(_)) => "publish_rejected",
             StageError::Bus(_) => "bus",

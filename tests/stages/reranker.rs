@@ -1,9 +1,9 @@
 //! The re-ranker's own path (worker sessions, rounds, coalescing across events) against a bare ONNX
 //! session: the same batches give the same scores, and callers sharing a round each get their own.
 
-use lacuna::actors::clients::Reranker;
 use lacuna::actors::clients::onnx::{PairEncoder, open_session};
-use lacuna::config::{ExecutionProvider, Graph, ModelSettings, Settings};
+use lacuna::actors::clients::{ModelError, Reranker};
+use lacuna::config::{ExecutionProvider, Graph, ModelSettings, ScoreCacheMode, ScoreCacheSettings, Settings};
 
 /// Pairs of many lengths: a query against passages of one to twelve sentences.
 fn pairs(query: &str, n: usize) -> Vec<(String, String)> {
@@ -174,4 +174,30 @@ async fn by_default_a_pairs_score_does_not_depend_on_what_else_is_scored() {
     let alone = reranker.score(crowd[7..9].to_vec()).await.unwrap();
     let (together, _) = tokio::join!(reranker.score(crowd.clone()), reranker.score(pairs("Who is Hugo?", 20)));
     assert_close(&alone, &together.unwrap()[7..9]);
+}
+
+/// `rerank.cache`: a run that kept its scores reads them back to the bit in a later process, whatever
+/// CPU it runs on, and a replay refuses a pair the recorded run never scored instead of scoring it.
+#[tokio::test]
+async fn kept_scores_read_back_to_the_bit_and_a_replay_refuses_a_pair_never_scored() {
+    let dir = std::env::temp_dir().join(format!("lacuna-rerank-scores-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let with =
+        |mode| ModelSettings { cache: ScoreCacheSettings { mode, dir: dir.clone() }, ..Settings::defaults().rerank };
+    let onnx = Settings::defaults().onnx;
+    let crowd = pairs("Which club does Hugo play for?", 12);
+    let live = Reranker::load(&Settings::defaults().rerank, &onnx).unwrap().score(crowd.clone()).await.unwrap();
+    let recorder = Reranker::load(&with(ScoreCacheMode::ReadWrite), &onnx).unwrap();
+    assert_eq!(recorder.score(crowd[..8].to_vec()).await.unwrap(), live[..8], "stored as scored");
+    // Half of these are stored, half scored now: each keeps its place.
+    assert_eq!(recorder.score(crowd[4..].to_vec()).await.unwrap(), live[4..]);
+
+    let replay = Reranker::load(&with(ScoreCacheMode::Replay), &onnx).unwrap();
+    let reversed: Vec<_> = crowd.iter().rev().cloned().collect();
+    let read: Vec<f32> = replay.score(reversed).await.unwrap().into_iter().rev().collect();
+    assert_eq!(read, live, "every score read back, to the bit");
+    let never = pairs("Who renovated the town hall?", 1);
+    let refused = replay.score(never).await.unwrap_err();
+    assert!(matches!(refused, ModelError::NotCached(_)), "{refused}");
+    std::fs::remove_dir_all(dir).unwrap();
 }
