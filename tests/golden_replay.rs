@@ -4,11 +4,15 @@
 //! settings and the `fast` and `paper` profiles, with `llm.cache_mode = "replay"`: every LLM call is
 //! answered from the calls committed in tests/golden/replay/llm-responses.jsonl, recorded with the
 //! local Qwen2.5-Coder-1.5B, and a call they lack is an `llm_cache_miss` error record, not a request.
+//! The re-ranker's scores are replayed too (`rerank.cache.mode = "replay"`, from
+//! tests/golden/replay/rerank-scores.jsonl): the int8 graph scores some pairs differently on CPUs
+//! without VNNI, which flipped keep decisions and failed 5 of the 18 records on an AVX2-only host.
 //! Each question must give the answer, facts, citations and calls in tests/golden/replay/<profile>.jsonl.
 //!
-//! A change to what these settings do (a prompt, a rule, a parameter, the order of the calls) fails
-//! here. A commit that changes the default on purpose records them again (`LACUNA_GOLDEN=record`,
-//! docs/evaluation.md#golden-replays) and links the tuning-half measurement that justifies it.
+//! A change to what these settings do (a prompt, a rule, a parameter, the order of the calls, the
+//! text a pair is scored on) fails here. A commit that changes the default on purpose records them
+//! again (`LACUNA_GOLDEN=record`, docs/evaluation.md#golden-replays) and links the tuning-half
+//! measurement that justifies it.
 
 mod support;
 
@@ -69,9 +73,15 @@ fn pinned(dataset: &str, record: &Value) -> Value {
     })
 }
 
-/// Runs every golden question under `profile` with the cache in `cache` (`mode`: replay, or
+/// Where a run keeps its LLM calls and its re-ranker's scores.
+struct Caches {
+    calls: PathBuf,
+    scores: PathBuf,
+}
+
+/// Runs every golden question under `profile` with the caches in `caches` (`mode`: replay, or
 /// read_write to record), and returns the pinned records by question id.
-fn run(profile: &str, cache: &Path, mode: &str) -> BTreeMap<String, Value> {
+fn run(profile: &str, caches: &Caches, mode: &str) -> BTreeMap<String, Value> {
     let mut pinned_records = BTreeMap::new();
     let datasets: Vec<&str> = QUESTIONS.iter().map(|(d, _)| *d).fold(Vec::new(), |mut all, d| {
         if !all.contains(&d) {
@@ -90,7 +100,9 @@ fn run(profile: &str, cache: &Path, mode: &str) -> BTreeMap<String, Value> {
             .args(["--concurrency", "1", "--out", out.to_str().unwrap()])
             .env("LACUNA__LLM__BASE_URL", RECORDED_AT)
             .env("LACUNA__LLM__CACHE_MODE", mode)
-            .env("LACUNA_LLM_CACHE_DIR", cache)
+            .env("LACUNA_LLM_CACHE_DIR", &caches.calls)
+            .env("LACUNA__RERANK__CACHE__MODE", mode)
+            .env("LACUNA_RERANK_CACHE_DIR", &caches.scores)
             // Not the tests' metrics port: eval serves /metrics while it runs.
             .env("LACUNA__METRICS__LISTEN", "127.0.0.1:0");
         let output = command.output().unwrap();
@@ -132,6 +144,23 @@ fn pack_calls(from: &Path) -> String {
     calls.into_iter().map(|(key, entry)| json!({"key": key, "entry": entry}).to_string() + "\n").collect()
 }
 
+/// The committed scores, as the score cache's file.
+fn unpack_scores(into: &Path) {
+    std::fs::create_dir_all(into).unwrap();
+    std::fs::copy(golden_dir().join("rerank-scores.jsonl"), into.join("scores.jsonl")).expect("the golden scores");
+}
+
+/// A score cache's lines, one per key (the last stored wins, as when it is read), sorted by key.
+fn pack_scores(from: &Path) -> String {
+    let text = std::fs::read_to_string(from.join("scores.jsonl")).unwrap();
+    let scores: BTreeMap<String, Value> = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .map(|line| (line["key"].as_str().unwrap().to_string(), line["score"].clone()))
+        .collect();
+    scores.into_iter().map(|(key, score)| json!({"key": key, "score": score}).to_string() + "\n").collect()
+}
+
 fn fresh(dir: &Path) -> PathBuf {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).unwrap();
@@ -142,18 +171,25 @@ fn fresh(dir: &Path) -> PathBuf {
 fn the_default_and_the_profiles_answer_the_golden_questions_as_recorded() {
     let scratch = support::scratch_dir("golden-cache");
     if std::env::var("LACUNA_GOLDEN").as_deref() == Ok("record") {
-        // Records the calls afresh from the model served at RECORDED_AT, one question at a time.
-        let cache = fresh(&scratch.join("recorded"));
+        // Scores afresh on this CPU, and asks the model served at RECORDED_AT, one question at a time,
+        // for the calls not recorded before. Calls recorded before are kept (the model's reply to a
+        // prompt can differ by CPU too), so the file holds every call any recording needed.
+        let recorded = fresh(&scratch.join("recorded"));
+        let caches = Caches { calls: recorded.join("calls"), scores: recorded.join("scores") };
+        unpack_calls(&caches.calls);
         for profile in PROFILES {
-            let records = run(profile, &cache, "read_write");
+            let records = run(profile, &caches, "read_write");
             let lines: String = records.values().map(|r| r.to_string() + "\n").collect();
             std::fs::write(golden_dir().join(format!("{profile}.jsonl")), lines).unwrap();
         }
-        std::fs::write(golden_dir().join("llm-responses.jsonl"), pack_calls(&cache)).unwrap();
+        std::fs::write(golden_dir().join("llm-responses.jsonl"), pack_calls(&caches.calls)).unwrap();
+        std::fs::write(golden_dir().join("rerank-scores.jsonl"), pack_scores(&caches.scores)).unwrap();
         return;
     }
-    let cache = fresh(&scratch.join("replayed"));
-    unpack_calls(&cache);
+    let replayed = fresh(&scratch.join("replayed"));
+    let caches = Caches { calls: replayed.join("calls"), scores: replayed.join("scores") };
+    unpack_calls(&caches.calls);
+    unpack_scores(&caches.scores);
     let mut changed = Vec::new();
     for profile in PROFILES {
         let expected = std::fs::read_to_string(golden_dir().join(format!("{profile}.jsonl"))).unwrap();
@@ -163,7 +199,7 @@ fn the_default_and_the_profiles_answer_the_golden_questions_as_recorded() {
             .map(|r| (r["id"].as_str().unwrap().to_string(), r))
             .collect();
         assert_eq!(expected.len(), QUESTIONS.len(), "{profile}.jsonl pins every golden question");
-        let replayed = run(profile, &cache, "replay");
+        let replayed = run(profile, &caches, "replay");
         for (id, want) in &expected {
             let got = &replayed[id];
             if got != want {
