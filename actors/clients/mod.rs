@@ -10,6 +10,7 @@
 //!   fails.
 //! - `onnx`: the text-pair classifier on ONNX Runtime (worker threads, batches) the next two share.
 //! - `rerank`: the cross-encoder re-ranker, scoring (query, passage) pairs.
+//! - `score_cache`: the re-ranker's scores kept on disk and read back (`rerank.cache`).
 //! - `nli`: does a passage entail a fact: the LLM as a judge, or an ONNX NLI model.
 //! - `gpu`: the provider ONNX sessions run on: CUDA when there is one, else the CPU, saying so.
 //! - `search/`: the search index: tantivy BM25 on local disk or Meilisearch, read and written.
