@@ -3,17 +3,15 @@
 //! `answers`. The prompts are those of the whole pipeline, not only this process's stages: every
 //! stage of a deployment runs the same build and configuration.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::collections::BTreeMap;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::actors::clients::Search;
 use crate::config::Settings;
 use crate::pipelines::kind::PipelineKind;
 use crate::topics::Provenance;
+use crate::topics::provenance::{file_sha256, sha256_hex};
 
 /// The git commit this binary was built from (`build.rs`).
 pub const COMMIT: &str = env!("LACUNA_COMMIT");
@@ -68,23 +66,6 @@ pub fn config_sha256(settings: &Settings) -> String {
 fn is_secret_property(key: &str) -> bool {
     let key = key.trim().to_ascii_lowercase();
     ["password", "secret", "token", "key.pem", "jaas.config"].iter().any(|word| key.contains(word))
-}
-
-/// A file's SHA-256, hashed once per path and process; `None` when it cannot be read (a process
-/// that runs no re-ranking stage may not have the model).
-fn file_sha256(path: &Path) -> Option<String> {
-    static HASHED: OnceLock<Mutex<HashMap<PathBuf, Option<String>>>> = OnceLock::new();
-    let hashed = HASHED.get_or_init(Default::default);
-    if let Some(known) = hashed.lock().expect("hash cache lock").get(path) {
-        return known.clone();
-    }
-    let digest = std::fs::read(path).ok().map(|bytes| sha256_hex(&bytes));
-    hashed.lock().expect("hash cache lock").insert(path.to_path_buf(), digest.clone());
-    digest
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -2,9 +2,12 @@
 //! the model, the re-ranker and the index generations read. Without it an answer can be neither
 //! audited nor reproduced: the same question gets another answer once any of these moves.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::{TraceKind, TraceStep};
 
@@ -53,4 +56,26 @@ impl Provenance {
         }
         stamped
     }
+}
+/// A file's SHA-256, hashed once per path and process; `None` when it cannot be read (a process
+/// that runs no re-ranking stage may not have the model). The re-ranker's graph is hashed for the
+/// provenance and for its score cache's keys: 34 MB read once.
+pub fn file_sha256(path: &Path) -> Option<String> {
+    static HASHED: OnceLock<Mutex<HashMap<PathBuf, Option<String>>>> = OnceLock::new();
+    let hashed = HASHED.get_or_init(Default::default);
+    if let Some(known) = hashed.lock().expect("hash cache lock").get(path) {
+        return known.clone();
+    }
+    let digest = std::fs::read(path).ok().map(|bytes| sha256_hex(&bytes));
+    hashed.lock().expect("hash cache lock").insert(path.to_path_buf(), digest.clone());
+    digest
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// A digest as lower-case hex.
+pub fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }

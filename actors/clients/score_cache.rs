@@ -11,6 +11,7 @@
 //! SHA-256 and the pair's text: another graph, or another text, is another entry.
 
 use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -20,13 +21,20 @@ use sha2::{Digest, Sha256};
 
 use super::onnx::ModelError;
 use crate::config::{ScoreCacheMode, ScoreCacheSettings};
+use crate::topics::provenance::{file_sha256, hex};
 
 pub struct ScoreCache {
     replay: bool,
     /// Hex SHA-256 of the graph file the scores come from.
     graph: String,
     path: PathBuf,
-    scores: Mutex<HashMap<String, f32>>,
+    stored: Mutex<Stored>,
+}
+
+/// The scores read and stored, and the file new ones are appended to (none in replay).
+struct Stored {
+    scores: HashMap<String, f32>,
+    file: Option<File>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -42,26 +50,33 @@ impl ScoreCache {
             return Ok(None);
         }
         let load_error = |message: String| ModelError::Load { path: graph.to_path_buf(), message };
-        let bytes = std::fs::read(graph).map_err(|e| load_error(e.to_string()))?;
-        let graph = hex(&Sha256::digest(&bytes));
+        let graph = file_sha256(graph).ok_or_else(|| load_error("cannot read it to key its scores".into()))?;
         let path = settings.dir.join("scores.jsonl");
-        let scores = match std::fs::read_to_string(&path) {
-            Ok(text) => text
-                .lines()
-                .filter_map(|line| serde_json::from_str::<Line>(line).ok())
-                .map(|line| (line.key, line.score))
-                .collect(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-            Err(e) => return Err(load_error(format!("score cache {}: {e}", path.display()))),
+        let cache_error = |e: std::io::Error| load_error(format!("score cache {}: {e}", path.display()));
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(cache_error(e)),
         };
+        let scores = String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Line>(line).ok())
+            .map(|line| (line.key, line.score))
+            .collect();
         let replay = settings.mode == ScoreCacheMode::Replay;
-        if !replay && std::fs::read(&path).is_ok_and(|text| text.last().is_some_and(|&end| end != b'\n')) {
-            // A writer that died mid-line: end the line, or the next score would join it.
-            let mut file =
-                std::fs::OpenOptions::new().append(true).open(&path).map_err(|e| load_error(e.to_string()))?;
-            file.write_all(b"\n").map_err(|e| load_error(e.to_string()))?;
-        }
-        Ok(Some(ScoreCache { replay, graph, path, scores: Mutex::new(scores) }))
+        let file = match replay {
+            true => None,
+            false => {
+                std::fs::create_dir_all(&settings.dir).map_err(cache_error)?;
+                let mut file = OpenOptions::new().create(true).append(true).open(&path).map_err(cache_error)?;
+                if bytes.last().is_some_and(|&end| end != b'\n') {
+                    // A writer that died mid-line: end the line, or the next score would join it.
+                    file.write_all(b"\n").map_err(cache_error)?;
+                }
+                Some(file)
+            }
+        };
+        Ok(Some(ScoreCache { replay, graph, path, stored: Mutex::new(Stored { scores, file }) }))
     }
 
     /// The entry's address: hex SHA-256 of the graph's hash, the query and the passage.
@@ -76,11 +91,11 @@ impl ScoreCache {
 
     /// Each pair's key and stored score. In replay, a pair without one is a `NotCached` error.
     pub fn lookup(&self, pairs: &[(String, String)]) -> Result<Vec<(String, Option<f32>)>, ModelError> {
-        let scores = self.scores.lock().expect("the score cache lock is never poisoned");
+        let stored = self.stored.lock().expect("the score cache lock is never poisoned");
         let mut found = Vec::with_capacity(pairs.len());
         for (query, passage) in pairs {
             let key = self.key(query, passage);
-            let score = scores.get(&key).copied();
+            let score = stored.scores.get(&key).copied();
             if score.is_none() && self.replay {
                 return Err(ModelError::NotCached(key));
             }
@@ -91,26 +106,17 @@ impl ScoreCache {
 
     /// Keeps new scores, in memory and appended to the file in one write.
     pub fn store(&self, new: &[(String, f32)]) -> Result<(), ModelError> {
-        if new.is_empty() {
-            return Ok(());
-        }
+        let mut stored = self.stored.lock().expect("the score cache lock is never poisoned");
+        let Some(file) = stored.file.as_mut().filter(|_| !new.is_empty()) else { return Ok(()) };
         let lines: String = new
             .iter()
             .map(|(key, score)| serde_json::to_string(&Line { key: key.clone(), score: *score }).unwrap() + "\n")
             .collect();
-        let write_error =
-            |e: std::io::Error| ModelError::Inference(format!("score cache {}: {e}", self.path.display()));
-        let mut scores = self.scores.lock().expect("the score cache lock is never poisoned");
-        std::fs::create_dir_all(self.path.parent().expect("the cache file has a folder")).map_err(write_error)?;
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path).map_err(write_error)?;
-        file.write_all(lines.as_bytes()).map_err(write_error)?;
-        scores.extend(new.iter().cloned());
+        file.write_all(lines.as_bytes())
+            .map_err(|e| ModelError::Inference(format!("score cache {}: {e}", self.path.display())))?;
+        stored.scores.extend(new.iter().cloned());
         Ok(())
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -172,10 +178,12 @@ mod tests {
         let read = scores.lookup(&[pair("who", "Ann"), pair("who", "Bob")]).unwrap();
         assert_eq!((read[0].1, read[1].1), (Some(1.5), Some(2.5)), "a score stored after the torn line is kept");
 
-        std::fs::write(&graph, b"graph two").unwrap();
-        let other = ScoreCache::open(&settings(&dir, ScoreCacheMode::ReadWrite), &graph).unwrap().unwrap();
+        // A graph is hashed once per path and process (as for the provenance): another graph is
+        // another file.
+        let two = graph.with_file_name("other.onnx");
+        std::fs::write(&two, b"graph two").unwrap();
+        let other = ScoreCache::open(&settings(&dir, ScoreCacheMode::ReadWrite), &two).unwrap().unwrap();
         assert_eq!(other.lookup(&[pair("who", "Ann")]).unwrap()[0].1, None, "scores of another graph");
-        std::fs::write(&graph, b"graph one").unwrap();
         let same = ScoreCache::open(&settings(&dir, ScoreCacheMode::ReadWrite), &graph).unwrap().unwrap();
         assert_eq!(same.lookup(&[pair("who", "Ann")]).unwrap()[0].1, Some(1.5));
     }
