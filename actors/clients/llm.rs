@@ -295,19 +295,21 @@ impl LlmClient {
             && self.settings.cache_mode == CacheMode::Replay
         {
             // The recorded call failed after its re-asks: so does its replay, at the same cost.
-            let (error, tokens) = match hit.and_then(|hit| hit.failed.clone().map(|message| (message, hit))) {
-                Some((message, hit)) => {
+            let (error, tokens) = match hit {
+                Some(CachedResponse {
+                    failed: Some(message), prompt_tokens, completion_tokens, cached_tokens, ..
+                }) => {
                     let spent = CallStats {
-                        prompt_tokens: hit.prompt_tokens,
-                        completion_tokens: hit.completion_tokens,
-                        cached_tokens: hit.cached_tokens,
+                        prompt_tokens,
+                        completion_tokens,
+                        cached_tokens,
                         cache_hit: true,
                         ..CallStats::default()
                     };
                     attempt_spend::charge(&spent);
-                    (LlmError::BadResponse(message), (hit.prompt_tokens, hit.completion_tokens))
+                    (LlmError::BadResponse(message), (prompt_tokens, completion_tokens))
                 }
-                None => (LlmError::NotCached(key.clone()), (0, 0)),
+                _ => (LlmError::NotCached(key.clone()), (0, 0)),
             };
             m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc();
             span.fail(error.error_type(), error.to_string(), self.breaker.state_name(), tokens);
@@ -349,17 +351,11 @@ impl LlmClient {
                 if let Some((cache, key)) = &cache {
                     let entry = CachedResponse {
                         text,
-                        prompt_tokens: spent.prompt_tokens,
-                        completion_tokens: spent.completion_tokens,
-                        cached_tokens: spent.cached_tokens,
                         logprobs: stats.logprobs.clone(),
                         truncated: stats.truncated,
-                        failed: None,
+                        ..CachedResponse::spent(&spent)
                     };
-                    // A cache that cannot be written costs a repeat call later, not this answer.
-                    if let Err(error) = cache.put(key, &entry) {
-                        tracing::warn!(%error, dir = %cache.dir().display(), "cannot write the LLM response cache");
-                    }
+                    keep(cache, key, &entry);
                 }
                 m.llm_calls.with_label_values(stage).inc();
                 m.llm_request_seconds.with_label_values(stage).observe(started.elapsed().as_secs_f64());
@@ -380,18 +376,11 @@ impl LlmClient {
             }
             Err(error) => {
                 if let (Some((cache, key)), LlmError::BadResponse(message)) = (&cache, &error) {
-                    let entry = CachedResponse {
-                        text: String::new(),
-                        prompt_tokens: spent.prompt_tokens,
-                        completion_tokens: spent.completion_tokens,
-                        cached_tokens: spent.cached_tokens,
-                        logprobs: None,
-                        truncated: false,
-                        failed: Some(message.clone()),
-                    };
-                    if let Err(error) = cache.put(key, &entry) {
-                        tracing::warn!(%error, dir = %cache.dir().display(), "cannot write the LLM response cache");
-                    }
+                    keep(
+                        cache,
+                        key,
+                        &CachedResponse { failed: Some(message.clone()), ..CachedResponse::spent(&spent) },
+                    );
                 }
                 m.llm_errors.with_label_values(&[&*self.stage, error.error_type()]).inc();
                 // A call the endpoint answered, or timed out on, was spent even though it failed.
@@ -575,5 +564,12 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.dec();
         CALLS_IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Stores a call's outcome. A cache that cannot be written costs a repeat call later, not this answer.
+fn keep(cache: &ResponseCache, key: &str, entry: &CachedResponse) {
+    if let Err(error) = cache.put(key, entry) {
+        tracing::warn!(%error, dir = %cache.dir().display(), "cannot write the LLM response cache");
     }
 }

@@ -39,6 +39,21 @@ pub struct CachedResponse {
     pub failed: Option<String>,
 }
 
+impl CachedResponse {
+    /// An entry with what a call spent and nothing else: the caller fills in its outcome.
+    pub fn spent(spent: &super::CallStats) -> CachedResponse {
+        CachedResponse {
+            text: String::new(),
+            prompt_tokens: spent.prompt_tokens,
+            completion_tokens: spent.completion_tokens,
+            cached_tokens: spent.cached_tokens,
+            logprobs: None,
+            truncated: false,
+            failed: None,
+        }
+    }
+}
+
 impl ResponseCache {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         ResponseCache { dir: dir.into() }
