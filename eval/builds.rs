@@ -10,6 +10,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use super::resume::RunIdentity;
+use crate::topics::provenance::hex;
 
 /// The golden records this build was checked against, hashed.
 pub fn golden_sha256() -> String {
@@ -21,7 +22,7 @@ pub fn golden_sha256() -> String {
     ] {
         hash.update(records.as_bytes());
     }
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    hex(&hash.finalize())
 }
 
 /// What a run's run.json says of the build that made it.

@@ -156,7 +156,7 @@ fn idempotent_id(asked: &NewQuestion) -> Option<String> {
     asked.id.clone().or_else(|| {
         let key = asked.key.as_ref()?;
         let digest = Sha256::digest(key.as_bytes());
-        Some(digest[..16].iter().fold("k-".to_string(), |id, byte| id + &format!("{byte:02x}")))
+        Some(format!("k-{}", crate::topics::provenance::hex(&digest[..16])))
     })
 }
 

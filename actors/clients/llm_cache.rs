@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::topics::provenance::hex;
+
 #[derive(Clone, Debug)]
 pub struct ResponseCache {
     dir: PathBuf,
@@ -69,7 +71,7 @@ impl ResponseCache {
         hash.update(endpoint.as_bytes());
         hash.update([0u8]);
         hash.update(body.to_string().as_bytes());
-        hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        hex(&hash.finalize())
     }
 
     fn path(&self, key: &str) -> PathBuf {

@@ -48,6 +48,7 @@ use super::SearchError;
 use super::changes::Applied;
 use crate::config::MeiliSettings;
 use crate::topics::Passage;
+use crate::topics::provenance::hex;
 
 /// The attributes a Lacuna index stores, searches (all but the id) and returns.
 const FIELDS: [&str; 3] = ["id", "title", "text"];
@@ -63,8 +64,7 @@ pub fn key_of(passage_id: &str) -> String {
     if valid_document_id(passage_id) && !passage_id.starts_with("sha256_") {
         return passage_id.to_string();
     }
-    let digest = Sha256::digest(passage_id.as_bytes());
-    format!("sha256_{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!("sha256_{}", hex(&Sha256::digest(passage_id.as_bytes())))
 }
 
 /// The key of a passage a live change writes: its id and the change's `seq`, hashed (a NUL is never in

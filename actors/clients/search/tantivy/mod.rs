@@ -61,6 +61,6 @@ pub(super) fn commit_generation(searcher: &::tantivy::Searcher) -> String {
         .collect();
     segments.sort();
     let digest = Sha256::digest(segments.join(",").as_bytes());
-    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    let short = crate::topics::provenance::hex(&digest[..4]);
     format!("tantivy:{}:{short}", searcher.num_docs())
 }
