@@ -92,7 +92,7 @@ enum Command {
     Graph(graph::GraphArgs),
     /// Find the re-ranker threshold that keeps a passage for 80% of a dataset's questions.
     Calibrate(calibrate::CalibrateArgs),
-    /// Recall@5/20/50 of gold passages and indexing time, per dataset and search backend.
+    /// Recall@k (5/20/50, or --at) of gold passages and indexing time, per dataset and search backend.
     Recall(recall::RecallArgs),
     /// Throughput figures: a pipeline in process (with a real or fake LLM), or the re-ranker alone.
     Bench(bench::BenchArgs),

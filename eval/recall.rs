@@ -1,6 +1,6 @@
 //! `lacuna recall`: how well a retrieval backend finds the gold passages of a dataset's questions,
-//! searched with the question itself: recall@5/20/50 (the share of gold passages among the top k,
-//! averaged over questions with gold passages), and how long indexing the corpus took. This is what
+//! searched with the question itself: recall@k (the share of gold passages among the top k, averaged
+//! over questions with gold passages) at each cutoff asked for, and how long indexing the corpus took. This is what
 //! one trades when swapping BM25 for another retriever (the MIGRES paper's Appendix A found a
 //! stronger but noisier retriever did not help the method).
 
@@ -11,6 +11,7 @@ use crate::config::{SearchBackend, Settings};
 use crate::eval::dataset::Dataset;
 use crate::eval::score::passage_recall;
 
+/// The cutoffs reported unless others are asked for.
 pub const CUTOFFS: [usize; 3] = [5, 20, 50];
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -18,21 +19,23 @@ pub struct RecallRow {
     pub dataset: String,
     pub backend: String,
     pub questions: usize,
-    /// Mean recall at each of [`CUTOFFS`].
+    /// The cutoffs k, ascending.
+    pub cutoffs: Vec<usize>,
+    /// Mean recall at each of `cutoffs`.
     pub recall: Vec<f64>,
     pub passages: usize,
     pub index_seconds: f64,
 }
 
 /// Mean recall@k for each cutoff over the questions that have gold passages.
-pub async fn recall_at(search: &Search, dataset: &Dataset) -> anyhow::Result<(usize, Vec<f64>)> {
-    let deepest = *CUTOFFS.iter().max().expect("cutoffs");
-    let mut sums = vec![0.0; CUTOFFS.len()];
+pub async fn recall_at(search: &Search, dataset: &Dataset, cutoffs: &[usize]) -> anyhow::Result<(usize, Vec<f64>)> {
+    let deepest = cutoffs.iter().copied().max().unwrap_or(0);
+    let mut sums = vec![0.0; cutoffs.len()];
     let mut scored = 0;
     for question in dataset.questions.iter().filter(|q| !q.gold_doc_ids.is_empty()) {
         let found: Vec<String> =
             search.search(&question.question, deepest).await?.into_iter().map(|(p, _)| p.id).collect();
-        for (sum, k) in sums.iter_mut().zip(CUTOFFS) {
+        for (sum, &k) in sums.iter_mut().zip(cutoffs) {
             *sum += passage_recall(&found[..k.min(found.len())], &question.gold_doc_ids).unwrap_or(0.0);
         }
         scored += 1;
@@ -40,8 +43,13 @@ pub async fn recall_at(search: &Search, dataset: &Dataset) -> anyhow::Result<(us
     Ok((scored, sums.into_iter().map(|s| s / scored.max(1) as f64).collect()))
 }
 
-/// Indexes `dataset`'s corpus into `backend` (timed), then measures its recall.
-pub async fn measure(settings: &Settings, backend: SearchBackend, dataset: &Dataset) -> anyhow::Result<RecallRow> {
+/// Indexes `dataset`'s corpus into `backend` (timed), then measures its recall at `cutoffs` (ascending).
+pub async fn measure(
+    settings: &Settings,
+    backend: SearchBackend,
+    dataset: &Dataset,
+    cutoffs: &[usize],
+) -> anyhow::Result<RecallRow> {
     let started = Instant::now();
     let (search, passages) = match backend {
         SearchBackend::Tantivy => {
@@ -59,16 +67,18 @@ pub async fn measure(settings: &Settings, backend: SearchBackend, dataset: &Data
         }
     };
     let index_seconds = started.elapsed().as_secs_f64();
-    let (questions, recall) = recall_at(&search, dataset).await?;
+    let (questions, recall) = recall_at(&search, dataset, cutoffs).await?;
     let backend = format!("{backend:?}").to_lowercase();
-    Ok(RecallRow { dataset: dataset.name.clone(), backend, questions, recall, passages, index_seconds })
+    let cutoffs = cutoffs.to_vec();
+    Ok(RecallRow { dataset: dataset.name.clone(), backend, questions, cutoffs, recall, passages, index_seconds })
 }
 
-/// The rows as a Markdown table.
+/// The rows as a Markdown table, a column per cutoff (those of the first row: one run asks for one set).
 pub fn markdown(rows: &[RecallRow]) -> String {
-    let mut out =
-        String::from("| dataset | backend | questions | recall@5 | recall@20 | recall@50 | passages | indexing |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    let cutoffs = rows.first().map_or(&[][..], |r| &r.cutoffs[..]);
+    let columns: String = cutoffs.iter().map(|k| format!(" recall@{k} |")).collect();
+    let mut out = format!("| dataset | backend | questions |{columns} passages | indexing |\n");
+    out.push_str(&format!("|---|---|---|{}---|---|\n", "---|".repeat(cutoffs.len())));
     for r in rows {
         let pct: Vec<String> = r.recall.iter().map(|v| format!("{:.1}%", 100.0 * v)).collect();
         out.push_str(&format!(
@@ -94,11 +104,14 @@ mod tests {
             dataset: "hotpotqa".into(),
             backend: "tantivy".into(),
             questions: 2,
+            cutoffs: vec![5, 30, 50],
             recall: vec![0.5, 0.75, 1.0],
             passages: 10,
             index_seconds: 0.25,
         };
         let table = markdown(&[row]);
+        assert!(table.starts_with("| dataset | backend | questions | recall@5 | recall@30 | recall@50 | passages |"));
+        assert!(table.contains("|---|---|---|---|---|---|---|---|\n"), "{table}");
         assert!(table.contains("| hotpotqa | tantivy | 2 | 50.0% | 75.0% | 100.0% | 10 | 0.25 s |"), "{table}");
     }
 }

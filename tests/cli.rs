@@ -194,6 +194,26 @@ fn bench_reports_a_pipeline_run_and_the_rerankers_ways() {
     assert!(bench["flips"].as_u64().unwrap() <= 40);
 }
 
+/// `lacuna recall --half tuning --at 30 5`: recall of the half's questions at the cutoffs asked for,
+/// ascending, each at least the one before (what a cut of `migres.retrieve_top_n` to 30 gives up).
+#[test]
+fn recall_reports_the_cutoffs_asked_for_on_one_half() {
+    let dataset = support::data_dir().join("hotpotqa");
+    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .args(["recall", "--dataset", dataset.to_str().unwrap(), "--half", "tuning", "--limit", "6"])
+        .args(["--at", "30", "5"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.starts_with("| dataset | backend | questions | recall@5 | recall@30 | passages |"), "{stdout}");
+    let row = stdout.lines().find(|l| l.starts_with("| hotpotqa | tantivy | 6 |")).expect(&stdout);
+    let recall: Vec<f64> =
+        row.split('|').filter_map(|cell| cell.trim().strip_suffix('%')).map(|v| v.parse().unwrap()).collect();
+    assert_eq!(recall.len(), 2, "{row}");
+    assert!(recall[0] <= recall[1] && recall[1] > 0.0, "{row}");
+}
+
 /// Kafka TLS and SASL settings reach librdkafka (its configuration dump, logged at debug, lists them)
 /// while the secret read from the environment never appears in the logs; a secret variable that is
 /// not set stops the command with a message naming it.
