@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum as _;
 use serde::Serialize;
 
 use crate::bench::replica::{Replica, free_port};
@@ -25,6 +26,8 @@ pub const LLM_LIMIT: f64 = 32.0;
 pub struct PipelineBench {
     pub label: String,
     pub pipeline: String,
+    /// `in-process` or `kafka`: runs compared in one table should have come the same way.
+    pub transport: String,
     pub dataset: String,
     pub questions: usize,
     pub errors: usize,
@@ -182,6 +185,7 @@ pub async fn run_on(
     Ok(PipelineBench {
         label: label.into(),
         pipeline: kind.name().into(),
+        transport: transport.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default(),
         dataset: dataset.name.clone(),
         questions: finished.len(),
         errors,
@@ -281,10 +285,10 @@ impl PipelineBench {
     pub fn markdown(runs: &[PipelineBench]) -> String {
         let Some(first) = runs.first() else { return String::new() };
         let mut out = format!(
-            "# lacuna bench pipeline: {} on {}, {} questions, {} open\n\n\
+            "# lacuna bench pipeline: {} on {} ({}), {} questions, {} open\n\n\
              | run | questions/s | × first | LLM calls | LLM in flight (of {LLM_LIMIT}) | re-ranker pairs a question | re-ranker pairs/s (inference) | padded/real | p50 s | p95 s | peak RSS MiB | errors |\n\
              |---|---|---|---|---|---|---|---|---|---|---|---|\n",
-            first.pipeline, first.dataset, first.questions, first.open_questions
+            first.pipeline, first.dataset, first.transport, first.questions, first.open_questions
         );
         for r in runs {
             out += &format!(
