@@ -1020,3 +1020,35 @@ fn the_pipeline_bench_runs_a_stage_in_processes_of_its_own() {
         assert_eq!(process, &json!(["sentence_filter", "exit status: 0"]), "{stderr}");
     }
 }
+
+/// `--transport kafka` with a twin flag (`--against-default` here): both runs of the table go over
+/// the broker, so their figures compare one configuration with another and not the queues in this
+/// process with Kafka.
+#[test]
+fn a_pipeline_bench_and_its_twin_both_go_over_kafka() {
+    let _serial = serial();
+    let dir = support::scratch_dir("bench-twins");
+    let figures = dir.join("figures.json");
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .args(["bench", "pipeline", "--limit", "3", "--fake-llm-ms", "1", "--retrieve-top-n", "5"])
+        .args(["--transport", "kafka", "--against-default", "--dataset"])
+        .arg(support::data_dir().join("hotpotqa"))
+        .arg("--json")
+        .arg(&figures)
+        .env("LACUNA__KAFKA__BROKERS", support::cluster::brokers())
+        .env("LACUNA__KAFKA__TOPIC_PREFIX", format!("benchtwins-{nanos}."))
+        .env("LACUNA__METRICS__LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let runs: serde_json::Value = serde_json::from_slice(&std::fs::read(&figures).unwrap()).unwrap();
+    let runs = runs.as_array().unwrap();
+    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["default", "as configured"]);
+    for run in runs {
+        assert_eq!(run["transport"], "kafka", "{run}");
+        assert_eq!((run["questions"].as_u64(), run["errors"].as_u64()), (Some(3), Some(0)), "{run}");
+    }
+}
