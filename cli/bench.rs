@@ -215,30 +215,31 @@ async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<(
     // metrics.listen serves /metrics during the runs (scripts/dashboard-snapshot.py --scrape draws them).
     let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Every run of the table goes the same way: a twin in process beside a run over Kafka would
+    // compare the transports, not the configurations.
+    let over = (args.pipeline, args.transport);
     let mut runs = Vec::new();
     if args.before {
         let before = tune(with_before_profile(configured)?);
         eprintln!("running with the before profile ...");
-        runs.push(crate::bench::pipeline::run("before (profile)", args.pipeline, &before, &dataset).await?);
+        runs.push(crate::bench::pipeline::run_over("before (profile)", over, &before, &dataset, None).await?);
     }
     if args.against_default {
         let default = tune(with_answer_settings_of(configured, &[])?);
         eprintln!("running with the default ...");
-        runs.push(crate::bench::pipeline::run("default", args.pipeline, &default, &dataset).await?);
+        runs.push(crate::bench::pipeline::run_over("default", over, &default, &dataset, None).await?);
     }
     if args.against_today {
         let mut today = settings.clone();
         today.rerank = crate::bench::rerank::as_in_41ae80c(&today.rerank);
         eprintln!("running with the re-ranking of 41ae80c ...");
-        runs.push(crate::bench::pipeline::run("41ae80c re-ranking", args.pipeline, &today, &dataset).await?);
+        runs.push(crate::bench::pipeline::run_over("41ae80c re-ranking", over, &today, &dataset, None).await?);
     }
-    let over = (args.pipeline, args.transport);
     if let Some(n) = args.against_retrieve_top_n {
         let mut deeper = settings.clone();
         deeper.migres.retrieve_top_n = n;
         let label = format!("retrieve_top_n {n}");
         eprintln!("running with {label} ...");
-        // Over the same transport as the run it is compared with.
         runs.push(crate::bench::pipeline::run_over(&label, over, &deeper, &dataset, None).await?);
     }
     if args.against_at_least_once {
