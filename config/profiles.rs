@@ -4,7 +4,7 @@
 //!
 //! A profile is up to three TOML layers, applied in order: `common`, then the dataset's group
 //! (`multihop`, `odqa` or `commonsense`, MIGRES Table 11's columns), then the dataset's own (by folder
-//! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper`, `before`, `fast` and `adaptive` are compiled
+//! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper`, `before`, `fast`, `adaptive` and `shallow` are compiled
 //! in (config/profiles/<name>/); `--profile DIR` reads the same file names from a directory, any of
 //! them optional. The group of a dataset the papers used comes from its
 //! folder name; any other dataset folder names its group in a `profile.toml` (`group = "multihop"`).
@@ -16,8 +16,8 @@ use anyhow::{Context, bail};
 pub const GROUPS: [&str; 3] = ["multihop", "odqa", "commonsense"];
 
 /// The built-in profiles, each a list of layers by name.
-const BUILT_IN: [(&str, &[(&str, &str)]); 4] =
-    [("paper", &PAPER), ("before", &BEFORE), ("fast", &FAST), ("adaptive", &ADAPTIVE)];
+const BUILT_IN: [(&str, &[(&str, &str)]); 5] =
+    [("paper", &PAPER), ("before", &BEFORE), ("fast", &FAST), ("adaptive", &ADAPTIVE), ("shallow", &SHALLOW)];
 
 /// The `before` profile: the default before issue 47's cost levers, kept so it can be rerun.
 const BEFORE: [(&str, &str); 1] = [("common", include_str!("profiles/before/common.toml"))];
@@ -27,6 +27,9 @@ const FAST: [(&str, &str); 1] = [("common", include_str!("profiles/fast/common.t
 
 /// The `adaptive` profile: one read first, the loop only for an answer a check finds unsupported.
 const ADAPTIVE: [(&str, &str); 1] = [("common", include_str!("profiles/adaptive/common.toml"))];
+
+/// The `shallow` profile: the default with 30 passages a query, about two thirds of the re-ranker's work.
+const SHALLOW: [(&str, &str); 1] = [("common", include_str!("profiles/shallow/common.toml"))];
 
 /// The `paper` profile's layers by name.
 const PAPER: [(&str, &str); 6] = [
@@ -54,7 +57,7 @@ pub fn layers(profile: &str, dataset_dir: Option<&Path>) -> anyhow::Result<Vec<S
     let dir = Path::new(profile);
     if !dir.is_dir() {
         bail!(
-            "profile {profile}: neither a built-in profile (paper, before, fast, adaptive) nor a directory of TOML layers"
+            "profile {profile}: neither a built-in profile (paper, before, fast, adaptive, shallow) nor a directory of TOML layers"
         );
     }
     let mut out = Vec::new();
@@ -144,5 +147,14 @@ mod tests {
         let fast = Settings::load_with(None, &layers("fast", None).unwrap()).unwrap();
         assert!(fast.migres.stop_when_not_learning, "fast stops when an iteration learns nothing");
         assert_eq!(fast.nli.unjudged, crate::config::Unjudged::NamesAndNumbers, "and asks the judge less");
+    }
+
+    #[test]
+    fn the_shallow_profile_is_the_default_at_30_passages_a_query() {
+        let shallow = Settings::load_with(None, &layers("shallow", None).unwrap()).unwrap();
+        let mut expected = Settings::load_with(None, &[]).unwrap();
+        assert_eq!((expected.migres.retrieve_top_n, shallow.migres.retrieve_top_n), (50, 30));
+        expected.migres.retrieve_top_n = 30;
+        assert_eq!(format!("{shallow:?}"), format!("{expected:?}"), "nothing else moves");
     }
 }
