@@ -988,29 +988,36 @@ async fn events_written_for_the_previous_schema_version_carry_nothing_it_cannot_
     MissingEvent::from_payload(&serde_json::to_vec(&written).unwrap()).expect("and this build still reads it");
 }
 
+/// `lacuna bench pipeline --transport kafka` on the first questions of HotpotQA with a 1 ms fake LLM,
+/// on topics of its own (`name`): the runs' figures (--json) and the bench's stderr.
+fn bench_over_kafka(name: &str, args: &[&str]) -> (serde_json::Value, String) {
+    let dir = support::scratch_dir(name);
+    let figures = dir.join("figures.json");
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .args(["bench", "pipeline", "--fake-llm-ms", "1", "--transport", "kafka"])
+        .args(args)
+        .arg("--dataset")
+        .arg(support::data_dir().join("hotpotqa"))
+        .arg("--json")
+        .arg(&figures)
+        .env("LACUNA__KAFKA__BROKERS", support::cluster::brokers())
+        .env("LACUNA__KAFKA__TOPIC_PREFIX", format!("{name}-{nanos}."))
+        .env("LACUNA__METRICS__LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    (serde_json::from_slice(&std::fs::read(&figures).unwrap()).unwrap(), stderr)
+}
+
 /// `lacuna bench pipeline --stage-processes sentence_filter=2` (what the host bench scales): the
 /// stage runs in two `lacuna stage` processes of its own over the broker, every question gets its
 /// record, and both processes exit with status 0 after SIGTERM.
 #[test]
 fn the_pipeline_bench_runs_a_stage_in_processes_of_its_own() {
     let _serial = serial();
-    let dir = support::scratch_dir("bench-processes");
-    let figures = dir.join("figures.json");
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
-        .args(["bench", "pipeline", "--limit", "6", "--fake-llm-ms", "1", "--transport", "kafka"])
-        .args(["--stage-processes", "sentence_filter=2", "--dataset"])
-        .arg(support::data_dir().join("hotpotqa"))
-        .arg("--json")
-        .arg(&figures)
-        .env("LACUNA__KAFKA__BROKERS", support::cluster::brokers())
-        .env("LACUNA__KAFKA__TOPIC_PREFIX", format!("benchprocs-{nanos}."))
-        .env("LACUNA__METRICS__LISTEN", "127.0.0.1:0")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let runs: serde_json::Value = serde_json::from_slice(&std::fs::read(&figures).unwrap()).unwrap();
+    let (runs, stderr) = bench_over_kafka("benchprocs", &["--limit", "6", "--stage-processes", "sentence_filter=2"]);
     let run = &runs[0];
     assert_eq!(run["label"], "sentence_filter × 2");
     assert_eq!((run["questions"].as_u64(), run["errors"].as_u64()), (Some(6), Some(0)), "{run}");
@@ -1027,23 +1034,7 @@ fn the_pipeline_bench_runs_a_stage_in_processes_of_its_own() {
 #[test]
 fn a_pipeline_bench_and_its_twin_both_go_over_kafka() {
     let _serial = serial();
-    let dir = support::scratch_dir("bench-twins");
-    let figures = dir.join("figures.json");
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
-        .args(["bench", "pipeline", "--limit", "3", "--fake-llm-ms", "1", "--retrieve-top-n", "5"])
-        .args(["--transport", "kafka", "--against-default", "--dataset"])
-        .arg(support::data_dir().join("hotpotqa"))
-        .arg("--json")
-        .arg(&figures)
-        .env("LACUNA__KAFKA__BROKERS", support::cluster::brokers())
-        .env("LACUNA__KAFKA__TOPIC_PREFIX", format!("benchtwins-{nanos}."))
-        .env("LACUNA__METRICS__LISTEN", "127.0.0.1:0")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let runs: serde_json::Value = serde_json::from_slice(&std::fs::read(&figures).unwrap()).unwrap();
+    let (runs, _) = bench_over_kafka("benchtwins", &["--limit", "3", "--retrieve-top-n", "5", "--against-default"]);
     let runs = runs.as_array().unwrap();
     let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
     assert_eq!(labels, ["default", "as configured"]);
