@@ -66,8 +66,8 @@ pub struct OutOfProcess {
 }
 
 /// Runs `dataset`'s questions through `kind` once with `settings` (whose LLM endpoint is already the
-/// real or the fake one), over `transport`. On Kafka each run has topics and groups of its own (a fresh prefix),
-/// so runs in one invocation never read each other's records.
+/// real or the fake one), over `transport`. On Kafka each run has topics and groups of its own (a
+/// fresh prefix), so runs in one invocation never read each other's records.
 pub async fn run_over(
     label: &str,
     (kind, transport): (PipelineKind, Transport),
@@ -88,7 +88,8 @@ pub async fn run_over(
     run_on(label, (kind, transport), &settings, dataset, dataset.index_dir()?, elsewhere).await
 }
 
-/// [`run_over`], searching the index at `index_dir` (one that changes while it runs, for `bench freshness`).
+/// [`run_over`], searching the index at `index_dir` (one that changes while it runs, for `bench
+/// freshness`).
 pub async fn run_on(
     label: &str,
     (kind, transport): (PipelineKind, Transport),

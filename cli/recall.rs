@@ -40,6 +40,6 @@ pub async fn recall(settings: &Settings, args: RecallArgs) -> anyhow::Result<()>
             rows.push(measure(settings, *backend, &dataset, &cutoffs).await?);
         }
     }
-    print!("{}", markdown(&rows));
+    print!("{}", markdown(&rows, &cutoffs));
     Ok(())
 }

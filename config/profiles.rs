@@ -4,10 +4,11 @@
 //!
 //! A profile is up to three TOML layers, applied in order: `common`, then the dataset's group
 //! (`multihop`, `odqa` or `commonsense`, MIGRES Table 11's columns), then the dataset's own (by folder
-//! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper`, `before`, `fast`, `adaptive` and `shallow` are compiled
-//! in (config/profiles/<name>/); `--profile DIR` reads the same file names from a directory, any of
-//! them optional. The group of a dataset the papers used comes from its
-//! folder name; any other dataset folder names its group in a `profile.toml` (`group = "multihop"`).
+//! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper`, `before`, `fast`,
+//! `adaptive` and `shallow` are compiled in (config/profiles/<name>/); `--profile DIR` reads the same
+//! file names from a directory, any of them optional. The group of a dataset the papers used comes
+//! from its folder name; any other dataset folder names its group in a `profile.toml`
+//! (`group = "multihop"`).
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! `lacuna recall`: how well a retrieval backend finds the gold passages of a dataset's questions,
 //! searched with the question itself: recall@k (the share of gold passages among the top k, averaged
-//! over questions with gold passages) at each cutoff asked for, and how long indexing the corpus took. This is what
-//! one trades when swapping BM25 for another retriever (the MIGRES paper's Appendix A found a
+//! over questions with gold passages) at each cutoff asked for, and how long indexing the corpus took.
+//! This is what one trades when swapping BM25 for another retriever (the MIGRES paper's Appendix A found a
 //! stronger but noisier retriever did not help the method).
 
 use std::time::Instant;
@@ -19,9 +19,7 @@ pub struct RecallRow {
     pub dataset: String,
     pub backend: String,
     pub questions: usize,
-    /// The cutoffs k, ascending.
-    pub cutoffs: Vec<usize>,
-    /// Mean recall at each of `cutoffs`.
+    /// Mean recall at each of the cutoffs it was measured at.
     pub recall: Vec<f64>,
     pub passages: usize,
     pub index_seconds: f64,
@@ -69,13 +67,11 @@ pub async fn measure(
     let index_seconds = started.elapsed().as_secs_f64();
     let (questions, recall) = recall_at(&search, dataset, cutoffs).await?;
     let backend = format!("{backend:?}").to_lowercase();
-    let cutoffs = cutoffs.to_vec();
-    Ok(RecallRow { dataset: dataset.name.clone(), backend, questions, cutoffs, recall, passages, index_seconds })
+    Ok(RecallRow { dataset: dataset.name.clone(), backend, questions, recall, passages, index_seconds })
 }
 
-/// The rows as a Markdown table, a column per cutoff (those of the first row: one run asks for one set).
-pub fn markdown(rows: &[RecallRow]) -> String {
-    let cutoffs = rows.first().map_or(&[][..], |r| &r.cutoffs[..]);
+/// The rows, each measured at `cutoffs`, as a Markdown table with a column per cutoff.
+pub fn markdown(rows: &[RecallRow], cutoffs: &[usize]) -> String {
     let columns: String = cutoffs.iter().map(|k| format!(" recall@{k} |")).collect();
     let mut out = format!("| dataset | backend | questions |{columns} passages | indexing |\n");
     out.push_str(&format!("|---|---|---|{}---|---|\n", "---|".repeat(cutoffs.len())));
@@ -104,12 +100,11 @@ mod tests {
             dataset: "hotpotqa".into(),
             backend: "tantivy".into(),
             questions: 2,
-            cutoffs: vec![5, 30, 50],
             recall: vec![0.5, 0.75, 1.0],
             passages: 10,
             index_seconds: 0.25,
         };
-        let table = markdown(&[row]);
+        let table = markdown(&[row], &[5, 30, 50]);
         assert!(table.starts_with("| dataset | backend | questions | recall@5 | recall@30 | recall@50 | passages |"));
         assert!(table.contains("|---|---|---|---|---|---|---|---|\n"), "{table}");
         assert!(table.contains("| hotpotqa | tantivy | 2 | 50.0% | 75.0% | 100.0% | 10 | 0.25 s |"), "{table}");
