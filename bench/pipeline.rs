@@ -1,7 +1,8 @@
 //! `lacuna bench pipeline`: a pipeline run in process over a dataset folder, against a real LLM
 //! endpoint or the fake one, reporting where the time goes: questions/s, LLM calls in flight against
 //! a fixed limit, busy seconds per stage, re-ranker pairs/s and padding, latency percentiles and
-//! peak memory.
+//! peak memory; and the answers scored against the dataset (EM, the gold passages each reached), so
+//! a cost lever's figures and what it does to the answers come from one run.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +15,8 @@ use serde::Serialize;
 use crate::bench::replica::{Replica, free_port};
 use crate::config::Settings;
 use crate::eval::dataset::Dataset;
+use crate::eval::funnel::Funnel;
+use crate::eval::report::EvalRecord;
 use crate::metrics::METRICS;
 use crate::pipelines::parts::Parts;
 use crate::pipelines::{Pipeline, PipelineKind, Transport};
@@ -29,12 +32,16 @@ pub struct PipelineBench {
     /// `in-process` or `kafka`: runs compared in one table should have come the same way.
     pub transport: String,
     pub dataset: String,
+    /// The half of the dataset the questions came from (`--half`), if cut to one.
+    pub half: Option<crate::eval::split::Half>,
     pub questions: usize,
     pub errors: usize,
     pub open_questions: usize,
     pub seconds: f64,
     pub questions_per_second: f64,
     pub llm_calls: u64,
+    /// Calls answered from the response cache (`--llm-cache`) instead of the endpoint.
+    pub llm_cache_hits: u64,
     /// Mean LLM calls in flight between the first and the last answer, and that over [`LLM_LIMIT`].
     pub llm_in_flight: f64,
     pub llm_concurrency: f64,
@@ -54,6 +61,41 @@ pub struct PipelineBench {
     pub peak_rss_mib: f64,
     /// With stages in processes of their own: each process's stage and how it exited after SIGTERM.
     pub processes: Vec<(String, String)>,
+    /// The answers scored as `lacuna eval` scores them.
+    pub answers: Answers,
+}
+
+/// A run's answers scored against the dataset's answers and gold passages, as `lacuna eval` scores
+/// them. With the fake LLM every query and answer is the question itself, so only the gold passages
+/// retrieved and shown say something there: what search and the re-ranker's filter found for it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Answers {
+    /// Exact match, over every question.
+    pub em: f64,
+    /// Mean share of the gold passages among those each answer cites, over the answered questions
+    /// with gold passages; `None` without any.
+    pub cited_gold_recall: Option<f64>,
+    /// Questions with gold passage ids, and of those the ones whose every gold passage was retrieved,
+    /// shown to an LLM, cited (`eval --compare`'s funnel).
+    pub with_gold: usize,
+    pub all_gold_retrieved: usize,
+    pub all_gold_shown: usize,
+    pub all_gold_cited: usize,
+}
+
+impl Answers {
+    fn of(records: &[EvalRecord]) -> Answers {
+        let funnel = Funnel::of("", "", records);
+        let recalls: Vec<f64> = records.iter().filter_map(|r| r.cited_gold_recall).collect();
+        Answers {
+            em: records.iter().filter(|r| r.is_right()).count() as f64 / records.len().max(1) as f64,
+            cited_gold_recall: (!recalls.is_empty()).then(|| recalls.iter().sum::<f64>() / recalls.len() as f64),
+            with_gold: funnel.with_gold,
+            all_gold_retrieved: funnel.retrieved_all,
+            all_gold_shown: funnel.shown_all,
+            all_gold_cited: funnel.cited_all,
+        }
+    }
 }
 
 /// A stage that runs in `replicas` processes of its own (`binary`, a `lacuna` executable) instead of
@@ -142,12 +184,17 @@ pub async fn run_on(
     });
     let mut finished: Vec<(f64, f64)> = Vec::new(); // (answered at, latency)
     let mut errors = 0;
+    let mut scored = Vec::new();
+    let by_id: std::collections::HashMap<&str, _> = dataset.questions.iter().map(|q| (q.id.as_str(), q)).collect();
     pipeline
         .run(questions, |record| {
             let at = started.elapsed().as_secs_f64();
             let since = submitted.lock().unwrap().get(record.question_id()).copied().unwrap_or(0.0);
             finished.push((at, at - since));
             errors += matches!(record, AnswerRecord::Error(_)) as usize;
+            if let Some(question) = by_id.get(record.question_id()) {
+                scored.push(EvalRecord::new(question, record));
+            }
         })
         .await?;
     let seconds = started.elapsed().as_secs_f64();
@@ -178,12 +225,14 @@ pub async fn run_on(
         pipeline: kind.name().into(),
         transport: transport.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default(),
         dataset: dataset.name.clone(),
+        half: dataset.half,
         questions: finished.len(),
         errors,
         open_questions: settings.run.max_open_questions,
         seconds,
         questions_per_second: finished.len() as f64 / seconds,
         llm_calls: after.llm_calls - before.llm_calls,
+        llm_cache_hits: after.llm_cache_hits - before.llm_cache_hits,
         llm_in_flight: in_flight,
         llm_concurrency: in_flight / LLM_LIMIT,
         stage_busy_seconds: difference(&after.busy, &before.busy),
@@ -197,6 +246,7 @@ pub async fn run_on(
         latency_p95: percentile(&latencies, 0.95),
         peak_rss_mib: peak_rss_mib(),
         processes,
+        answers: Answers::of(&scored),
     })
 }
 
@@ -237,6 +287,7 @@ struct Snapshot {
     busy: BTreeMap<String, f64>,
     llm_seconds: BTreeMap<String, f64>,
     llm_calls: u64,
+    llm_cache_hits: u64,
     pairs: u64,
     inference_seconds: f64,
     real: u64,
@@ -257,13 +308,14 @@ impl Snapshot {
             out
         };
         let sum = |m: &prometheus::proto::Metric| m.get_histogram().get_sample_sum();
+        let counter = |m: &prometheus::proto::Metric| m.get_counter().get_value();
         let m = &METRICS;
         let tokens = |kind: &str| m.model_tokens.with_label_values(&["reranker", kind]).get();
         Snapshot {
             busy: per_stage("lacuna_stage_processing_seconds", sum),
             llm_seconds: per_stage("lacuna_llm_request_seconds", sum),
-            llm_calls: per_stage("lacuna_llm_calls_total", |m| m.get_counter().get_value()).values().sum::<f64>()
-                as u64,
+            llm_calls: per_stage("lacuna_llm_calls_total", counter).values().sum::<f64>() as u64,
+            llm_cache_hits: per_stage("lacuna_llm_cache_hits_total", counter).values().sum::<f64>() as u64,
             pairs: m.model_pairs.with_label_values(&["reranker"]).get(),
             inference_seconds: m.model_inference_seconds.with_label_values(&["reranker"]).get_sample_sum(),
             real: tokens("real"),
@@ -275,19 +327,25 @@ impl Snapshot {
 impl PipelineBench {
     pub fn markdown(runs: &[PipelineBench]) -> String {
         let Some(first) = runs.first() else { return String::new() };
+        let half = first.half.map_or(String::new(), |half| format!(", {} half", half.name()));
         let mut out = format!(
-            "# lacuna bench pipeline: {} on {} ({}), {} questions, {} open\n\n\
+            "# lacuna bench pipeline: {} on {}{half} ({}), {} questions, {} open\n\n\
              | run | questions/s | × first | LLM calls | LLM in flight (of {LLM_LIMIT}) | re-ranker pairs a question | re-ranker pairs/s (inference) | padded/real | p50 s | p95 s | peak RSS MiB | errors |\n\
              |---|---|---|---|---|---|---|---|---|---|---|---|\n",
             first.pipeline, first.dataset, first.transport, first.questions, first.open_questions
         );
         for r in runs {
+            let cached = match r.llm_cache_hits {
+                0 => String::new(),
+                hits => format!(" (+{hits} cached)"),
+            };
             out += &format!(
-                "| {} | {:.3} | {:.2} | {} | {:.2} ({:.1}%) | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.0} | {} |\n",
+                "| {} | {:.3} | {:.2} | {}{} | {:.2} ({:.1}%) | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.0} | {} |\n",
                 r.label,
                 r.questions_per_second,
                 r.questions_per_second / first.questions_per_second,
                 r.llm_calls,
+                cached,
                 r.llm_in_flight,
                 100.0 * r.llm_concurrency,
                 r.rerank_pairs as f64 / r.questions.max(1) as f64,
@@ -314,6 +372,24 @@ impl PipelineBench {
                 out += &format!(" {busy:.1} ({llm:.1}) |");
             }
             out += &format!(" {:.1} |\n", r.seconds);
+        }
+        out += "\nThe answers, scored as `lacuna eval` scores them (with --fake-llm-ms every query and answer is \
+                the question: there only the gold retrieved and shown say something):\n\n\
+                | run | EM | cited-gold recall | questions with gold | all gold retrieved | all gold shown | all gold cited |\n\
+                |---|---|---|---|---|---|---|\n";
+        for r in runs {
+            let a = &r.answers;
+            let share = |n: usize| format!("{:.1}%", 100.0 * n as f64 / a.with_gold.max(1) as f64);
+            out += &format!(
+                "| {} | {:.1} | {} | {} | {} | {} | {} |\n",
+                r.label,
+                100.0 * a.em,
+                a.cited_gold_recall.map_or("-".into(), |v| format!("{:.1}", 100.0 * v)),
+                a.with_gold,
+                share(a.all_gold_retrieved),
+                share(a.all_gold_shown),
+                share(a.all_gold_cited)
+            );
         }
         for r in runs.iter().filter(|r| !r.processes.is_empty()) {
             let exits: Vec<&str> = r.processes.iter().map(|(_, exit)| exit.as_str()).collect();

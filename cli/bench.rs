@@ -84,9 +84,19 @@ struct PipelineArgs {
     dataset: PathBuf,
     #[arg(long, default_value = "migres")]
     pipeline: PipelineKind,
-    /// Only the first N questions.
+    /// Only the first N questions (of the half, with --half).
     #[arg(long)]
     limit: Option<usize>,
+    /// Only the tuning or the check half of the dataset, as `lacuna eval --half` cuts it: with
+    /// `--limit`, the questions an eval of the same half and limit ran.
+    #[arg(long)]
+    half: Option<crate::eval::split::Half>,
+    /// Answer LLM calls from the response cache (llm.cache_dir, keyed by llm.base_url) before the
+    /// endpoint. With `llm.cache_mode = "replay"` and the cache of an `eval --deterministic` run, run
+    /// with `--open 1 --llm-concurrency 1`, the recorded model's answers come back without the model:
+    /// the run's figures leave the LLM's time out and its answers are the model's.
+    #[arg(long, conflicts_with = "fake_llm_ms")]
+    llm_cache: bool,
     /// Questions inside the pipeline at once (default: run.max_open_questions).
     #[arg(long)]
     open: Option<usize>,
@@ -189,14 +199,14 @@ pub async fn bench(settings: &Settings, args: BenchArgs) -> anyhow::Result<()> {
 }
 
 async fn pipeline(configured: &Settings, args: PipelineArgs) -> anyhow::Result<()> {
-    let dataset = Dataset::load(&args.dataset, args.limit)?;
+    let dataset = Dataset::load(&args.dataset, None)?.cut(args.half, args.limit);
     let fake = match args.fake_llm_ms {
         Some(latency) => Some(FakeLlm::start(latency)?),
         None => None,
     };
     // The bench's own knobs, applied alike to every configuration it runs.
     let tune = |mut settings: Settings| {
-        settings.llm.cache = false;
+        settings.llm.cache = args.llm_cache;
         if let Some(fake) = &fake {
             settings.llm.base_url = fake.base_url.clone();
         }

@@ -184,6 +184,57 @@ async fn a_rerun_with_the_llm_cache_is_identical_and_makes_no_llm_calls() {
     assert_eq!(first["prompt_tokens"], second["prompt_tokens"], "cached calls keep their recorded cost");
 }
 
+/// `bench pipeline --llm-cache` over a deterministic eval's response cache, in replay: the model's
+/// answers come back without an endpoint, on the same half's questions, and the bench scores them as
+/// the eval did. A cost lever's bench then reports what it does to the answers from the same run.
+#[tokio::test]
+async fn a_bench_replays_an_evals_answers_and_scores_them_alike() {
+    let llm = FakeLlm::start(eval_script).await;
+    // The Hugo question is in the check half, the other in the tuning half.
+    let data = dataset("bench-replay", &[HUGO_QUESTION_ID, "5a8b1a925542997f31a41c6e"]);
+    let scratch = support::scratch_dir("bench-replay-runs");
+    let cache = scratch.join("llm-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let out = scratch.join("eval");
+    let dir = data.to_str().unwrap();
+    let output = lacuna(&llm.base_url)
+        .env("LACUNA_LLM_CACHE_DIR", &cache)
+        .args(["eval", "--dataset", dir, "--pipeline", "migres", "--half", "check", "--deterministic", "--llm-cache"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!((report["questions"].as_u64(), report["em"].as_f64()), (Some(1), Some(1.0)), "{report}");
+    let calls = llm.calls();
+
+    let json = scratch.join("bench.json");
+    let output = lacuna(&llm.base_url)
+        .env("LACUNA_LLM_CACHE_DIR", &cache)
+        .env("LACUNA__LLM__CACHE_MODE", "replay")
+        .args(["bench", "pipeline", "--dataset", dir, "--half", "check", "--llm-cache", "--open", "1"])
+        .args(["--llm-concurrency", "1", "--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(llm.calls(), calls, "every call of the bench is answered from the eval's cache");
+    let runs: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let run = &runs[0];
+    assert_eq!((run["questions"].as_u64(), run["errors"].as_u64()), (Some(1), Some(0)), "the check half only: {run}");
+    assert_eq!(run["half"], "check");
+    assert_eq!(run["llm_calls"], 0, "{run}");
+    assert_eq!(run["llm_cache_hits"].as_f64(), report["llm_calls"].as_f64(), "the eval's calls, replayed: {run}");
+    let answers = &run["answers"];
+    assert_eq!(answers["em"], report["em"], "{run}");
+    assert_eq!(answers["cited_gold_recall"], report["cited_gold_recall"], "{run}");
+    assert_eq!((answers["with_gold"].as_u64(), answers["all_gold_cited"].as_u64()), (Some(1), Some(1)), "{run}");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.contains("on bench-replay, check half") && table.contains("| as configured | 100.0 | 100.0 |"),
+        "{table}"
+    );
+}
+
 /// `--deterministic` exists so that two runs of one build answer alike: the server must never see two
 /// calls at once, not even a question's own calls to two stages.
 #[tokio::test]
