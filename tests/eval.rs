@@ -158,11 +158,13 @@ async fn a_rerun_with_the_llm_cache_is_identical_and_makes_no_llm_calls() {
     let llm = FakeLlm::start(eval_script).await;
     let data = dataset("eval-cache", &[HUGO_QUESTION_ID, SPURS_ID]);
     let scratch = support::scratch_dir("eval-cache-runs");
-    let cache = scratch.join("llm-cache");
+    let (cache, scores) = (scratch.join("llm-cache"), scratch.join("scores"));
     let _ = std::fs::remove_dir_all(&cache);
+    let _ = std::fs::remove_dir_all(&scores);
     let run = |out: PathBuf| {
         let output = lacuna(&llm.base_url)
             .env("LACUNA_LLM_CACHE_DIR", &cache)
+            .env("LACUNA_RERANK_CACHE_DIR", &scores)
             .args(["eval", "--dataset", data.to_str().unwrap(), "--pipeline", "vanilla-s", "--llm-cache"])
             .args(["--out", out.to_str().unwrap()])
             .output()
@@ -175,6 +177,10 @@ async fn a_rerun_with_the_llm_cache_is_identical_and_makes_no_llm_calls() {
     let (first, first_records) = run(scratch.join("first"));
     assert_eq!(llm.calls_of(Prompt::Reader), 2);
     assert_eq!(first["cache_hits"], 0);
+    // The re-ranker's scores are kept beside the replies: without them a host whose int8 kernels differ
+    // would flip a keep decision, send another prompt and miss the cache.
+    let scores = std::fs::read_to_string(scores.join("scores.jsonl")).unwrap_or_default();
+    assert!(scores.lines().count() > 10, "{} scores kept", scores.lines().count());
     let (second, second_records) = run(scratch.join("second"));
     assert_eq!(llm.calls_of(Prompt::Reader), 2, "the rerun is answered from the cache");
     assert_eq!(second["cache_hits"], 2);
@@ -358,6 +364,21 @@ async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("under another provenance: provenance.config_sha256"), "{stderr}");
     assert_eq!(llm.calls_of(Prompt::Reader), 4, "nothing is asked again");
+
+    // run.json names the CPU the re-ranker scored on (its int8 kernels decide some keep decisions); a
+    // run resumed on another host is noted, not refused: its scores may come from a score cache.
+    let mut identity: Value = serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    assert!(identity["cpu"].as_str().is_some_and(|cpu| !cpu.is_empty()), "{identity}");
+    identity["cpu"] = json!("another host (avx512_vnni)");
+    std::fs::write(out.join("run.json"), identity.to_string()).unwrap();
+    let output = lacuna(&llm.base_url)
+        .args(["eval", "--dataset", two.to_str().unwrap(), "--pipeline", "vanilla-s", "--resume"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("under another provenance: cpu: \"another host (avx512_vnni)\" then"), "{stderr}");
 
     // Nothing is dropped silently: a broken line before the last, another pipeline's or configuration's
     // folder and answers to questions outside the dataset are all refused, and the answers stay as they were.
