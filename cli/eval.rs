@@ -54,7 +54,9 @@ pub struct EvalArgs {
     /// Also score Acc† with the LLM judge (eval.judge_*; default: the pipeline's own endpoint).
     #[arg(long)]
     judge: bool,
-    /// Answer repeated LLM calls from the response cache: a rerun is deterministic and free.
+    /// Answer repeated LLM calls from the response cache: a rerun is deterministic and free. Keeps the
+    /// re-ranker's scores too (`rerank.cache.mode = "read_write"` unless set), so the run replays on
+    /// any CPU.
     #[arg(long)]
     llm_cache: bool,
     /// Go on with an interrupted run in the same --out: the answers its answers.jsonl holds are kept,
@@ -94,6 +96,12 @@ pub async fn eval(
         None => settings.clone(),
     };
     settings.llm.cache |= args.llm_cache;
+    if args.llm_cache && settings.rerank.cache.mode == crate::config::ScoreCacheMode::Off {
+        // The int8 graph scores some pairs otherwise on CPUs without VNNI: a run whose replies are
+        // kept keeps its scores too, or elsewhere a flipped keep decision sends another prompt and
+        // misses the replies (actors/clients/score_cache.rs).
+        settings.rerank.cache.mode = crate::config::ScoreCacheMode::ReadWrite;
+    }
     if args.deterministic {
         // Every stage's client sends one call at a time (a stage's llm_concurrency is its client's
         // limit), so the one slot sees a question's calls in one order; with one question open, that

@@ -15,6 +15,7 @@
 //! - `recall`: `lacuna recall`: recall@5/20/50 of gold passages per backend, and indexing time.
 //! - `resume`: going on with an interrupted run.
 //! - `builds`: which build made each run, and a warning when compared runs' builds answer differently.
+//! - `host`: the CPU a run's re-ranker scored on, whose int8 kernels can move a keep decision.
 
 pub mod builds;
 pub mod calibrate;
@@ -22,6 +23,7 @@ pub mod compare;
 pub mod dataset;
 pub mod funnel;
 pub mod gold;
+pub mod host;
 pub mod judge;
 pub mod paired;
 pub mod recall;
@@ -106,6 +108,7 @@ pub async fn evaluate(
         settings: Some(resume::answer_settings(&settings)),
         provenance: parts.provenance.as_deref().cloned(),
         golden_sha256: Some(builds::golden_sha256()),
+        cpu: host::cpu(),
         deterministic: options.deterministic,
     };
     resume::claim_folder(out, &identity, options.resume)?;

@@ -33,6 +33,10 @@ pub struct RunIdentity {
     /// answer the golden questions alike. Noted on a resume, as the provenance is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub golden_sha256: Option<String>,
+    /// The CPU the re-ranker scored on (`host`). Noted on a resume, as the provenance is: with a score
+    /// cache its scores are the recording host's anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
     /// Made with `--deterministic`: one call at a time against a one-slot server. A resume must keep
     /// it, or half the run would carry the batching noise the other half was run to avoid.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -92,7 +96,7 @@ pub fn claim_folder(out: &Path, identity: &RunIdentity, resume: bool) -> anyhow:
             serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{} is unreadable: {e}", path.display()))?;
         let (noted, differences): (Vec<String>, Vec<String>) = differences(&earlier, identity)
             .into_iter()
-            .partition(|d| d.starts_with("provenance.") || d.starts_with("golden_sha256"));
+            .partition(|d| ["provenance.", "golden_sha256", "cpu"].iter().any(|noted| d.starts_with(noted)));
         for difference in &noted {
             eprintln!("resuming {} under another provenance: {difference}", out.display());
         }

@@ -205,6 +205,7 @@ async fn a_bench_replays_an_evals_answers_and_scores_them_alike() {
     let dir = data.to_str().unwrap();
     let output = lacuna(&llm.base_url)
         .env("LACUNA_LLM_CACHE_DIR", &cache)
+        .env("LACUNA_RERANK_CACHE_DIR", scratch.join("scores"))
         .args(["eval", "--dataset", dir, "--pipeline", "migres", "--half", "check", "--deterministic", "--llm-cache"])
         .args(["--out", out.to_str().unwrap()])
         .output()
