@@ -355,14 +355,19 @@ async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
     // provenance: the resume says so and goes on.
     let identity: Value = serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
     assert_eq!(identity["provenance"]["pipeline"], "vanilla-s", "run.json records the provenance");
-    let output = lacuna(&llm.base_url)
-        .env("LACUNA__LLM__TIMEOUT_MS", "123456")
-        .args(["eval", "--dataset", two.to_str().unwrap(), "--pipeline", "vanilla-s", "--resume"])
-        .args(["--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    // A resume that goes on: its stderr.
+    let goes_on = |env: &[(&str, &str)]| {
+        let output = lacuna(&llm.base_url)
+            .envs(env.iter().copied())
+            .args(["eval", "--dataset", two.to_str().unwrap(), "--pipeline", "vanilla-s", "--resume"])
+            .args(["--out", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{stderr}");
+        stderr
+    };
+    let stderr = goes_on(&[("LACUNA__LLM__TIMEOUT_MS", "123456")]);
     assert!(stderr.contains("under another provenance: provenance.config_sha256"), "{stderr}");
     assert_eq!(llm.calls_of(Prompt::Reader), 4, "nothing is asked again");
 
@@ -372,13 +377,7 @@ async fn a_resumed_run_asks_only_the_questions_the_interruption_left() {
     assert!(identity["cpu"].as_str().is_some_and(|cpu| !cpu.is_empty()), "{identity}");
     identity["cpu"] = json!("another host (avx512_vnni)");
     std::fs::write(out.join("run.json"), identity.to_string()).unwrap();
-    let output = lacuna(&llm.base_url)
-        .args(["eval", "--dataset", two.to_str().unwrap(), "--pipeline", "vanilla-s", "--resume"])
-        .args(["--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let stderr = goes_on(&[]);
     assert!(stderr.contains("under another provenance: cpu: \"another host (avx512_vnni)\" then"), "{stderr}");
 
     // Nothing is dropped silently: a broken line before the last, another pipeline's or configuration's
