@@ -34,6 +34,8 @@ pub struct Build {
     /// Prompt template name -> sha256 of its text.
     pub prompts: BTreeMap<String, String>,
     pub golden: Option<String>,
+    /// The CPU its re-ranker scored on (`host::cpu`), where run.json says.
+    pub cpu: Option<String>,
 }
 
 impl Build {
@@ -48,16 +50,27 @@ impl Build {
             commit: Some(provenance.commit).filter(|c| !c.is_empty() && c != "unknown"),
             prompts: provenance.prompts_sha256,
             golden: identity.golden_sha256,
+            cpu: identity.cpu,
         })
     }
 }
 
 /// One line per pair of runs whose builds answer differently: a prompt both use with other texts,
-/// or other golden records. Empty when every pair was made alike (or cannot tell).
+/// or other golden records; and one per pair scored on CPUs with other int8 kernels. Empty when every
+/// pair was made alike (or cannot tell).
 pub fn differences(builds: &[Build]) -> Vec<String> {
     let mut lines = Vec::new();
     for (i, a) in builds.iter().enumerate() {
         for b in &builds[i + 1..] {
+            if let (Some(x), Some(y)) = (kernels(a), kernels(b))
+                && x != y
+            {
+                lines.push(format!(
+                    "{} and {} were scored on CPUs with other int8 kernels ({x}; {y}): unless one score cache \
+                     served both, part of their difference is the hosts'",
+                    a.run, b.run
+                ));
+            }
             let mut why: Vec<String> = a
                 .prompts
                 .iter()
@@ -86,6 +99,14 @@ pub fn differences(builds: &[Build]) -> Vec<String> {
     lines
 }
 
+/// The instruction sets in a run's `cpu` ("AMD EPYC (avx2)" -> "avx2"), which decide how its int8
+/// graph scores; the model name does not.
+fn kernels(build: &Build) -> Option<&str> {
+    let cpu = build.cpu.as_deref()?;
+    let open = cpu.rfind('(')?;
+    cpu[open + 1..].strip_suffix(')')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +117,7 @@ mod tests {
             commit: Some("0123456789abcdef".into()),
             prompts: prompts.iter().map(|(n, h)| (n.to_string(), h.to_string())).collect(),
             golden: golden.map(String::from),
+            cpu: Some("AMD EPYC (avx2)".into()),
         }
     }
 
@@ -109,7 +131,23 @@ mod tests {
         assert_eq!(lines.len(), 1);
         assert!(lines[0].contains("prompt main differs") && lines[0].contains("(012345678)"), "{}", lines[0]);
         let regolded = build("vanilla-s-new", &[("reader", "bb")], Some("g2"));
-        let lines = differences(&[default, regolded]);
+        let lines = differences(&[default.clone(), regolded]);
         assert!(lines[0].contains("golden replays differ"), "{lines:?}");
+    }
+
+    #[test]
+    fn runs_scored_on_cpus_with_other_int8_kernels_are_named_whatever_the_model_name() {
+        let here = build("migres", &[("main", "aa")], Some("g1"));
+        let same_kernels = Build { run: "again".into(), cpu: Some("AMD EPYC 7B13 (avx2)".into()), ..here.clone() };
+        assert!(differences(&[here.clone(), same_kernels]).is_empty());
+        let vnni =
+            Build { run: "vnni".into(), cpu: Some("Intel Xeon (avx2 avx512f avx512_vnni)".into()), ..here.clone() };
+        let lines = differences(&[here.clone(), vnni]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("migres and vnni were scored on CPUs with other int8 kernels (avx2; avx2 avx512f")
+        );
+        let unknown = Build { run: "old".into(), cpu: None, ..here.clone() };
+        assert!(differences(&[here, unknown]).is_empty(), "a run from before run.json named its CPU cannot tell");
     }
 }
