@@ -7,7 +7,7 @@
 //! - `config/`: `default.toml` and the typed settings, one file per group of sections, and the
 //!   evaluation profiles (`paper`).
 //! - `telemetry/`: OpenTelemetry traces: the trace context records carry, the spans of LLM calls,
-//!   and the bounded export over OTLP.
+//!   the bounded export over OTLP, and what ends before a process that exits early does (`exit`).
 //! - `topics/`: the event of each topic, the question's memory and trace, the bus trait, the
 //!   in-process bus, and the Kafka bus (`topics/kafka/`).
 //! - `actors/`: `stages/`, one file per stage (retrieve, sentence_filter, leaf, verify, main,

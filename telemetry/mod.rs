@@ -7,11 +7,14 @@
 //!   a slow or absent backend costs dropped spans (counted), never a slower question.
 //! - `http_client`: OTLP/HTTP through our reqwest.
 //! - `genai`: the attributes of LLM calls (OpenTelemetry's GenAI conventions).
+//! - `exit`: what must end before the process does when it leaves early (a failed Kafka
+//!   transaction), and on its way out of `main`.
 //!
 //! With no endpoint nothing is installed: spans are OpenTelemetry's no-op ones, which cost nothing
 //! and pass an incoming trace context on unchanged.
 
 pub mod context;
+pub mod exit;
 mod export;
 pub mod genai;
 mod http_client;

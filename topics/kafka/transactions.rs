@@ -234,7 +234,7 @@ impl Transactions {
     fn fail(&self, error: &KafkaError) -> ! {
         tracing::error!(%error, "Kafka transaction failed: aborting it and exiting, to resume from the last commit");
         let _ = self.producer.abort_transaction(self.timeout);
-        std::process::exit(75)
+        crate::telemetry::exit::exit(75)
     }
 }
 

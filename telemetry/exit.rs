@@ -1,0 +1,61 @@
+//! Leaving the process before `main` returns (a Kafka transaction that failed ends its process with
+//! status 75): what must end first is registered here, and [`exit`] runs it before the process goes.
+//!
+//! `std::process::exit` drops nothing, and the C runtime's `atexit` order is not ours: a CUDA
+//! session torn down after the CUDA driver aborts the process (so the status 75 a restart policy
+//! reads becomes a SIGABRT), and spans still queued for export are lost, those of the failure
+//! included. `main` runs the same hooks on its way out.
+
+use std::sync::Mutex;
+
+/// What runs before the process exits, in the order registered, each once.
+static HOOKS: Mutex<Vec<(&'static str, fn())>> = Mutex::new(Vec::new());
+
+/// Runs `hook` before the process exits, once, whether through [`exit`] or out of `main`. A second
+/// registration under the same `name` is ignored.
+pub fn at_exit(name: &'static str, hook: fn()) {
+    let mut hooks = HOOKS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !hooks.iter().any(|(registered, _)| *registered == name) {
+        hooks.push((name, hook));
+    }
+}
+
+/// Runs every registered hook now, in order, and forgets them; the names of those run.
+pub fn run_exit_hooks() -> Vec<&'static str> {
+    let hooks = std::mem::take(&mut *HOOKS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    for (_, hook) in &hooks {
+        hook();
+    }
+    hooks.into_iter().map(|(name, _)| name).collect()
+}
+
+/// Runs the hooks, then ends the process with `code`.
+pub fn exit(code: i32) -> ! {
+    run_exit_hooks();
+    std::process::exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    #[test]
+    fn hooks_run_once_in_order_and_a_name_registers_once() {
+        at_exit("first", || {
+            RUNS.fetch_add(1, Ordering::SeqCst);
+        });
+        at_exit("second", || {
+            RUNS.fetch_add(10, Ordering::SeqCst);
+        });
+        at_exit("first", || {
+            RUNS.fetch_add(100, Ordering::SeqCst);
+        });
+        assert_eq!(run_exit_hooks(), ["first", "second"]);
+        assert_eq!(RUNS.load(Ordering::SeqCst), 11);
+        assert!(run_exit_hooks().is_empty(), "a hook runs once");
+    }
+}
