@@ -8,8 +8,11 @@
 
 use std::sync::Mutex;
 
+/// A hook's name (what it ends) and the function that ends it.
+type Hook = (&'static str, fn());
+
 /// What runs before the process exits, in the order registered, each once.
-static HOOKS: Mutex<Vec<(&'static str, fn())>> = Mutex::new(Vec::new());
+static HOOKS: Mutex<Vec<Hook>> = Mutex::new(Vec::new());
 
 /// Runs `hook` before the process exits, once, whether through [`exit`] or out of `main`. A second
 /// registration under the same `name` is ignored.

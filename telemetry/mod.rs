@@ -38,8 +38,21 @@ pub struct Traces {
     provider: SdkTracerProvider,
 }
 
+/// The installed provider, for [`exit`] to flush: a process that exits early has no [`Traces`] to
+/// drop.
+static INSTALLED: std::sync::Mutex<Option<SdkTracerProvider>> = std::sync::Mutex::new(None);
+
+/// Sends the spans queued so far, waiting up to twice `otel.export_timeout_ms`.
+fn flush_installed() {
+    let installed = INSTALLED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+    if let Some(Err(error)) = installed.map(|provider| provider.force_flush()) {
+        tracing::debug!(%error, "trace export flush at exit failed");
+    }
+}
+
 impl Drop for Traces {
     fn drop(&mut self) {
+        INSTALLED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         // Bounded by the export thread's own timeout; a backend that is down loses these spans.
         if let Err(error) = self.provider.shutdown() {
             tracing::debug!(%error, "trace export shut down with an error");
@@ -78,6 +91,8 @@ pub fn init(settings: &OtelSettings, process: &str) -> anyhow::Result<Option<Tra
         .with_resource(resource)
         .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
+    *INSTALLED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(provider.clone());
+    exit::at_exit("trace export", flush_installed);
     genai::set_record_content(settings.record_content);
     tracing::info!(%endpoint, protocol = ?settings.protocol, ratio = settings.sampling_ratio, "exporting traces");
     Ok(Some(Traces { provider }))

@@ -351,6 +351,10 @@ static SESSIONS: Mutex<Vec<Weak<Mutex<Option<Session>>>>> = Mutex::new(Vec::new(
 
 /// `session` in a slot that [`release_sessions`] can empty.
 fn held(session: Session) -> Arc<Mutex<Option<Session>>> {
+    // A process that exits early (a failed Kafka transaction) drops them first too.
+    crate::telemetry::exit::at_exit("onnx sessions", || {
+        release_sessions();
+    });
     let slot = Arc::new(Mutex::new(Some(session)));
     let mut sessions = SESSIONS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     sessions.retain(|weak| weak.strong_count() > 0);

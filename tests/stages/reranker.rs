@@ -130,8 +130,9 @@ async fn the_float_graph_scores_what_the_installed_graph_scores() {
 }
 
 /// Released sessions are gone before the process exits (a CUDA session left to the exit aborts it);
-/// a call after the release is an error, not a hang. (`release_sessions`, which `main` calls, empties
-/// every model's slots the same way; it is process-wide, so this test releases one model's.)
+/// a call after the release is an error, not a hang. (`release_sessions`, which `main` runs through
+/// `telemetry::exit`, empties every model's slots the same way; it is process-wide, so this test
+/// releases one model's.)
 #[tokio::test]
 async fn released_sessions_are_dropped_and_later_calls_fail() {
     let reranker = Reranker::load(&model(2, 0), &Settings::defaults().onnx).unwrap();
