@@ -224,24 +224,3 @@ fn a_pipeline_in_one_process_exports_over_grpc_too() {
         assert!(spans.iter().any(|s| s.kind == kind), "a {kind} span");
     }
 }
-
-/// A process that leaves early (a failed Kafka transaction ends it with status 75, through
-/// `telemetry::exit`) sends the spans still queued first: the failure's own trace is the one an
-/// operator looks for. Here the interval is ten minutes, so only the exit path can send the span.
-#[test]
-fn a_process_that_exits_early_sends_its_queued_spans_first() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let phoenix = OwnPhoenix::start("traces-exit");
-    let mut otel = lacuna::config::Settings::defaults().otel;
-    otel.endpoint = phoenix.endpoint();
-    otel.sampling_ratio = 1.0;
-    otel.export_interval_ms = 600_000;
-    let _traces = lacuna::telemetry::init(&otel, "test").unwrap().expect("traces on");
-    {
-        use opentelemetry::trace::{Span as _, Tracer as _};
-        lacuna::telemetry::tracer().start("the last step before exiting").end();
-    }
-    lacuna::telemetry::exit::run_exit_hooks();
-    let spans = runtime.block_on(phoenix.settled_spans());
-    assert!(spans.iter().any(|s| s.name == "the last step before exiting"), "the queued span was sent: {spans:?}");
-}

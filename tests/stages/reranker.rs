@@ -144,19 +144,6 @@ async fn released_sessions_are_dropped_and_later_calls_fail() {
     assert_eq!(reranker.model().release(), 0, "nothing is left to release");
 }
 
-/// A process that leaves early (a failed Kafka transaction ends it with status 75, through
-/// `telemetry::exit`) drops its sessions first, as `main` does: a CUDA session left to the exit
-/// turns that status into an abort.
-#[tokio::test]
-async fn a_process_that_exits_early_drops_its_sessions_first() {
-    let reranker = Reranker::load(&model(2, 0), &Settings::defaults().onnx).unwrap();
-    let pairs = pairs("Who is Hugo?", 3);
-    assert_eq!(reranker.score(pairs.clone()).await.unwrap().len(), 3);
-    lacuna::telemetry::exit::run_exit_hooks();
-    let error = reranker.score(pairs).await.unwrap_err().to_string();
-    assert!(error.contains("released"), "{error}");
-}
-
 /// A process that used the CUDA provider exits with status 0, not the abort of a session torn down
 /// after the CUDA driver ("CUDA failure 4: driver shutting down" in `cudaFreeHost`).
 #[test]
