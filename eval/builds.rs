@@ -99,12 +99,9 @@ pub fn differences(builds: &[Build]) -> Vec<String> {
     lines
 }
 
-/// The instruction sets in a run's `cpu` ("AMD EPYC (avx2)" -> "avx2"), which decide how its int8
-/// graph scores; the model name does not.
+/// The instruction sets its int8 graph scored with, where run.json names its CPU.
 fn kernels(build: &Build) -> Option<&str> {
-    let cpu = build.cpu.as_deref()?;
-    let open = cpu.rfind('(')?;
-    cpu[open + 1..].strip_suffix(')')
+    super::host::kernels(build.cpu.as_deref()?)
 }
 
 #[cfg(test)]

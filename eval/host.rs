@@ -25,6 +25,13 @@ fn describe(cpuinfo: &str) -> String {
     format!("{model} ({})", present.join(" "))
 }
 
+/// The instruction sets in a description [`cpu`] wrote ("AMD EPYC (avx2)" -> "avx2"), which decide
+/// how the int8 graph scores; the model name does not. `None` for another shape.
+pub fn kernels(cpu: &str) -> Option<&str> {
+    let open = cpu.rfind('(')?;
+    cpu[open + 1..].strip_suffix(')')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -34,5 +41,13 @@ mod tests {
         let info = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu sse avx2 avx512f avx512_vnni avx512bw\n";
         assert_eq!(describe(info), "Intel Xeon (avx2 avx512f avx512_vnni)");
         assert_eq!(describe("flags : avx2\n"), "unknown CPU (avx2)");
+    }
+
+    #[test]
+    fn the_kernels_read_back_from_a_description() {
+        let info = "model name\t: AMD EPYC 7B13 (engineering sample)\nflags\t\t: fpu avx2\n";
+        assert_eq!(kernels(&describe(info)), Some("avx2"));
+        assert_eq!(kernels(&describe("model name : Intel Xeon\n")), Some(""));
+        assert_eq!(kernels("no flags recorded"), None);
     }
 }
