@@ -52,8 +52,9 @@ pub struct Cli {
     /// Settings from a profile, between the defaults and --config: `paper` (the MIGRES paper's
     /// settings, none of Lacuna's answer levers), `before` (the default before issue 47's cost
     /// levers), `fast` (the cheapest configuration within 1 EM of the default on the tuning half),
-    /// `adaptive` (one read first, the loop only for an answer a check finds unsupported), `shallow`
-    /// (the default with 30 passages a query instead of 50) or a directory of TOML layers
+    /// `adaptive` (the default's method: one read first, the loop only for an answer a check finds
+    /// unsupported), `loop` (the default before it: the loop from the first iteration), `shallow`
+    /// (`loop` with 30 passages a query instead of 50) or a directory of TOML layers
     /// (config/profiles.rs). `eval` adds the dataset's layers.
     #[arg(long, global = true)]
     profile: Option<String>,

@@ -5,7 +5,7 @@
 //! A profile is up to three TOML layers, applied in order: `common`, then the dataset's group
 //! (`multihop`, `odqa` or `commonsense`, MIGRES Table 11's columns), then the dataset's own (by folder
 //! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper`, `before`, `fast`,
-//! `adaptive` and `shallow` are compiled in (config/profiles/<name>/); `--profile DIR` reads the same
+//! `adaptive`, `loop` and `shallow` are compiled in (config/profiles/<name>/); `--profile DIR` reads the same
 //! file names from a directory, any of them optional. The group of a dataset the papers used comes
 //! from its folder name; any other dataset folder names its group in a `profile.toml`
 //! (`group = "multihop"`).
@@ -17,8 +17,14 @@ use anyhow::{Context, bail};
 pub const GROUPS: [&str; 3] = ["multihop", "odqa", "commonsense"];
 
 /// The built-in profiles, each a list of layers by name.
-const BUILT_IN: [(&str, &[(&str, &str)]); 5] =
-    [("paper", &PAPER), ("before", &BEFORE), ("fast", &FAST), ("adaptive", &ADAPTIVE), ("shallow", &SHALLOW)];
+const BUILT_IN: [(&str, &[(&str, &str)]); 6] = [
+    ("paper", &PAPER),
+    ("before", &BEFORE),
+    ("fast", &FAST),
+    ("adaptive", &ADAPTIVE),
+    ("loop", &LOOP),
+    ("shallow", &SHALLOW),
+];
 
 /// The `before` profile: the default before issue 47's cost levers, kept so it can be rerun.
 const BEFORE: [(&str, &str); 1] = [("common", include_str!("profiles/before/common.toml"))];
@@ -26,8 +32,12 @@ const BEFORE: [(&str, &str); 1] = [("common", include_str!("profiles/before/comm
 /// The `fast` profile: the cheapest configuration within 1 EM of the default on the tuning half.
 const FAST: [(&str, &str); 1] = [("common", include_str!("profiles/fast/common.toml"))];
 
-/// The `adaptive` profile: one read first, the loop only for an answer a check finds unsupported.
+/// The `adaptive` profile, the default's method: one read first, the loop only for an answer a check
+/// finds unsupported.
 const ADAPTIVE: [(&str, &str); 1] = [("common", include_str!("profiles/adaptive/common.toml"))];
+
+/// The `loop` profile: the default before issue 76, the loop from the first iteration on.
+const LOOP: [(&str, &str); 1] = [("common", include_str!("profiles/loop/common.toml"))];
 
 /// The `shallow` profile: the default with 30 passages a query, about two thirds of the re-ranker's work.
 const SHALLOW: [(&str, &str); 1] = [("common", include_str!("profiles/shallow/common.toml"))];
@@ -58,7 +68,7 @@ pub fn layers(profile: &str, dataset_dir: Option<&Path>) -> anyhow::Result<Vec<S
     let dir = Path::new(profile);
     if !dir.is_dir() {
         bail!(
-            "profile {profile}: neither a built-in profile (paper, before, fast, adaptive, shallow) nor a directory of TOML layers"
+            "profile {profile}: neither a built-in profile (paper, before, fast, adaptive, loop, shallow) nor a directory of TOML layers"
         );
     }
     let mut out = Vec::new();

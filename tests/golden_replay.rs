@@ -1,7 +1,8 @@
 //! The default we ship is the default we measured. Six tuning-half questions (a bridge and a
 //! comparison of HotpotQA, a comparison and a compositional question of 2WikiMultihopQA, a two-hop and
 //! a three-hop question of MuSiQue) go through `lacuna eval` as a user runs it, under the default
-//! settings and the `fast` and `paper` profiles, with `llm.cache_mode = "replay"`: every LLM call is
+//! settings (one read first) and the `loop` (the default before issue 76), `fast` and `paper`
+//! profiles, with `llm.cache_mode = "replay"`: every LLM call is
 //! answered from the calls committed in tests/golden/replay/llm-responses.jsonl, recorded with the
 //! local Qwen2.5-Coder-1.5B, and a call they lack is an `llm_cache_miss` error record, not a request.
 //! The re-ranker's scores are replayed too (`rerank.cache.mode = "replay"`, from
@@ -33,7 +34,7 @@ const QUESTIONS: &[(&str, &str)] = &[
 ];
 
 /// The settings pinned: the defaults, and the profiles a user can pick.
-const PROFILES: [&str; 3] = ["default", "fast", "paper"];
+const PROFILES: [&str; 4] = ["default", "loop", "fast", "paper"];
 
 /// Where the calls were recorded: the cache key holds the endpoint, so a replay names the same one
 /// (nothing is sent to it).
@@ -171,12 +172,14 @@ fn fresh(dir: &Path) -> PathBuf {
 fn the_default_and_the_profiles_answer_the_golden_questions_as_recorded() {
     let scratch = support::scratch_dir("golden-cache");
     if std::env::var("LACUNA_GOLDEN").as_deref() == Ok("record") {
-        // Scores afresh on this CPU, and asks the model served at RECORDED_AT, one question at a time,
-        // for the calls not recorded before. Calls recorded before are kept (the model's reply to a
-        // prompt can differ by CPU too), so the file holds every call any recording needed.
+        // Asks the model served at RECORDED_AT, one question at a time, for the calls not recorded
+        // before, and scores on this CPU the pairs not scored before. What was recorded before is kept
+        // (the model's reply to a prompt and the int8 re-ranker's score of a pair can differ by CPU), so
+        // recording one profile anew leaves the others' records as they were, on any host.
         let recorded = fresh(&scratch.join("recorded"));
         let caches = Caches { calls: recorded.join("calls"), scores: recorded.join("scores") };
         unpack_calls(&caches.calls);
+        unpack_scores(&caches.scores);
         for profile in PROFILES {
             let records = run(profile, &caches, "read_write");
             let lines: String = records.values().map(|r| r.to_string() + "\n").collect();
