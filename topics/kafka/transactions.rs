@@ -351,6 +351,18 @@ mod tests {
         assert_eq!(listed_done(vec![], &inherited, 21), Vec::<i64>::new());
     }
 
+    /// A first record stuck (an LLM outage) while 150,001 later ones finish: one range in the commit's
+    /// metadata, and every offset of it must be skipped on resume, or its outputs are committed twice.
+    #[test]
+    fn a_long_range_done_out_of_order_is_read_back_whole() {
+        let done: Vec<i64> = (1..=150_001).collect();
+        let note = encode_done(&done);
+        assert_eq!(note, "lacuna-done:1-150001");
+        let read = decode_done(&note);
+        assert!(done.iter().all(|offset| read.contains(offset)), "offsets past 100,001 of a range were dropped");
+        assert!(!read.contains(&0) && !read.contains(&150_002));
+    }
+
     #[test]
     fn a_list_longer_than_kafka_keeps_is_cut_not_refused() {
         let done: Vec<i64> = (0..4000).map(|i| i * 2).collect();
