@@ -8,8 +8,8 @@
 set -euo pipefail
 
 CACHE="${LACUNA_CACHE:-$HOME/.cache/lacuna}"
-VERSION=2.42.0+ds-5+b6
-SHA256=3b0e0255b059a7696bd4a139a4a4eb24d71df067936a61ece5093559cbc7991c
+VERSION=2.42.0+ds-5+deb12u1
+SHA256=81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55
 DIR="$CACHE/prometheus-$VERSION"
 
 log() { echo "prometheus: $*" >&2; }
