@@ -161,11 +161,25 @@ mod tests {
     }
 
     #[test]
-    fn the_shallow_profile_is_the_default_at_30_passages_a_query() {
+    fn the_shallow_profile_is_the_loop_at_30_passages_a_query() {
         let shallow = Settings::load_with(None, &layers("shallow", None).unwrap()).unwrap();
-        let mut expected = Settings::load_with(None, &[]).unwrap();
+        let mut expected = Settings::load_with(None, &layers("loop", None).unwrap()).unwrap();
         assert_eq!((expected.migres.retrieve_top_n, shallow.migres.retrieve_top_n), (50, 30));
         expected.migres.retrieve_top_n = 30;
         assert_eq!(format!("{shallow:?}"), format!("{expected:?}"), "nothing else moves");
+    }
+
+    /// One read first is the default since issue 76; `loop` is the default before it, and `adaptive`
+    /// names the default's method.
+    #[test]
+    fn the_loop_profile_is_the_default_without_its_first_read() {
+        let defaults = Settings::defaults();
+        let the_loop = Settings::load_with(None, &layers("loop", None).unwrap()).unwrap();
+        let adaptive = Settings::load_with(None, &layers("adaptive", None).unwrap()).unwrap();
+        assert!(defaults.migres.read_first && !the_loop.migres.read_first);
+        let mut expected = defaults.clone();
+        expected.migres.read_first = false;
+        assert_eq!(format!("{the_loop:?}"), format!("{expected:?}"), "nothing else moves");
+        assert_eq!(format!("{adaptive:?}"), format!("{defaults:?}"));
     }
 }

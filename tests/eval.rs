@@ -46,6 +46,9 @@ fn eval_script(prompt: &str) -> Reply {
 fn lacuna(llm_url: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lacuna"));
     command.env("LACUNA__LLM__BASE_URL", llm_url).env("LACUNA__MIGRES__RETRIEVE_TOP_N", "20");
+    // The scripted LLM answers the loop's prompts (`--profile loop`); the golden replays run eval
+    // with the default's first read.
+    command.env("LACUNA__MIGRES__READ_FIRST", "false");
     command
 }
 

@@ -36,7 +36,11 @@ fn irrelevant(id: &str) -> RetrievedPassage {
 }
 
 async fn filter(hits: Vec<RetrievedPassage>, m: Memory, llm_url: &str) -> EvidenceEvent {
-    let stage = SentenceFilter::new(reranker(), support::llm(llm_url), Settings::defaults().migres);
+    // The filter itself: the default's first read, which asks the LLM before filtering, is tested in
+    // tests/pipeline.rs.
+    let mut migres = Settings::defaults().migres;
+    migres.read_first = false;
+    let stage = SentenceFilter::new(reranker(), support::llm(llm_url), migres);
     let event = PassagesEvent { schema_version: SCHEMA_VERSION, memory: m, queries: vec![QUERY.to_string()], hits };
     single(stage.process(&event.to_record()).await.unwrap())
 }

@@ -92,9 +92,13 @@ pub fn search() -> TantivySearch {
     TantivySearch::open(&hotpot_index()).unwrap()
 }
 
-/// Defaults pointing at the test index and the given LLM endpoint, with fast retries.
+/// Defaults pointing at the test index and the given LLM endpoint, with fast retries, and the loop
+/// from the first iteration on (`--profile loop`): the scripted LLMs of these tests answer the loop's
+/// prompts. The default's first read (on since issue 76) has tests of its own (`tests/pipeline.rs`,
+/// `tests/golden_replay.rs`, `tests/real_llm.rs`), which turn it on.
 pub fn settings(llm_url: &str) -> Settings {
     let mut settings = Settings::defaults();
+    settings.migres.read_first = false;
     settings.search.index_dir = hotpot_index();
     settings.llm.base_url = llm_url.to_string();
     settings.llm.timeout_ms = 10_000;
@@ -104,13 +108,15 @@ pub fn settings(llm_url: &str) -> Settings {
 }
 
 /// The main module's answer checks switched off (`acceptance = "flag"`, no grounding gate, no
-/// two-option comparison), as environment variables for `lacuna` processes. Tests of the delivery
-/// machinery use fake LLMs that answer at once without evidence; the checks have tests of their own
-/// (tests/stages).
-pub const ANSWER_CHECKS_OFF: [(&str, &str); 3] = [
+/// two-option comparison) and no first read (the loop from the first iteration, as in [`settings`]),
+/// as environment variables for `lacuna` processes. Tests of the delivery machinery use fake LLMs
+/// that answer at once without evidence; the checks and the first read have tests of their own
+/// (tests/stages, tests/pipeline.rs).
+pub const ANSWER_CHECKS_OFF: [(&str, &str); 4] = [
     ("LACUNA__MIGRES__ACCEPTANCE", "flag"),
     ("LACUNA__MIGRES__GROUNDING_GATE", "false"),
     ("LACUNA__MIGRES__COMPARE_OPTIONS", "false"),
+    ("LACUNA__MIGRES__READ_FIRST", "false"),
 ];
 
 /// [`ANSWER_CHECKS_OFF`] on in-process settings.
@@ -118,6 +124,7 @@ pub fn answer_checks_off(settings: &mut Settings) {
     settings.migres.acceptance = lacuna::config::Acceptance::Flag;
     settings.migres.grounding_gate = false;
     settings.migres.compare_options = false;
+    settings.migres.read_first = false;
 }
 
 pub fn llm(url: &str) -> LlmClient {
