@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (ONNX Runtime, the re-ranker, the small LLM and its
-# server, a Kafka-protocol broker, helm, Prometheus, Phoenix, all cached under $LACUNA_CACHE; as root, Debian's
-# chromium for the live page's browser test), builds, checks the Helm
-# chart, starts a test LLM server and broker on 127.0.0.1, runs every test, and stops them by PID. Safe to run again: installed parts are reused.
+# server, Apache Kafka from Maven Central, helm, Prometheus, Phoenix, all cached under $LACUNA_CACHE; as
+# root, Debian's chromium for the live page's browser test), builds, checks the Helm chart, starts a
+# test LLM server and Apache Kafka on 127.0.0.1, runs every test, and stops them by PID. Safe to run
+# again: installed parts are reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,9 +12,17 @@ export LACUNA_CACHE="${LACUNA_CACHE:-$HOME/.cache/lacuna}"
 export LACUNA_MODEL="${LACUNA_TEST_MODEL:-qwen0.5b}"
 # The re-ranker's float graph (the CUDA provider's), derived from the int8 one: its agreement is tested.
 export LACUNA_FLOAT_GRAPH=1
-eval "$(scripts/setup.sh --env)"
+# Each install's exports are taken in two steps: `eval "$(...)"` alone would go on past a failed install.
+setup_env=$(scripts/setup.sh --env)
+eval "$setup_env"
 # Debian's Prometheus and promtool, for the dashboard and alerting-rule tests (tests/prometheus.rs).
-eval "$(scripts/prometheus.sh --env)"
+prometheus_env=$(scripts/prometheus.sh --env)
+eval "$prometheus_env"
+
+# Apache Kafka 4.4.0, the broker of every broker test: its jars from Maven Central, checked against
+# scripts/kafka/jars.sha256 (a second run resolves nothing). A failure stops here, naming the artifact:
+# no other broker stands in.
+scripts/kafka.sh install > /dev/null
 
 # Arize Phoenix, the OpenTelemetry backend the trace tests export to (tests/traces.rs): a venv of
 # wheels under the cache, about a minute the first time.
@@ -34,21 +43,17 @@ cargo build --tests --locked
 scripts/chart-test.sh
 
 port="${LACUNA_TEST_LLM_PORT:-18377}"
-broker_port="${LACUNA_TEST_BROKER_PORT:-19092}"
-rebalance_port="${LACUNA_TEST_REBALANCE_BROKER_PORT:-19093}"
-trap 'scripts/llm-server.sh stop --port "$port" || true; scripts/broker.sh stop --port "$broker_port" || true
-      scripts/broker.sh stop --port "$rebalance_port" || true' EXIT
+# Its own ports (19292 clients, 19293 its controller): not those of a test broker or trial left running.
+kafka_port="${LACUNA_TEST_KAFKA_PORT:-19292}"
+trap 'scripts/llm-server.sh stop --port "$port" || true; scripts/kafka.sh stop --port "$kafka_port" || true' EXIT
 export LACUNA_LLM_PORT="$port" LACUNA_LLM_THREADS="${LACUNA_LLM_THREADS:-2}"
 scripts/llm-server.sh start --model "$LACUNA_MODEL_PATH"
 export LACUNA_TEST_LLM_URL="http://127.0.0.1:$port/v1"
-# A Kafka-protocol broker for tests/broker.rs, with a fresh data directory each run.
-scripts/broker.sh stop --port "$broker_port" || true
-scripts/broker.sh start --port "$broker_port"
-export LACUNA_TEST_KAFKA="127.0.0.1:$broker_port"
-# Tansu for the rebalance test: unlike the broker above, it accepts a member's commits mid-rebalance.
-scripts/broker.sh stop --port "$rebalance_port" || true
-scripts/broker.sh start --kind tansu --port "$rebalance_port"
-export LACUNA_TEST_KAFKA_REBALANCE="127.0.0.1:$rebalance_port"
+# One combined Apache Kafka broker and controller (KRaft) for the broker tests, with fresh storage each
+# run; tests that stop or crash a broker start one of their own (tests/support/cluster.rs).
+scripts/kafka.sh stop --port "$kafka_port" || true
+scripts/kafka.sh start --port "$kafka_port"
+export LACUNA_TEST_KAFKA="127.0.0.1:$kafka_port"
 
 cargo test --locked "$@"
 

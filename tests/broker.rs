@@ -1,5 +1,5 @@
-//! The Kafka transport against a real Kafka-protocol broker (scripts/test.sh starts one and sets
-//! LACUNA_TEST_KAFKA). Only standard client features are used, so these run on Apache Kafka too.
+//! The Kafka transport against Apache Kafka (scripts/test.sh starts a 4.4.0 KRaft node with
+//! scripts/kafka.sh and sets LACUNA_TEST_KAFKA).
 //! Each test uses its own topic prefix, so topics and groups never collide.
 //!
 //! The tests run one at a time: each holds the `serial()` guard across its awaits on purpose.
@@ -164,12 +164,8 @@ async fn two_replicas_of_a_stage_share_its_partitions_and_both_do_work() {
 
 /// A second replica joining takes partitions away from the first while it is mid-work. The first
 /// finishes what it started on them and commits before they move, so the new owner does not do
-/// that work again: every question costs exactly one LLM call.
-///
-/// It runs on the broker at LACUNA_TEST_KAFKA_REBALANCE (scripts/test.sh starts Tansu for it; Apache
-/// Kafka serves too): the default test broker (noida-db 0.2.3) refuses the first replica's commits
-/// during the rebalance (`UnknownMemberId`, then `AssignmentLost`), so there the new owner redoes the
-/// work whatever the stage does, and this test fails.
+/// that work again: every question costs exactly one LLM call. (Until Apache Kafka ran the tests it
+/// needed Tansu: noida-db 0.2.3 refused the first replica's commits during the rebalance.)
 #[actix::test]
 async fn a_rebalance_lets_in_flight_work_finish_instead_of_redoing_it() {
     let _serial = serial();
@@ -181,9 +177,6 @@ async fn a_rebalance_lets_in_flight_work_finish_instead_of_redoing_it() {
     })
     .await;
     let mut settings = settings("rebalance", &llm.base_url);
-    settings.kafka.brokers = std::env::var("LACUNA_TEST_KAFKA_REBALANCE").expect(
-        "LACUNA_TEST_KAFKA_REBALANCE is not set: run the tests with scripts/test.sh, which starts a broker for it",
-    );
     settings.stages.entry("query_gen".into()).or_default().llm_concurrency = Some(8);
     let bus = bus(&settings).await;
     let one = start_stage(PipelineKind::Migres, "query_gen", &bus, &settings).await;

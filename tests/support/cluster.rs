@@ -17,33 +17,49 @@ pub fn brokers() -> String {
         .expect("LACUNA_TEST_KAFKA is not set: run the tests with scripts/test.sh, which starts a broker")
 }
 
-/// `scripts/broker.sh` on a port of a test's own, for a test that stops or crashes its broker (the
-/// shared one serves other tests meanwhile); stopped on drop.
-pub struct OwnBroker(String);
+/// One Apache Kafka node (`scripts/kafka.sh`) on ports of a test's own, for a test that stops or
+/// crashes its broker (the shared one serves other tests meanwhile); stopped on drop.
+pub struct OwnBroker {
+    port: String,
+    controller_port: String,
+}
 
 impl OwnBroker {
     pub fn start() -> OwnBroker {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let broker = OwnBroker(port.to_string());
+        // Both listeners bound at once, so the two ports differ; released before the broker binds them.
+        let client = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let controller = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let broker = OwnBroker {
+            port: client.local_addr().unwrap().port().to_string(),
+            controller_port: controller.local_addr().unwrap().port().to_string(),
+        };
+        drop((client, controller));
         broker.run(&["start"]);
         broker
     }
 
-    /// `scripts/broker.sh COMMAND... --port <its port>`, which must succeed.
+    /// `scripts/kafka.sh COMMAND...` on its ports, which must succeed: `start` (fresh storage),
+    /// `stop`, `restart` (TERM, then the same storage) and `restart --crash` (KILL, as a crash).
     pub fn run(&self, command: &[&str]) {
-        let status = Command::new("scripts/broker.sh").args(command).args(["--port", &self.0]).status().unwrap();
-        assert!(status.success(), "scripts/broker.sh {command:?}");
+        let node: &[&str] = if command.first() == Some(&"restart") { &["--node", "1"] } else { &[] };
+        let status = Command::new("scripts/kafka.sh")
+            .args(command)
+            .args(node)
+            .args(["--port", &self.port, "--controller-port", &self.controller_port])
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/kafka.sh {command:?}");
     }
 
     /// Its address, for `kafka.brokers`.
     pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.0)
+        format!("127.0.0.1:{}", self.port)
     }
 }
 
 impl Drop for OwnBroker {
     fn drop(&mut self) {
-        let _ = Command::new("scripts/broker.sh").args(["stop", "--port", &self.0]).status();
+        let _ = Command::new("scripts/kafka.sh").args(["stop", "--port", &self.port]).status();
     }
 }
 
