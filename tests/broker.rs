@@ -541,6 +541,28 @@ async fn under_exactly_once_the_lag_gauge_comes_back_down_once_the_records_are_d
     assert!(lag <= settings.kafka.partitions as i64, "lag {lag} with every record done");
 }
 
+/// A `lacuna serve` replica is ready once it has read the answers that were there when it started.
+/// Under exactly-once every transaction ends in a commit marker, the partition's last offset, which a
+/// read_committed reader is never handed: no record's offset reaches the high watermark, so the
+/// follower must learn the end from the broker, or a restarted replica never becomes ready.
+#[tokio::test]
+async fn a_follower_catches_up_on_answers_that_end_in_a_commit_marker() {
+    let _serial = serial();
+    let settings = exactly_once_settings("eos-follow");
+    let writer = bus(&settings).await;
+    // Subscribing starts the process's transactions; its publishes then go in them.
+    let mut subscription = writer.subscribe(&[Topic::Questions], "stage").await.unwrap();
+    let answer = Record { topic: Topic::Answers, key: "q".into(), payload: b"{}".to_vec(), trace: Default::default() };
+    writer.publish(answer).await.unwrap();
+    subscription.commit().await.unwrap();
+
+    let since = std::time::SystemTime::now() - Duration::from_secs(60);
+    let (mut feed, mut ready) = writer.follow_since(&[Topic::Answers], "follower", since).await.unwrap();
+    assert_eq!(next_record(&mut feed).await.key, "q");
+    let caught_up = tokio::time::timeout(Duration::from_secs(20), ready.wait_for(|ready| *ready)).await;
+    assert!(caught_up.is_ok(), "the one committed answer was read, yet the follower never caught up");
+}
+
 /// The same disruption at least once: nothing is lost, and repeats may reach the topic (the sink
 /// and serve drop them). Prints how many, for docs/kafka.md.
 #[test]
