@@ -21,15 +21,19 @@ use crate::topics::bus::{BusError, Subscription};
 impl KafkaBus {
     /// Every partition of `topics` from the first record at or after `since` (from their end where
     /// there is none), never committed: a replica's reading position lives and dies with it. The
-    /// watch turns true once the records that were there at the start are all acknowledged.
+    /// watch turns true once the records that were there at the start are all acknowledged. One
+    /// topic a follower: the broker reports a partition's end by its number alone.
     pub async fn follow_since(
         &self,
         topics: &[Topic],
         group: &str,
         since: SystemTime,
     ) -> Result<(Box<dyn Subscription>, watch::Receiver<bool>), BusError> {
+        let [topic] = topics else {
+            return Err(BusError::Config(format!("a follower reads one topic, not {}", topics.len())));
+        };
         let (consumer, tracker) = self.consumer(group, false, None)?;
-        let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
+        let names = vec![self.topic_name(*topic)];
         let since_ms = since.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let (consumer, start, ends) = {
             let names = names.clone();

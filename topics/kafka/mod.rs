@@ -266,6 +266,9 @@ impl KafkaBus {
             .set("isolation.level", "read_committed")
             .set("auto.commit.interval.ms", "1000")
             .set("auto.offset.reset", "earliest")
+            // A follower (no commits) learns from the broker that it read a partition to its end:
+            // read_committed never hands it the marker that ends a transaction (catch_up.rs).
+            .set("enable.partition.eof", (!commit).to_string())
             .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())
             .set("max.poll.interval.ms", self.settings.max_poll_interval_ms.to_string())
             // librdkafka's statistics carry each assigned partition's lag, exported as a gauge.

@@ -155,6 +155,13 @@ fn to_delivery(
 ) -> Option<Delivery> {
     let message = match message {
         Ok(message) => message,
+        // Only a follower asks to be told (`enable.partition.eof`): it reads one topic.
+        Err(KafkaError::PartitionEOF(partition)) => {
+            if let Some(catch_up) = catch_up {
+                catch_up.end_of(partition);
+            }
+            return None;
+        }
         Err(error) => {
             tracing::warn!(%error, "kafka consumer error");
             return None;
@@ -172,6 +179,9 @@ fn to_delivery(
     let trace = TraceHeaders { traceparent: header(TRACEPARENT_HEADER), tracestate: header(TRACESTATE_HEADER) };
     let payload = message.payload().unwrap_or_default().to_vec();
     let assignment = tracker.lock().unwrap().register(&name, partition, offset);
+    if let Some(catch_up) = catch_up {
+        catch_up.fetched(&name, partition, offset);
+    }
     // Finished by an earlier owner, its outputs committed with the position before it: skipped.
     if done_before.as_ref().is_some_and(|done| done.contains(consumer, (&name, partition, offset), assignment)) {
         tracing::debug!(topic = %name, partition, offset, "done before the last commit: skipped");
