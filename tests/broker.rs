@@ -563,6 +563,32 @@ async fn a_follower_catches_up_on_answers_that_end_in_a_commit_marker() {
     assert!(caught_up.is_ok(), "the one committed answer was read, yet the follower never caught up");
 }
 
+/// Two processes given one `kafka.instance_id` fence each other: the broker hands the static member
+/// to the newer one, and librdkafka's consumer in the older one gets a fatal error, after which it can
+/// never consume again. Its feed must end, so that the stage fails and /readyz says so, instead of
+/// staying open, ready and idle for good.
+#[tokio::test]
+async fn a_consumer_fenced_by_a_twin_ends_its_feed_instead_of_idling() {
+    let _serial = serial();
+    let mut settings = settings("fenced", "http://127.0.0.1:9/v1");
+    settings.kafka.instance_id = "twin".into();
+    let older = bus(&settings).await;
+    let mut first = older.subscribe(&[Topic::Missing], "fenced").await.unwrap();
+    older.publish(missing("before")).await.unwrap();
+    next_record(&mut first).await;
+    let newer = bus(&settings).await;
+    let _second = newer.subscribe(&[Topic::Missing], "fenced").await.unwrap();
+    newer.publish(missing("after")).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        // The older one may still be handed a record before the broker fences it.
+        while let Some(delivery) = first.next().await {
+            delivery.let_go();
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the fenced consumer's feed stayed open for 60 s");
+}
+
 /// The same disruption at least once: nothing is lost, and repeats may reach the topic (the sink
 /// and serve drop them). Prints how many, for docs/kafka.md.
 #[test]
