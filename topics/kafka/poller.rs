@@ -80,17 +80,41 @@ pub(super) async fn poll(
                     Ok(permit) => permit.send(waiting.pop_front().expect("a waiting delivery")),
                     Err(_) => return,
                 },
-                message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message)),
+                message = consumer.recv() => {
+                    if fatal(&consumer, &message) {
+                        return;
+                    }
+                    waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message));
+                }
             }
             continue;
         }
         waiting_gauge.set(0);
         paused_gauge.set(paused.follow(&consumer, HashSet::new()));
         tokio::select! {
-            message = consumer.recv() => waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message)),
+            message = consumer.recv() => {
+                if fatal(&consumer, &message) {
+                    return;
+                }
+                waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message));
+            }
             _ = sender.closed() => return,
         }
     }
+}
+
+/// Whether the consumer can no longer consume: a fatal error (a static member fenced by another
+/// process with its `kafka.instance_id`, say) is never cleared, so polling on would keep the stage
+/// ready and idle for good. The poller ends instead: the subscription closes, the stage fails and
+/// `/readyz` says so, and its records go to whichever member owns their partitions now.
+fn fatal(consumer: &StreamConsumer<TrackingContext>, message: &Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>) -> bool {
+    let Err(error) = message else { return false };
+    let fatal = matches!(error, KafkaError::MessageConsumptionFatal(_)) || consumer.client().fatal_error().is_some();
+    if fatal {
+        let reason = consumer.client().fatal_error().map_or_else(|| error.to_string(), |(code, reason)| format!("{code:?}: {reason}"));
+        tracing::error!(%reason, "the Kafka consumer hit a fatal error and cannot consume again: its feed ends");
+    }
+    fatal
 }
 
 /// The partitions that have a record waiting for the stage.
