@@ -162,6 +162,40 @@ async fn two_replicas_of_a_stage_share_its_partitions_and_both_do_work() {
     two.drain().await;
 }
 
+/// Finding 1 of issue 74: a record still at work when its partition is revoked is let go, not lost
+/// to a crash, so its next owner must not count that start as a redelivery. Three rebalances in one
+/// record's life (replicas joining while the LLM is slow) counted three, and the runner ends a
+/// record redelivered `retry.max_attempts` (3) times in a `too_many_redeliveries` error record,
+/// though nothing crashed. Each round a replica joins, which revokes the holder's partition (the
+/// drain waits for the record, then lets it go), and the holder leaves, so the newcomer takes it.
+#[tokio::test]
+async fn a_record_let_go_at_three_revocations_is_no_redelivery_to_its_next_owner() {
+    let _serial = serial();
+    let mut settings = settings("letgo", "http://127.0.0.1:9/v1");
+    settings.kafka.partitions = 1;
+    settings.kafka.drain_timeout_ms = 500;
+    let bus = bus(&settings).await;
+    bus.publish(missing("held")).await.unwrap();
+    let mut holder = bus.subscribe(&[Topic::Missing], "letgo").await.unwrap();
+    let mut held = next(&mut holder).await.claim().expect("claimed");
+    held.start();
+    for round in 1..=3 {
+        let mut newcomer = bus.subscribe(&[Topic::Missing], "letgo").await.unwrap();
+        let revoked = Instant::now();
+        while held.owned() {
+            assert!(revoked.elapsed() < Duration::from_secs(30), "round {round}: the joining replica revoked nothing");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        held.let_go();
+        drop(holder);
+        held = next(&mut newcomer).await.claim().expect("claimed");
+        assert_eq!(held.redeliveries, 0, "round {round}: told of {} crashes, and none happened", held.redeliveries);
+        held.start();
+        holder = newcomer;
+    }
+    held.ack();
+}
+
 /// A second replica joining takes partitions away from the first while it is mid-work. The first
 /// finishes what it started on them and commits before they move, so the new owner does not do
 /// that work again: every question costs exactly one LLM call. (Until Apache Kafka ran the tests it
