@@ -12,10 +12,14 @@
 //! else in flight in its stage's process (the runner's feeder): a crash then is its own, and the
 //! others it was blamed beside reach `retry.max_attempts` only by crashing a process themselves.
 //!
+//! A record still at work when its partition is revoked was let go, not crashed on: the revocation
+//! puts its count back to what it was before this process started it, and forgets the partition's
+//! counts, which another owner may change before the partition comes back.
+//!
 //! A commit is one broker round trip per record started; the LLM stages spend seconds per record.
 //! Where the broker refuses such commits, a warning says so once and crash loops are not counted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -30,6 +34,10 @@ pub(super) struct Claims {
     notes: OffsetNotes,
     /// Starts per offset of each partition: those read back from earlier processes, and this one's.
     partitions: Mutex<HashMap<(String, i32), BTreeMap<i64, u32>>>,
+    /// The offsets of each partition this process started and has not finished.
+    started: Mutex<HashMap<(String, i32), BTreeSet<i64>>>,
+    /// What this process last committed for each partition.
+    committed: Mutex<HashMap<(String, i32), String>>,
     warned: AtomicBool,
 }
 
@@ -38,7 +46,7 @@ impl Claims {
         let notes = OffsetNotes::new(&base, &format!("{group}.claims"))
             .map_err(|error| tracing::warn!(%error, "no claims consumer: crash loops are not counted"))
             .ok()?;
-        Some(Claims { notes, partitions: Mutex::default(), warned: AtomicBool::new(false) })
+        Some(Claims { notes, partitions: Mutex::default(), started: Mutex::default(), committed: Mutex::default(), warned: AtomicBool::new(false) })
     }
 
     /// How many times earlier processes started `offset` (reads the partition's counts from the
@@ -65,7 +73,35 @@ impl Claims {
             }
             encode(counts)
         };
+        self.started.lock().unwrap().entry((topic.to_string(), partition)).or_default().insert(offset);
         self.commit(topic, partition, offset, metadata);
+    }
+
+    /// These partitions were revoked: what this process started there and did not finish was let go
+    /// (its new owner reads it again), so each such record's count goes back to its earlier
+    /// processes' starts, committed before the new owner can read it (a cooperative revocation
+    /// completes before the partition is assigned again). The partition's counts are forgotten:
+    /// read again from the broker should it come back. Records finished since the last commit are
+    /// unlisted too: one finished out of order is read again by the new owner.
+    pub(super) fn release(&self, partitions: &[(String, i32)]) {
+        for key in partitions {
+            let counts = self.partitions.lock().unwrap().remove(key);
+            let unfinished = self.started.lock().unwrap().remove(key).unwrap_or_default();
+            let last = self.committed.lock().unwrap().remove(key);
+            let (Some(mut counts), Some(last)) = (counts, last) else { continue };
+            for offset in &unfinished {
+                match counts.get(offset) {
+                    Some(&count) if count > 1 => counts.insert(*offset, count - 1),
+                    _ => counts.remove(offset),
+                };
+            }
+            let metadata = encode(&counts);
+            if metadata != last {
+                let offset = counts.keys().chain(&unfinished).next().copied().unwrap_or(0);
+                self.commit(&key.0, key.1, offset, metadata);
+                self.committed.lock().unwrap().remove(key);
+            }
+        }
     }
 
     /// `offset` is done: it is no longer listed in the next commit. One that an earlier crash was
@@ -73,6 +109,9 @@ impl Claims {
     /// partition's next start, that stale count would blame the finished record again when it is
     /// read once more (its offset not yet committed). Rare: only records started after a crash.
     pub(super) fn done(&self, topic: &str, partition: i32, offset: i64) {
+        if let Some(started) = self.started.lock().unwrap().get_mut(&(topic.to_string(), partition)) {
+            started.remove(&offset);
+        }
         let metadata = {
             let mut partitions = self.partitions.lock().unwrap();
             let Some(counts) = partitions.get_mut(&(topic.to_string(), partition)) else { return };
@@ -85,10 +124,14 @@ impl Claims {
     }
 
     fn commit(&self, topic: &str, partition: i32, offset: i64, metadata: String) {
-        if let Err(error) = self.notes.write(topic, partition, offset, metadata)
-            && !self.warned.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(%error, "cannot commit record starts: crash loops are not counted");
+        match self.notes.write(topic, partition, offset, metadata.clone()) {
+            Ok(()) => {
+                self.committed.lock().unwrap().insert((topic.to_string(), partition), metadata);
+            }
+            Err(error) if !self.warned.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(%error, "cannot commit record starts: crash loops are not counted");
+            }
+            Err(_) => {}
         }
     }
 
@@ -121,6 +164,24 @@ fn decode(metadata: &str) -> BTreeMap<i64, u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On librdkafka's mock cluster, which keeps committed offsets' metadata as a broker does.
+    #[test]
+    fn a_revoked_partition_uncounts_what_was_let_go_and_is_read_again_when_it_comes_back() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+        cluster.create_topic("t", 1, 1).unwrap();
+        let mut base = ClientConfig::new();
+        base.set("bootstrap.servers", cluster.bootstrap_servers());
+        let (here, elsewhere) = (Claims::new(base.clone(), "g").unwrap(), Claims::new(base, "g").unwrap());
+        // 5 is started here; 6 was fetched and waits.
+        assert_eq!((here.earlier("t", 0, 5), here.earlier("t", 0, 6)), (0, 0));
+        here.start("t", 0, 5, 1);
+        here.release(&[("t".to_string(), 0)]);
+        assert_eq!(elsewhere.earlier("t", 0, 5), 0, "let go at the revocation: no crash to count");
+        // The next owner starts 6 and crashes.
+        elsewhere.start("t", 0, 6, 1);
+        assert_eq!(here.earlier("t", 0, 6), 1, "the partition is back: its counts are read again");
+    }
 
     #[test]
     fn counts_survive_their_encoding_and_junk_is_ignored() {

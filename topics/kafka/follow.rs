@@ -32,7 +32,7 @@ impl KafkaBus {
         let [topic] = topics else {
             return Err(BusError::Config(format!("a follower reads one topic, not {}", topics.len())));
         };
-        let (consumer, tracker) = self.consumer(group, false, None)?;
+        let (consumer, tracker) = self.consumer(group, false, None, None)?;
         let names = vec![self.topic_name(*topic)];
         let since_ms = since.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let (consumer, start, ends) = {

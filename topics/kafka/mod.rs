@@ -230,6 +230,7 @@ impl KafkaBus {
         group: &str,
         commit: bool,
         transactions: Option<&Arc<Transactions>>,
+        claims: Option<Arc<claims::Claims>>,
     ) -> Result<(StreamConsumer<TrackingContext>, Arc<Mutex<OffsetTracker>>), BusError> {
         let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
         let group_id = format!("{}{group}", self.settings.topic_prefix);
@@ -247,6 +248,7 @@ impl KafkaBus {
                     None => then(),
                 }) as Box<dyn Fn(&dyn Fn()) + Send + Sync>
             }),
+            claims,
         };
         let mut config = self.base.clone();
         if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
@@ -382,10 +384,10 @@ impl Bus for KafkaBus {
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
         let first = names.first().ok_or_else(|| BusError::Config(format!("{group} subscribes to no topic")))?;
         let transactions = self.transactions(group, first)?;
-        let (consumer, tracker) = self.consumer(group, true, transactions.as_ref())?;
+        let claims = claims::Claims::new(self.base.clone(), &format!("{}{group}", self.settings.topic_prefix)).map(Arc::new);
+        let (consumer, tracker) = self.consumer(group, true, transactions.as_ref(), claims.clone())?;
         consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>()).map_err(transport)?;
-        let claims = claims::Claims::new(self.base.clone(), &format!("{}{group}", self.settings.topic_prefix));
-        self.feed(consumer, tracker, &names, group, None, claims.map(Arc::new), transactions)
+        self.feed(consumer, tracker, &names, group, None, claims, transactions)
     }
 
     async fn hold(&self) -> Option<Hold> {

@@ -8,6 +8,7 @@ use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use super::claims::Claims;
 use super::offsets::OffsetTracker;
 
 pub(super) struct TrackingContext {
@@ -21,6 +22,8 @@ pub(super) struct TrackingContext {
     /// Exactly-once: commits the process's transaction, which carries the positions (the consumer
     /// commits none itself), and runs the given step before any record's outputs can join the next.
     pub(super) commit_transaction: Option<Box<dyn Fn(&dyn Fn()) + Send + Sync>>,
+    /// Each record's starts, where the group counts them: a revocation lets go of its records.
+    pub(super) claims: Option<Arc<Claims>>,
 }
 
 impl ClientContext for TrackingContext {
@@ -90,6 +93,10 @@ impl ConsumerContext for TrackingContext {
                 tracing::warn!(%error, "commit before rebalance failed");
             }
             revoke();
+        }
+        // After the commit, outside the transaction's gate: what was let go is no crash.
+        if let Some(claims) = &self.claims {
+            claims.release(&partitions);
         }
         tracing::info!(
             partitions = partitions.len(),
