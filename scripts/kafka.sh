@@ -183,7 +183,12 @@ case "$CMD" in
         done
         rm -rf "$RUN"; mkdir -p "$RUN"; echo "$NODES" > "$RUN/nodes"
         # A fresh cluster id and storage every start: nothing of an earlier run is seen.
-        cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+        # Not starting with '-', which the storage tool would read as an option (Kafka's own
+        # Uuid.randomUuid() rejects those ids for the same reason).
+        cluster_id=-
+        while [ "${cluster_id#-}" != "$cluster_id" ]; do
+            cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+        done
         java=$(java_home)/bin/java
         for i in $(seq 1 "$NODES"); do
             mkdir -p "$RUN/node-$i"
