@@ -401,9 +401,22 @@ fn run_disrupted_with(
     (script, env): (impl Fn(&str) -> Reply + Send + Sync + 'static, &[(&str, &str)]),
     disrupt: impl FnOnce(&mut Cluster),
 ) -> (BTreeSet<String>, Vec<String>, Settings) {
+    run_prepared(test, count, (script, env), |_| {}, disrupt)
+}
+
+/// [`run_disrupted_with`], with `prepare` run on the cluster's topics before any stage starts.
+fn run_prepared(
+    test: &str,
+    count: usize,
+    (script, env): (impl Fn(&str) -> Reply + Send + Sync + 'static, &[(&str, &str)]),
+    prepare: impl FnOnce(&Settings),
+    disrupt: impl FnOnce(&mut Cluster),
+) -> (BTreeSet<String>, Vec<String>, Settings) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let llm = runtime.block_on(FakeLlm::start(script));
     let settings = settings(test, &llm.base_url);
+    runtime.block_on(bus(&settings));
+    prepare(&settings);
     let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, env);
     let dir = support::scratch_dir(test);
     let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
@@ -495,6 +508,62 @@ fn exactly_once_work_on_a_revoked_partition_that_outlasts_the_drain_is_not_publi
     assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected, "no question lost");
     let raw = support::cluster::raw_answer_keys(&settings, "read_committed");
     assert_eq!(repeats(&raw), 0, "one committed record per question: {} records for {}", raw.len(), expected.len());
+}
+
+/// Finding 3 of issue 74: under exactly-once, an output the broker will always refuse (here one
+/// over the `facts` topic's `max.message.bytes`) ends its question in one `publish_rejected` error
+/// record, and nothing else is lost or repeated, and no process exits. The refusal leaves the open
+/// transaction unable to commit: the process aborts it, seeks back to its last commit and redoes
+/// what it undid, the refused record ending in its error record. Before, every later publish of the
+/// process failed while it held the commit gate, and the process exited 75, to be refused again.
+#[test]
+fn exactly_once_a_record_the_broker_always_refuses_ends_its_question_in_one_error_record() {
+    let _serial = serial();
+    let big = support::cluster::questions(20)[7].question.clone();
+    let answering = answering_llm();
+    let llm = move |prompt: &str| match prompt_kind(prompt) {
+        Prompt::Leaf if prompt.contains(&big) => {
+            Reply::Json(json!({"facts": [{"fact": "A fact far too long. ".repeat(20_000), "passages": [1]}]}))
+        }
+        _ => answering(prompt),
+    };
+    let env = [("LACUNA__BUS__DELIVERY", "exactly_once"), ("LACUNA__BUS__DEDUPE_WINDOW", "0")];
+    let shrink_facts = |settings: &Settings| {
+        let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+            lacuna::topics::kafka::client_config(&settings.kafka).unwrap().create().unwrap();
+        let topic = format!("{}facts", settings.kafka.topic_prefix);
+        let config = rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic(&topic))
+            .set("max.message.bytes", "200000");
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let results = runtime.block_on(admin.alter_configs(&[config], &rdkafka::admin::AdminOptions::new())).unwrap();
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    };
+    let (expected, written, settings) = run_prepared("eos-refused", 20, (llm, &env), shrink_facts, |cluster| {
+        let answers = support::scratch_dir("eos-refused").join("answers.jsonl");
+        let started = Instant::now();
+        while answer_ids(&answers).len() < 20 {
+            assert!(started.elapsed() < Duration::from_secs(120), "every question ended within 2 minutes");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        for stage in PipelineKind::Migres.stages() {
+            assert!(!cluster.restart_if_exited(stage.name), "{} exited", stage.name);
+        }
+    });
+    assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected, "no question lost");
+    let raw = support::cluster::raw_answer_keys(&settings, "read_committed");
+    assert_eq!(repeats(&raw), 0, "one committed record per question: {} records for {}", raw.len(), expected.len());
+    let text = std::fs::read_to_string(support::scratch_dir("eos-refused").join("answers.jsonl")).unwrap();
+    let refused: Vec<VersionedAnswer> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<VersionedAnswer>(line).ok())
+        .filter(|answer| answer.record.question_id() == "q7")
+        .collect();
+    match &refused[..] {
+        [VersionedAnswer { record: AnswerRecord::Error(error), .. }] => {
+            assert_eq!((error.error_type.as_str(), error.stage.as_str()), ("publish_rejected", "leaf"))
+        }
+        other => panic!("q7 ends in one publish_rejected record, not {other:?}"),
+    }
 }
 
 /// Settings of an exactly-once replica named `replica-0`, with no LLM.
