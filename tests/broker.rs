@@ -566,6 +566,45 @@ fn exactly_once_a_record_the_broker_always_refuses_ends_its_question_in_one_erro
     }
 }
 
+/// Finding 2 of issue 74: a stage SIGSTOPped past its session timeout, then SIGCONT, finds that
+/// the group gave its partitions to the other replica meanwhile (a lost assignment, not a
+/// revocation). It must neither wait for that work nor commit those positions, which are the other
+/// replica's now: it aborts what its transaction held, rewinds, and goes on in the group. Before, it
+/// drained and committed for partitions it no longer owned; the broker refused the commit and the
+/// process exited 75.
+#[test]
+fn exactly_once_a_stage_paused_past_its_session_timeout_aborts_and_goes_on() {
+    let _serial = serial();
+    let answering = answering_llm();
+    let slow_leaf = move |prompt: &str| match prompt_kind(prompt) {
+        Prompt::Leaf => Reply::Delayed(Duration::from_millis(1000), Box::new(answering(prompt))),
+        _ => answering(prompt),
+    };
+    let env = [("LACUNA__BUS__DELIVERY", "exactly_once"), ("LACUNA__BUS__DEDUPE_WINDOW", "0")];
+    let (expected, written, settings) = run_disrupted_with("eos-zombie", 120, (slow_leaf, &env), |cluster| {
+        cluster.spawn_replica("leaf", "leaf-b", "replica-1");
+        let started = Instant::now();
+        while !cluster.ready("leaf-b") {
+            assert!(started.elapsed() < Duration::from_secs(60), "the second leaf became ready within a minute");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let started = Instant::now();
+        while cluster.in_flight("leaf").unwrap_or(0) == 0 {
+            assert!(started.elapsed() < Duration::from_secs(60), "the leaf had no work in flight within a minute");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        cluster.send("leaf", "-STOP");
+        // Past session.timeout.ms (6 s): the group hands its partitions to leaf-b.
+        std::thread::sleep(Duration::from_secs(12));
+        cluster.send("leaf", "-CONT");
+        std::thread::sleep(Duration::from_secs(15));
+        assert!(!cluster.restart_if_exited("leaf"), "the paused replica exited instead of going on");
+    });
+    assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected, "no question lost");
+    let raw = support::cluster::raw_answer_keys(&settings, "read_committed");
+    assert_eq!(repeats(&raw), 0, "one committed record per question: {} records for {}", raw.len(), expected.len());
+}
+
 /// Settings of an exactly-once replica named `replica-0`, with no LLM.
 fn exactly_once_settings(test: &str) -> Settings {
     let mut settings = settings(test, "http://127.0.0.1:9/v1");

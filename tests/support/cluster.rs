@@ -206,6 +206,11 @@ impl Cluster {
         get(self.metrics_ports[name], "/readyz").is_some_and(|reply| reply.starts_with("HTTP/1.1 200"))
     }
 
+    /// Sends `signal` to the stage and keeps it in the cluster (SIGSTOP and SIGCONT, say).
+    pub fn send(&self, name: &str, signal: &str) {
+        Command::new("kill").args([signal, &self.pid(name).to_string()]).status().unwrap();
+    }
+
     pub fn signal(&mut self, name: &str, signal: &str) -> Child {
         let index = self.stages.iter().position(|(n, _)| n == name).unwrap();
         let (_, child) = self.stages.remove(index);
