@@ -25,6 +25,7 @@ pub struct Metrics {
     pub serve_registry_bytes: IntGaugeVec,
     pub producer_renewals: IntCounterVec,
     pub transactions: IntCounterVec,
+    pub transaction_aborts: IntCounterVec,
     pub serve_rejected: IntCounterVec,
     pub llm_calls: IntCounterVec,
     pub llm_errors: IntCounterVec,
@@ -334,6 +335,11 @@ impl Metrics {
                 "Kafka transactions committed (exactly-once: a stage process's outputs and consumed positions).",
                 &[],
             ),
+            transaction_aborts: counter(
+                "lacuna_kafka_transaction_aborts_total",
+                "Kafka transactions aborted and rewound to the last commit, by cause (publish_failed, commit_failed, assignment_lost).",
+                &["cause"],
+            ),
             serve_rejected: counter(
                 "lacuna_serve_rejected_total",
                 "Questions `lacuna serve` refused, by reason (too_many_open, bad_request, unauthorized, ...).",
@@ -442,6 +448,7 @@ impl Metrics {
             Box::new(self.serve_registry_bytes.clone()),
             Box::new(self.producer_renewals.clone()),
             Box::new(self.transactions.clone()),
+            Box::new(self.transaction_aborts.clone()),
             Box::new(self.serve_rejected.clone()),
             Box::new(self.index_applied_offset.clone()),
             Box::new(self.index_lag.clone()),

@@ -40,10 +40,14 @@ pub struct Delivery {
     /// Kafka: the record's partition and offset, for a reader that stores its position with what
     /// it writes (the answers sink). None elsewhere.
     pub position: Option<(i32, i64)>,
+    /// Exactly-once: why the broker refused an output of this very record before, in a transaction
+    /// that was then aborted. Redoing it would be refused again: its question ends in an error record.
+    pub rejected: Option<String>,
     claim: Option<Box<dyn FnOnce() -> Option<u32> + Send>>,
     start: Option<Box<dyn FnOnce(u32) + Send>>,
     owned: Option<Box<dyn Fn() -> bool + Send + Sync>>,
     ack: Option<Box<dyn FnOnce() + Send>>,
+    refused: Option<Box<dyn FnOnce(String) + Send>>,
 }
 
 /// What a durable bus does when a delivery is taken on, started, acknowledged or refused.
@@ -58,15 +62,23 @@ pub struct DeliveryHooks {
     /// (the new owner reads it again from the last committed position).
     pub owned: Box<dyn Fn() -> bool + Send + Sync>,
     pub ack: Box<dyn FnOnce() + Send>,
+    /// Keeps why the broker refused an output of the record, for when it is delivered again.
+    pub refused: Box<dyn FnOnce(String) + Send>,
 }
 
 impl Delivery {
     pub fn new(record: Record, attempt: u32, hooks: Option<DeliveryHooks>) -> Self {
-        let (claim, start, owned, ack) = match hooks {
-            Some(hooks) => (Some(hooks.claim), Some(hooks.start), Some(hooks.owned), Some(hooks.ack)),
-            None => (None, None, None, None),
+        let (claim, start, owned, ack, refused) = match hooks {
+            Some(h) => (Some(h.claim), Some(h.start), Some(h.owned), Some(h.ack), Some(h.refused)),
+            None => (None, None, None, None, None),
         };
-        Delivery { record, attempt, redeliveries: 0, position: None, claim, start, owned, ack }
+        Delivery { record, attempt, redeliveries: 0, position: None, rejected: None, claim, start, owned, ack, refused }
+    }
+
+    /// The delivery, whose outputs the broker refused before (see [`Delivery::rejected`]).
+    pub fn refused_before(mut self, reason: Option<String>) -> Self {
+        self.rejected = reason;
+        self
     }
 
     /// The delivery, read at `offset` of `partition`.
@@ -111,6 +123,16 @@ impl Delivery {
     /// acknowledge or refuse.
     pub fn let_go(mut self) {
         self.ack = None;
+    }
+
+    /// Lets go of a delivery whose transaction was aborted ([`BusError::Aborted`]): the bus delivers
+    /// it again from the last commit. `rejected` keeps why the broker refused one of its outputs,
+    /// so that the redelivery ends its question instead of being refused again.
+    pub fn let_go_aborted(mut self, rejected: Option<String>) {
+        if let (Some(reason), Some(refused)) = (rejected, self.refused.take()) {
+            refused(reason);
+        }
+        self.let_go();
     }
 
     /// The record, acknowledged: for readers that are done with it once they have it.
@@ -164,6 +186,12 @@ pub enum BusError {
     /// cannot help.
     #[error("the bus rejected the record: {0}")]
     Rejected(String),
+    /// Exactly-once: the transaction this publish went into cannot commit (a record in it failed).
+    /// The bus aborts it and rewinds to the last commit, so the event that published is delivered
+    /// again; nothing of it is kept. `rejected` says why when the broker will never take this very
+    /// record.
+    #[error("the transaction was aborted: {reason}")]
+    Aborted { reason: String, rejected: Option<String> },
 }
 
 /// Held while a stage publishes what one event or tick produced and acknowledges the event: a bus
@@ -211,6 +239,11 @@ pub trait Bus: Send + Sync + 'static {
     async fn hold(&self) -> Option<Hold> {
         None
     }
+
+    /// `stage`, in this process, keeps state in memory beside what it publishes (the join): a bus
+    /// that rewinds after an aborted transaction cannot rewind that state, and ends the process
+    /// instead, whose restart rebuilds it.
+    fn keeps_state(&self, _stage: &'static str) {}
 
     /// The current records of a table topic ([`Topic::is_table`]), oldest first, deletions applied:
     /// what a stage reads back on start to rebuild its state.

@@ -90,7 +90,12 @@ async fn handle_with_retries<S: Stage>(
     // What this delivery's failed attempts spent: the question pays for them too, so one that
     // keeps failing a stage still stops at its budget.
     let mut failed_spend = Usage::default();
-    let outcome = loop {
+    let outcome = if let Some(reason) = delivery.rejected.clone() {
+        // Exactly-once: the broker refused an output of this very record before, and that
+        // transaction was aborted. Redone, it would be refused again: the question ends here.
+        Err(StageError::Bus(BusError::Rejected(reason)))
+    } else {
+        loop {
         // A record that crashed the processes that started it would crash this one too.
         if delivery.redeliveries >= retry.max_attempts {
             break Err(StageError::Redelivered(delivery.redeliveries));
@@ -115,6 +120,7 @@ async fn handle_with_retries<S: Stage>(
                 attempt += 1;
             }
             Err(error) => break Err(error),
+        }
         }
     };
     let tries = delivery.attempt.max(1) + delivery.redeliveries + attempt - 1;
@@ -186,6 +192,17 @@ async fn finish<S: Stage>(
             }
             delivery.ack();
             Handled::Done(failure)
+        }
+        Published::Aborted(rejected) => {
+            tracing::warn!(
+                stage = S::NAME,
+                key = %delivery.record.key,
+                rejected = rejected.as_deref().unwrap_or(""),
+                "the transaction of this event's outputs was aborted: it comes again from the last commit"
+            );
+            m.events_let_go.with_label_values(&[S::NAME]).inc();
+            delivery.let_go_aborted(rejected);
+            Handled::LetGo
         }
         // The error types are those `StageError::Bus` has for the same bus errors.
         Published::Rejected(reason) => refuse(context, delivery, "publish_rejected", &reason),
@@ -276,6 +293,9 @@ enum Published {
     Rejected(String),
     /// The bus stayed unavailable through every attempt.
     Failed(String),
+    /// Exactly-once: the transaction they went into is aborted, and the event comes again; with
+    /// why the broker refused one of them, when it will always.
+    Aborted(Option<String>),
 }
 
 /// Publishes `records` in order, each trimmed to fit the size limit and retried on transient
@@ -294,6 +314,7 @@ async fn publish_all(stage: &'static str, context: &Handling<'_>, records: Vec<R
         match publish_record(context.bus, &context.runner.retry, stage, record).await {
             Ok(()) => count += 1,
             Err(BusError::Rejected(reason)) => return Published::Rejected(reason),
+            Err(BusError::Aborted { rejected, .. }) => return Published::Aborted(rejected),
             Err(error) => return Published::Failed(error.to_string()),
         }
     }

@@ -79,7 +79,8 @@ impl StageError {
         match self {
             StageError::Llm(e) | StageError::Nli(NliError::Llm(e)) => e.is_transient(),
             StageError::Search(error) => error.is_transient(),
-            StageError::Bus(BusError::Rejected(_)) => false,
+            // Its transaction is gone: the event comes again once the bus has rewound.
+            StageError::Bus(BusError::Rejected(_) | BusError::Aborted { .. }) => false,
             StageError::Bus(_) => true,
             _ => false,
         }
@@ -187,7 +188,12 @@ impl RunnerSettings {
             retry: settings.retry.clone(),
             max_event_bytes: settings.bus.max_event_bytes,
             budget: settings.budget.clone(),
-            dedupe_window: settings.bus.dedupe_window,
+            // Exactly-once delivers a record again only when the transaction of its outputs was
+            // aborted: skipped as finished, its outputs would be lost with that transaction.
+            dedupe_window: match settings.bus.delivery {
+                crate::config::DeliveryGuarantee::ExactlyOnce => 0,
+                crate::config::DeliveryGuarantee::AtLeastOnce => settings.bus.dedupe_window,
+            },
             progress: settings.bus.progress_timeout(),
             provenance: None,
         }

@@ -246,6 +246,8 @@ impl Stage for Join {
     /// Reads back the state kept in `join_state`: a restarted join carries on where it stopped.
     async fn open(&self, bus: &Arc<dyn Bus>) -> Result<(), BusError> {
         let _ = self.bus.set(bus.clone());
+        // Its pending parents live in memory: an aborted transaction cannot take them back.
+        bus.keeps_state(Self::NAME);
         let records = bus.read_table(Topic::JoinState).await?;
         let restored = records.len();
         for record in records {

@@ -104,6 +104,23 @@ impl Claims {
         }
     }
 
+    /// [`Claims::release`] of every partition this process counted starts in: after an aborted
+    /// transaction, everything started since the last commit is redone here, and was no crash.
+    pub(super) fn release_all(&self) {
+        let keys: Vec<(String, i32)> = self.partitions.lock().unwrap().keys().cloned().collect();
+        self.release(&keys);
+    }
+
+    /// Forgets these partitions without a word to the broker: they were lost to another member,
+    /// which may count starts there already.
+    pub(super) fn forget(&self, partitions: &[(String, i32)]) {
+        for key in partitions {
+            self.partitions.lock().unwrap().remove(key);
+            self.started.lock().unwrap().remove(key);
+            self.committed.lock().unwrap().remove(key);
+        }
+    }
+
     /// `offset` is done: it is no longer listed in the next commit. One that an earlier crash was
     /// blamed on is unlisted on the broker at once: were this process to crash before the
     /// partition's next start, that stale count would blame the finished record again when it is

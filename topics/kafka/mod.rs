@@ -53,10 +53,10 @@ pub use config::client_config;
 pub use documents::{Change, Changelog, RejectedDocument, Span};
 use lineage::Lineage;
 use offsets::OffsetTracker;
-use poller::{KafkaSubscription, poll};
+use poller::{KafkaSubscription, Refusals, Shared, poll};
 use rebalance::TrackingContext;
 use table::read_whole_topic;
-use transactions::{DoneBefore, Transactions};
+use transactions::{DoneBefore, Tracked, Transactions};
 pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use wire::{publish_error, transport};
 
@@ -77,6 +77,9 @@ pub struct KafkaBus {
     exactly_once: bool,
     /// Exactly-once: the transactional producer, made when the process first joins a group.
     transactions: std::sync::OnceLock<Arc<Transactions>>,
+    /// The stages of this process that keep state in memory, which an aborted transaction's rewind
+    /// cannot take back.
+    stateful: transactions::Stateful,
 }
 
 /// The producer every publish goes through: idempotent (retries cannot duplicate or reorder records
@@ -121,6 +124,7 @@ impl KafkaBus {
             write_schema_version: bus.write_schema_version,
             exactly_once: bus.delivery == DeliveryGuarantee::ExactlyOnce,
             transactions: std::sync::OnceLock::new(),
+            stateful: Default::default(),
         })
     }
 
@@ -141,9 +145,33 @@ impl KafkaBus {
         };
         let producer = producer(&self.base, &self.settings, self.max_event_bytes, Some((&id, timeout)))?;
         let interval = Duration::from_millis(self.settings.transaction_interval_ms);
-        let started = Transactions::start(producer, interval, timeout)?;
+        let started = Transactions::start(producer, (self.renew(group, topic), self.stateful.clone()), interval, timeout)?;
         tracing::info!(transactional_id = %id, "exactly-once: transactional producer ready");
         Ok(Some(self.transactions.get_or_init(|| started).clone()))
+    }
+
+    /// How the process's transactional producer is replaced after it was fenced or hit a fatal
+    /// error: under a new transactional id, taken as at start (kept in the replica's lineage where
+    /// `kafka.instance_id` names it), its transactions initialised.
+    fn renew(&self, group: &str, topic: &str) -> transactions::Renew {
+        let (base, settings, max_event_bytes) = (self.base.clone(), self.settings.clone(), self.max_event_bytes);
+        let (group, topic) = (group.to_string(), topic.to_string());
+        Box::new(move || {
+            let timeout = Duration::from_millis(settings.transaction_timeout_ms);
+            let id = match settings.instance_id.as_str() {
+                "" => lineage::fresh_id(&format!("{}{group}.{}", settings.topic_prefix, std::process::id())),
+                instance => {
+                    let lineage = Lineage::new(&base, &format!("{}{group}.{instance}", settings.topic_prefix), &topic)?;
+                    let id = lineage::fresh_id(&format!("{}{group}.{instance}", settings.topic_prefix));
+                    lineage.record(&id)?;
+                    id
+                }
+            };
+            let fresh = producer(&base, &settings, max_event_bytes, Some((&id, timeout)))?;
+            fresh.init_transactions(timeout).map_err(transport)?;
+            tracing::warn!(transactional_id = %id, "exactly-once: a new transactional producer replaces the one that failed");
+            Ok(fresh)
+        })
     }
 
     /// A new transactional id for this process of the replica whose ids start with `stable`, kept
@@ -241,13 +269,7 @@ impl KafkaBus {
             drain_timeout,
             lag,
             group: group_id.clone(),
-            commit_transaction: transactions.map(|transactions| {
-                let transactions = Arc::downgrade(transactions);
-                Box::new(move |then: &dyn Fn()| match transactions.upgrade() {
-                    Some(transactions) => transactions.commit_then(then),
-                    None => then(),
-                }) as Box<dyn Fn(&dyn Fn()) + Send + Sync>
-            }),
+            transactions: transactions.map(Arc::downgrade),
             claims,
         };
         let mut config = self.base.clone();
@@ -293,9 +315,16 @@ impl KafkaBus {
     ) -> Result<Box<dyn Subscription>, BusError> {
         let consumer = Arc::new(consumer);
         let done_before = transactions.as_ref().map(|_| Arc::new(DoneBefore::default()));
+        let rewind = Arc::new(tokio::sync::Notify::new());
         if let (Some(transactions), Some(done_before)) = (&transactions, &done_before) {
-            transactions.track(&consumer, tracker.clone(), done_before.clone());
+            transactions.track(Tracked {
+                consumer: Arc::downgrade(&consumer),
+                tracker: tracker.clone(),
+                done_before: done_before.clone(),
+                rewind: rewind.clone(),
+            });
         }
+        let shared = Shared { catch_up, claims, done_before, rewind, refusals: Refusals::default() };
         let topic_of: HashMap<String, Topic> =
             names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
         let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));
@@ -316,7 +345,7 @@ impl KafkaBus {
                         topic_of,
                         sender,
                         (paused, waiting),
-                        (catch_up, claims, done_before),
+                        shared,
                     )),
                     // Dropping the sender ends the feed: the stage fails and says so.
                     Err(error) => tracing::error!(%error, "cannot start the Kafka poller's runtime"),
@@ -392,6 +421,10 @@ impl Bus for KafkaBus {
 
     async fn hold(&self) -> Option<Hold> {
         Some(Hold(Box::new(self.transactions.get()?.pass().await)))
+    }
+
+    fn keeps_state(&self, stage: &'static str) {
+        self.stateful.lock().unwrap().push(stage);
     }
 
     async fn read_table(&self, topic: Topic) -> Result<Vec<Record>, BusError> {

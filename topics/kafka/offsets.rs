@@ -1,6 +1,8 @@
 //! Which fetched offsets of each partition a stage has taken and finished, so that an offset is
 //! stored only once every offset before it in its partition is done (at-least-once, in order), and a
-//! revoked partition's late acknowledgements are ignored.
+//! revoked partition's late acknowledgements are ignored. After an aborted transaction every
+//! partition is rewound: what was fetched before is forgotten, and nothing fetched until the poller
+//! has sought back to the committed positions can be claimed.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,7 +24,13 @@ pub(super) struct OffsetTracker {
     partitions: HashMap<(String, i32), Partition>,
     /// Never reused: a partition revoked and assigned back starts an assignment no older delivery has.
     next_assignment: u64,
+    /// Between an abort's rewind and the poller's seek back to the committed positions: records
+    /// fetched meanwhile come from before the seek and are never this process's to work on.
+    rewinding: bool,
 }
+
+/// The assignment of records fetched while rewinding: no partition ever has it.
+pub(super) const STALE: u64 = 0;
 
 #[derive(Default)]
 struct Partition {
@@ -43,6 +51,9 @@ impl OffsetTracker {
     }
 
     pub(super) fn register(&mut self, topic: &str, partition: i32, offset: i64) -> u64 {
+        if self.rewinding {
+            return STALE;
+        }
         let partition = self.partition(topic, partition);
         partition.offsets.insert(offset, Progress::Fetched);
         partition.assignment
@@ -114,6 +125,25 @@ impl OffsetTracker {
             self.partitions.remove(key);
         }
     }
+
+    /// The open transaction was aborted: every delivery fetched so far, finished or not, is no longer
+    /// this process's to publish or acknowledge, and what is fetched until [`OffsetTracker::rewound`]
+    /// is stale too. The partitions it had started on, for the claims to let go.
+    pub(super) fn rewind(&mut self) -> Vec<(String, i32)> {
+        self.rewinding = true;
+        self.partitions.drain().map(|(key, _)| key).collect()
+    }
+
+    /// The poller sought back to the committed positions: records fetched from now on are work again.
+    pub(super) fn rewound(&mut self) {
+        self.partitions.clear();
+        self.rewinding = false;
+    }
+
+    /// Whether a rewind waits for the poller's seek.
+    pub(super) fn rewinding(&self) -> bool {
+        self.rewinding
+    }
 }
 
 #[cfg(test)]
@@ -154,6 +184,24 @@ mod tests {
         assert!(tracker.owns("t", 0, 5, kept));
         assert_eq!(tracker.ack("t", 1, 7, revoked), None, "a revoked partition's late ack is ignored");
         assert_eq!(tracker.ack("t", 0, 5, kept), Some(6), "the other partition carries on");
+    }
+
+    /// An abort rewinds everything: no delivery fetched before it, done or not, is owned, and nothing
+    /// fetched before the poller's seek can be claimed; after it, records are work again.
+    #[test]
+    fn a_rewind_disowns_every_delivery_until_the_poller_has_sought_back() {
+        let mut tracker = OffsetTracker::default();
+        let (done, started) = (tracker.register("t", 0, 5), tracker.register("t", 1, 7));
+        assert!(tracker.claim("t", 1, 7, started));
+        tracker.ack("t", 0, 5, done);
+        assert_eq!(tracker.rewind().len(), 2);
+        assert!(!tracker.owns("t", 1, 7, started) && tracker.positions().is_empty());
+        let before_the_seek = tracker.register("t", 0, 6);
+        assert!(!tracker.claim("t", 0, 6, before_the_seek), "fetched before the seek: stale");
+        tracker.rewound();
+        let again = tracker.register("t", 0, 5);
+        assert!(tracker.claim("t", 0, 5, again));
+        assert_eq!(tracker.ack("t", 0, 5, again), Some(6));
     }
 
     #[test]

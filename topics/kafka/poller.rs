@@ -9,12 +9,12 @@ use async_trait::async_trait;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
-use rdkafka::{Message, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 
 use super::catch_up::CatchUp;
 use super::claims::Claims;
-use super::offsets::OffsetTracker;
+use super::offsets::{OffsetTracker, STALE};
 use super::rebalance::{TrackingContext, is_no_offset};
 use super::transactions::{DoneBefore, Transactions};
 use super::wire::{ATTEMPT_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER, transport};
@@ -50,6 +50,20 @@ impl Subscription for KafkaSubscription {
     }
 }
 
+/// Why the broker refused an output of each record (by topic, partition and offset) whose
+/// transaction was then aborted: kept until the record is delivered again.
+pub(super) type Refusals = Arc<Mutex<HashMap<(String, i32, i64), String>>>;
+
+/// What a poller shares with the rest of the bus besides its consumer.
+pub(super) struct Shared {
+    pub(super) catch_up: Option<Arc<CatchUp>>,
+    pub(super) claims: Option<Arc<Claims>>,
+    pub(super) done_before: Option<Arc<DoneBefore>>,
+    /// Exactly-once: woken after an aborted transaction, to seek back to the committed positions.
+    pub(super) rewind: Arc<tokio::sync::Notify>,
+    pub(super) refusals: Refusals,
+}
+
 /// Polls the consumer for as long as the subscription lives. Records go to a bounded channel; when
 /// the stage does not take them, each partition with a record waiting is paused (what was already
 /// fetched waits in a small queue) and polling goes on, which keeps the consumer in its group.
@@ -59,12 +73,20 @@ pub(super) async fn poll(
     topic_of: HashMap<String, Topic>,
     sender: mpsc::Sender<Delivery>,
     (paused_gauge, waiting_gauge): (prometheus::IntGauge, prometheus::IntGauge),
-    (catch_up, claims, done_before): (Option<Arc<CatchUp>>, Option<Arc<Claims>>, Option<Arc<DoneBefore>>),
+    shared: Shared,
 ) {
     let name_of: HashMap<Topic, String> = topic_of.iter().map(|(name, topic)| (*topic, name.clone())).collect();
     let mut waiting: VecDeque<Delivery> = VecDeque::new();
     let mut paused = Paused::default();
     loop {
+        if tracker.lock().unwrap().rewinding() {
+            if let Err(error) = seek_back(&consumer, &tracker, &mut waiting, shared.claims.as_deref()) {
+                // Reading on from where it is would skip what the aborted transaction had done.
+                tracing::error!(%error, "cannot seek back to the last commit after an aborted transaction: the feed ends");
+                return;
+            }
+            continue;
+        }
         if let Some(delivery) = waiting.pop_front() {
             match sender.try_send(delivery) {
                 Ok(()) => continue,
@@ -84,8 +106,9 @@ pub(super) async fn poll(
                     if fatal(&consumer, &message) {
                         return;
                     }
-                    waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message));
+                    waiting.extend(to_delivery(&consumer, &tracker, &topic_of, &shared, message));
                 }
+                _ = shared.rewind.notified() => {}
             }
             continue;
         }
@@ -96,8 +119,9 @@ pub(super) async fn poll(
                 if fatal(&consumer, &message) {
                     return;
                 }
-                waiting.extend(to_delivery(&consumer, &tracker, &topic_of, (&catch_up, &claims, &done_before), message));
+                waiting.extend(to_delivery(&consumer, &tracker, &topic_of, &shared, message));
             }
+            _ = shared.rewind.notified() => {}
             _ = sender.closed() => return,
         }
     }
@@ -115,6 +139,42 @@ fn fatal(consumer: &StreamConsumer<TrackingContext>, message: &Result<rdkafka::m
         tracing::error!(%reason, "the Kafka consumer hit a fatal error and cannot consume again: its feed ends");
     }
     fatal
+}
+
+/// After an aborted transaction: lets go of what waits here (fetched before the abort), seeks every
+/// assigned partition back to its committed position (its start where none is), lets the claims go
+/// of what was started, and tells the tracker that what is fetched from now on is work again.
+/// librdkafka drops what it had fetched before a seek, so nothing from before it comes after.
+fn seek_back(
+    consumer: &StreamConsumer<TrackingContext>,
+    tracker: &Mutex<OffsetTracker>,
+    waiting: &mut VecDeque<Delivery>,
+    claims: Option<&Claims>,
+) -> Result<(), KafkaError> {
+    for delivery in waiting.drain(..) {
+        delivery.let_go();
+    }
+    let timeout = std::time::Duration::from_secs(10);
+    let assignment = consumer.assignment()?;
+    let mut positions = TopicPartitionList::new();
+    if assignment.count() > 0 {
+        for element in consumer.committed_offsets(assignment, timeout)?.elements() {
+            let offset = match element.offset() {
+                Offset::Offset(offset) => Offset::Offset(offset),
+                _ => Offset::Beginning,
+            };
+            positions.add_partition_offset(element.topic(), element.partition(), offset)?;
+        }
+        for element in consumer.seek_partitions(positions.clone(), timeout)?.elements() {
+            element.error()?;
+        }
+    }
+    if let Some(claims) = claims {
+        claims.release_all();
+    }
+    tracker.lock().unwrap().rewound();
+    tracing::info!(partitions = positions.count(), "sought back to the last commit after an aborted transaction");
+    Ok(())
 }
 
 /// The partitions that have a record waiting for the stage.
@@ -174,9 +234,10 @@ fn to_delivery(
     consumer: &Arc<StreamConsumer<TrackingContext>>,
     tracker: &Arc<Mutex<OffsetTracker>>,
     topic_of: &HashMap<String, Topic>,
-    (catch_up, claims, done_before): (&Option<Arc<CatchUp>>, &Option<Arc<Claims>>, &Option<Arc<DoneBefore>>),
+    shared: &Shared,
     message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
 ) -> Option<Delivery> {
+    let Shared { catch_up, claims, done_before, refusals, .. } = shared;
     let message = match message {
         Ok(message) => message,
         // Only a follower asks to be told (`enable.partition.eof`): it reads one topic.
@@ -203,6 +264,10 @@ fn to_delivery(
     let trace = TraceHeaders { traceparent: header(TRACEPARENT_HEADER), tracestate: header(TRACESTATE_HEADER) };
     let payload = message.payload().unwrap_or_default().to_vec();
     let assignment = tracker.lock().unwrap().register(&name, partition, offset);
+    if assignment == STALE {
+        // Fetched between an abort and the seek back: it comes again after the seek.
+        return None;
+    }
     if let Some(catch_up) = catch_up {
         catch_up.fetched(&name, partition, offset);
     }
@@ -229,6 +294,11 @@ fn to_delivery(
         }
     });
     let owned = Box::new(move || owned_tracker.lock().unwrap().owns(&owned_name, partition, offset, assignment));
+    let refused_before = refusals.lock().unwrap().remove(&(name.clone(), partition, offset));
+    let (refusals, refused_name) = (refusals.clone(), name.clone());
+    let refused = Box::new(move |reason: String| {
+        refusals.lock().unwrap().insert((refused_name, partition, offset), reason);
+    });
     let catch_up = catch_up.clone();
     let ack = Box::new(move || {
         if let Some(catch_up) = &catch_up {
@@ -245,7 +315,8 @@ fn to_delivery(
         }
     });
     Some(
-        Delivery::new(Record { topic, key, payload, trace }, attempt, Some(DeliveryHooks { claim, start, owned, ack }))
-            .at(partition, offset),
+        Delivery::new(Record { topic, key, payload, trace }, attempt, Some(DeliveryHooks { claim, start, owned, ack, refused }))
+            .at(partition, offset)
+            .refused_before(refused_before),
     )
 }

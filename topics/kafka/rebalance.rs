@@ -1,7 +1,7 @@
 //! The consumer's context: before a rebalance takes partitions away, it waits (bounded) for the work
 //! started on them and commits; it also routes librdkafka's log lines and lag statistics.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rdkafka::ClientContext;
@@ -10,6 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::claims::Claims;
 use super::offsets::OffsetTracker;
+use super::transactions::Transactions;
 
 pub(super) struct TrackingContext {
     pub(super) tracker: Arc<Mutex<OffsetTracker>>,
@@ -19,9 +20,9 @@ pub(super) struct TrackingContext {
     pub(super) lag: prometheus::IntGauge,
     /// The consumer group, as the broker knows it.
     pub(super) group: String,
-    /// Exactly-once: commits the process's transaction, which carries the positions (the consumer
-    /// commits none itself), and runs the given step before any record's outputs can join the next.
-    pub(super) commit_transaction: Option<Box<dyn Fn(&dyn Fn()) + Send + Sync>>,
+    /// Exactly-once: the process's transactions, which carry the positions (the consumer commits
+    /// none itself).
+    pub(super) transactions: Option<Weak<Transactions>>,
     /// Each record's starts, where the group counts them: a revocation lets go of its records.
     pub(super) claims: Option<Arc<Claims>>,
 }
@@ -63,6 +64,23 @@ impl ConsumerContext for TrackingContext {
         let Rebalance::Revoke(revoked) = rebalance else { return };
         let partitions: Vec<(String, i32)> =
             revoked.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        let revoke = || self.tracker.lock().unwrap().revoke(&partitions);
+        let transactions = self.transactions.as_ref().and_then(Weak::upgrade);
+        if consumer.assignment_lost() {
+            // Another member owns them already (this one was away past session.timeout.ms): waiting
+            // for their work or committing their positions would publish or commit what is the new
+            // owner's now. Nothing done on them here counts: exactly-once aborts what the open
+            // transaction holds and rewinds; at-least-once stores nothing more for them.
+            tracing::warn!(partitions = partitions.len(), "the group gave these partitions away while this member was away: letting their work go");
+            match &transactions {
+                Some(transactions) => transactions.abort_then("the consumer's assignment was lost", &revoke),
+                None => revoke(),
+            }
+            if let Some(claims) = &self.claims {
+                claims.forget(&partitions);
+            }
+            return;
+        }
         // Let the work already started on the revoked partitions finish and be acknowledged, so
         // their new owner starts after it instead of doing it again. This holds up the rebalance,
         // hence the bound (keep it under max.poll.interval.ms).
@@ -80,12 +98,13 @@ impl ConsumerContext for TrackingContext {
         }
         // Work still running on them finds them gone when it finishes, and publishes nothing: the
         // new owner does it again from the position committed here.
-        let revoke = || self.tracker.lock().unwrap().revoke(&partitions);
-        if let Some(commit_transaction) = &self.commit_transaction {
+        if let Some(transactions) = &transactions {
             // Forgotten before the next transaction takes outputs: work that finished after this
             // commit must not publish into it (exactly-once would carry both its outputs and the
             // new owner's).
-            commit_transaction(&revoke);
+            transactions.commit_then(&revoke);
+        } else if self.transactions.is_some() {
+            revoke();
         } else {
             if let Err(error) = consumer.commit_consumer_state(CommitMode::Sync)
                 && !is_no_offset(&error)

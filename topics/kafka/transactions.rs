@@ -15,11 +15,15 @@
 //!   ([`Gate`]): a transaction never holds part of a record's outputs.
 //! - Progress records go through the plain producer: watchers see steps at once, and a step of
 //!   aborted work is harmless (readers keep one per node and index).
-//! - A commit that fails leaves outputs of acknowledged records lost with the aborted transaction:
-//!   the process aborts it and exits, and its restart resumes from the last committed positions.
+//! - A transaction that cannot commit (a record in it failed, the commit itself failed, or the group
+//!   gave a consumer's partitions away) is aborted, and the process goes on from the last commit,
+//!   as Kafka Streams does: every poller seeks back to the committed positions, what was fetched or
+//!   finished since is no longer this process's, and the claims let go of what was started. A
+//!   fenced or fatally failed producer is replaced by one under a new transactional id. Only a
+//!   process with a stage that keeps state in memory (the join) exits instead, to rebuild it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -97,10 +101,22 @@ impl Gate {
     }
 }
 
-type Tracked = (Weak<StreamConsumer<TrackingContext>>, Arc<Mutex<OffsetTracker>>, Arc<DoneBefore>);
+/// A consumer whose positions each commit carries: its offsets, what an earlier owner did beyond
+/// them, and how to wake its poller to seek back after an abort.
+pub(super) struct Tracked {
+    pub(super) consumer: Weak<StreamConsumer<TrackingContext>>,
+    pub(super) tracker: Arc<Mutex<OffsetTracker>>,
+    pub(super) done_before: Arc<DoneBefore>,
+    pub(super) rewind: Arc<tokio::sync::Notify>,
+}
+
+/// Makes a transactional producer under a new transactional id, its transactions initialised: what
+/// replaces one that is fenced or hit a fatal error.
+pub(super) type Renew = Box<dyn Fn() -> Result<FutureProducer, BusError> + Send + Sync>;
 
 pub struct Transactions {
-    producer: FutureProducer,
+    producer: RwLock<FutureProducer>,
+    renew: Renew,
     gate: Arc<Gate>,
     /// The consumers whose positions each commit carries.
     consumers: Mutex<Vec<Tracked>>,
@@ -108,8 +124,16 @@ pub struct Transactions {
     committing: Mutex<Positions>,
     /// Something was published since the last commit.
     dirty: std::sync::atomic::AtomicBool,
+    /// Why the open transaction cannot commit (a record in it failed), once something failed.
+    broken: Mutex<Option<String>>,
+    /// Stages of this process that keep state in memory, which an abort would leave ahead of what
+    /// the bus holds: with one, the process cannot go on after an abort and exits instead.
+    stateful: Stateful,
     timeout: Duration,
 }
+
+/// The stages of a process that keep state in memory ([`crate::topics::Bus::keeps_state`]).
+pub(super) type Stateful = Arc<Mutex<Vec<&'static str>>>;
 
 /// What the last commit carried, per group and partition: nothing new, no commit.
 type Positions = HashMap<(String, String, i32), (i64, String)>;
@@ -118,17 +142,21 @@ impl Transactions {
     /// Makes the producer, begins its first transaction, and starts committing every `interval`.
     pub(super) fn start(
         producer: FutureProducer,
+        (renew, stateful): (Renew, Stateful),
         interval: Duration,
         timeout: Duration,
     ) -> Result<Arc<Transactions>, BusError> {
         producer.init_transactions(timeout).map_err(transport)?;
         producer.begin_transaction().map_err(transport)?;
         let transactions = Arc::new(Transactions {
-            producer,
+            producer: RwLock::new(producer),
+            renew,
             gate: Arc::default(),
             consumers: Mutex::default(),
             committing: Mutex::default(),
             dirty: Default::default(),
+            broken: Mutex::default(),
+            stateful,
             timeout,
         });
         let weak = Arc::downgrade(&transactions);
@@ -145,26 +173,34 @@ impl Transactions {
         Ok(transactions)
     }
 
-    pub(super) fn track(
-        &self,
-        consumer: &Arc<StreamConsumer<TrackingContext>>,
-        tracker: Arc<Mutex<OffsetTracker>>,
-        done_before: Arc<DoneBefore>,
-    ) {
-        self.consumers.lock().unwrap().push((Arc::downgrade(consumer), tracker, done_before));
+    pub(super) fn track(&self, tracked: Tracked) {
+        self.consumers.lock().unwrap().push(tracked);
     }
 
     pub(super) async fn pass(&self) -> Pass {
         self.gate.enter().await
     }
 
-    /// Publishes within the open transaction (with a pass of its own unless the task holds one).
+    /// Publishes within the open transaction (with a pass of its own unless the task holds one). A
+    /// record that fails leaves the transaction unable to commit: the whole transaction is aborted
+    /// at the next commit, every poller seeks back to the last committed positions, and the event is
+    /// redone. The error says so ([`BusError::Aborted`]), with the reason when the broker will never
+    /// take this record, so that its redo ends its question in an error record instead.
     pub(super) async fn send(&self, record: FutureRecord<'_, [u8], [u8]>, wait: Duration) -> Result<(), BusError> {
         let _pass = if holding_now() { None } else { Some(self.gate.enter().await) };
+        if let Some(reason) = self.broken.lock().unwrap().clone() {
+            return Err(BusError::Aborted { reason, rejected: None });
+        }
         self.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
-        match self.producer.send(record, wait).await {
+        let producer = self.producer.read().unwrap().clone();
+        match producer.send(record, wait).await {
             Ok(_) => Ok(()),
-            Err((error, _)) => Err(publish_error(error)),
+            Err((error, _)) => {
+                let reason = error.to_string();
+                let rejected = matches!(publish_error(error), BusError::Rejected(_)).then(|| reason.clone());
+                self.broken.lock().unwrap().get_or_insert_with(|| reason.clone());
+                Err(BusError::Aborted { reason, rejected })
+            }
         }
     }
 
@@ -175,27 +211,45 @@ impl Transactions {
     }
 
     /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
-    /// revocation forgets its partitions there).
+    /// revocation forgets its partitions there). A transaction that cannot commit is aborted and
+    /// every consumer rewound instead.
     pub(super) fn commit_then(&self, then: &dyn Fn()) {
         let mut last = self.committing.lock().unwrap();
         self.gate.close();
-        let outcome = self.commit_closed(&mut last);
+        let broken = self.broken.lock().unwrap().clone();
+        let outcome = match broken {
+            Some(reason) => Err(("publish_failed", reason)),
+            None => self.commit_closed(&mut last).map_err(|error| ("commit_failed", error.to_string())),
+        };
+        if let Err((cause, reason)) = outcome {
+            self.recover(cause, &reason);
+        }
         then();
         self.gate.open();
-        if let Err(error) = outcome {
-            self.fail(&error);
-        }
+    }
+
+    /// The group gave this consumer's partitions to another member while it was away (a pause past
+    /// `session.timeout.ms`): nothing done on them may be published or committed here, so the open
+    /// transaction is aborted and every consumer rewound, then `then` forgets the lost partitions.
+    pub(super) fn abort_then(&self, reason: &str, then: &dyn Fn()) {
+        let _last = self.committing.lock().unwrap();
+        self.gate.close();
+        self.recover("assignment_lost", reason);
+        then();
+        self.gate.open();
     }
 
     fn commit_closed(&self, last: &mut Positions) -> Result<(), KafkaError> {
+        let producer = self.producer.read().unwrap().clone();
         let mut sent = Vec::new();
-        for (consumer, tracker, done_before) in self.consumers.lock().unwrap().iter() {
-            let Some(consumer) = consumer.upgrade() else { continue };
+        for tracked in self.consumers.lock().unwrap().iter() {
+            let Some(consumer) = tracked.consumer.upgrade() else { continue };
             let Some(metadata) = consumer.group_metadata() else { continue };
             let group = consumer.context().group.clone();
             let mut list = TopicPartitionList::new();
-            for (topic, partition, position, done) in tracker.lock().unwrap().positions() {
-                let note = encode_done(&listed_done(done, &done_before.inherited(&topic, partition), position));
+            for (topic, partition, position, done) in tracked.tracker.lock().unwrap().positions() {
+                let inherited = tracked.done_before.inherited(&topic, partition);
+                let note = encode_done(&listed_done(done, &inherited, position));
                 let key = (group.clone(), topic.clone(), partition);
                 if last.get(&key) == Some(&(position, note.clone())) {
                     continue;
@@ -207,7 +261,7 @@ impl Transactions {
                 sent.push((key, (position, note)));
             }
             if list.count() > 0 {
-                self.producer.send_offsets_to_transaction(&list, &metadata, self.timeout)?;
+                producer.send_offsets_to_transaction(&list, &metadata, self.timeout)?;
             }
         }
         // Taken whatever `sent` holds: a commit with offsets carries the publishes too, and the next
@@ -218,7 +272,7 @@ impl Transactions {
         }
         let mut tries = 0;
         loop {
-            match self.producer.commit_transaction(self.timeout) {
+            match producer.commit_transaction(self.timeout) {
                 Ok(()) => break,
                 Err(KafkaError::Transaction(error)) if error.is_retriable() && tries < 3 => tries += 1,
                 Err(error) => return Err(error),
@@ -226,15 +280,67 @@ impl Transactions {
         }
         crate::metrics::METRICS.transactions.with_label_values::<&str>(&[]).inc();
         last.extend(sent);
-        self.producer.begin_transaction()
+        producer.begin_transaction()
     }
 
-    /// A commit failed: the outputs of records already acknowledged are gone with the aborted
-    /// transaction, and only a restart from the last committed positions redoes them.
-    fn fail(&self, error: &KafkaError) -> ! {
-        tracing::error!(%error, "Kafka transaction failed: aborting it and exiting, to resume from the last commit");
-        let _ = self.producer.abort_transaction(self.timeout);
-        crate::telemetry::exit::exit(75)
+    /// The open transaction cannot commit: it is aborted (or, when the producer was fenced or hit a
+    /// fatal error, left to the broker and a new producer made under a new transactional id), a new
+    /// one begun, and every consumer rewound: what was published or acknowledged since the last
+    /// commit is redone from the committed positions. Called with the gate closed, so no event is
+    /// between its first output and its acknowledgement. A process with a stage that keeps state in
+    /// memory cannot rebuild it here, and exits to resume from the last commit.
+    fn recover(&self, cause: &'static str, reason: &str) {
+        crate::metrics::METRICS.transaction_aborts.with_label_values(&[cause]).inc();
+        if let Some(stage) = self.stateful.lock().unwrap().first() {
+            tracing::error!(
+                cause,
+                reason,
+                stage,
+                "Kafka transaction aborted, and the stage's state in memory cannot be rewound with it: exiting to resume from the last commit"
+            );
+            self.abort_or_leave();
+            crate::telemetry::exit::exit(75);
+        }
+        tracing::warn!(cause, reason, "Kafka transaction aborted: rewinding every consumer to the last commit");
+        if let Err(error) = self.begin_again() {
+            tracing::error!(%error, "no transaction can begin after the abort: exiting to resume from the last commit");
+            crate::telemetry::exit::exit(75);
+        }
+        *self.broken.lock().unwrap() = None;
+        self.dirty.store(false, std::sync::atomic::Ordering::Relaxed);
+        for tracked in self.consumers.lock().unwrap().iter() {
+            tracked.tracker.lock().unwrap().rewind();
+            tracked.rewind.notify_one();
+        }
+    }
+
+    /// Aborts the open transaction where the producer still can; true when it did.
+    fn abort_or_leave(&self) -> bool {
+        let producer = self.producer.read().unwrap().clone();
+        if producer.client().fatal_error().is_some() {
+            return false;
+        }
+        match producer.abort_transaction(self.timeout) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%error, "cannot abort the transaction: a new producer takes over");
+                false
+            }
+        }
+    }
+
+    /// Aborts and begins the next transaction, or replaces a producer that cannot: fenced, fatal, or
+    /// refused the abort. Its open transaction is then the broker's to abort: re-initialising the
+    /// replica's lineage does at once, a timeout otherwise (`kafka.transaction_timeout_ms`).
+    fn begin_again(&self) -> Result<(), BusError> {
+        if self.abort_or_leave() && self.producer.read().unwrap().begin_transaction().is_ok() {
+            return Ok(());
+        }
+        let fresh = (self.renew)()?;
+        fresh.begin_transaction().map_err(transport)?;
+        crate::metrics::METRICS.producer_renewals.with_label_values::<&str>(&[]).inc();
+        *self.producer.write().unwrap() = fresh;
+        Ok(())
     }
 }
 
