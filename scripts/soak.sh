@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The soak test (not part of CI): MIGRES's six stages as `lacuna stage` processes on a noida-db
-# broker, two `lacuna serve` replicas and the answers sink, for a set time against the built-in fake
+# The soak test (not part of CI): MIGRES's six stages as `lacuna stage` processes on Apache Kafka
+# (three KRaft nodes from scripts/kafka.sh, every topic replicated three times with
+# min.insync.replicas=2), two `lacuna serve` replicas and the answers sink, for a set time against the built-in fake
 # LLM at 300 ± 100 ms that fails 5% of calls with HTTP 500, 3% with broken JSON and 1% cut at
 # max_tokens. Meanwhile:
 #   - 2 questions a second, one over HTTP (to either replica) and one over Kafka (`lacuna submit`);
@@ -8,7 +9,8 @@
 #   - a 3-minute LLM outage in the middle, longer than the soak's llm.breaker.max_wait_ms (2 min);
 #   - every 3 minutes a SIGKILL of a random stage at a moment its /metrics show work in flight, and
 #     the time until it is ready again;
-#   - one broker restart on the same data directory;
+#   - one broker killed (SIGKILL) at a moment the leaf has work in flight, and started again on its
+#     data (with one node, LACUNA_SOAK_NODES=1: that node);
 #   - 100 slow clients holding connections to serve, and a GET every second timed under them;
 #   - two document writers at once on the same 40 document ids: one through serve's document routes
 #     (a write or a delete a second, to either replica), one `lacuna ingest --transport kafka` of three
@@ -17,7 +19,7 @@
 #     kill is always its.
 # serve.keep_finished is 500 (LACUNA_SOAK_KEEP), so the registry reaches its bound in the warm-up,
 # which ends when that many questions are answered or after 5 minutes; the outage falls in the middle
-# of the rest, the broker restart at its first quarter, and the kills every 3 minutes of it. Then it waits for every question submitted (up to 5
+# of the rest, the broker kill at its first quarter, and the kills every 3 minutes of it. Then it waits for every question submitted (up to 5
 # minutes) and prints one table: submitted, ended, lost, duplicate lines in the sink, duplicates on
 # the answers topic, errors by type, RSS and open files of every process, serve's p99 GET latency,
 # each kill's time to ready, the document writes, and whether the retrieve stage's index is then
@@ -25,7 +27,9 @@
 #
 # Usage: scripts/soak.sh [--minutes N] [--out DIR]     (default 30 minutes, out: $LACUNA_CACHE/soak)
 # LACUNA_SOAK_HOLD=1 keeps everything running after a drain with questions lost (see below).
-# Ports: 127.0.0.1:19192 (broker), 18390 (LLM), 18181-18182 (serve), 19901-19906 (stage metrics).
+# LACUNA_SOAK_DELIVERY=exactly_once|at_least_once (bus.delivery; default exactly_once),
+# LACUNA_SOAK_NODES=3|1 (Kafka nodes; default 3).
+# Ports: 127.0.0.1:19492-19497 (Kafka), 18390 (LLM), 18181-18182 (serve), 19901-19906 (stage metrics).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=30
@@ -45,7 +49,8 @@ if [ "$PROFILE" = release ]; then cargo build --release --locked; else cargo bui
 lacuna="$CARGO_TARGET_DIR/$PROFILE/lacuna"
 
 rm -rf "$OUT"; mkdir -p "$OUT/logs"
-BROKER_PORT=19192 LLM_PORT=18390 SERVE_PORTS=(18181 18182)
+BROKER_PORT=19492 LLM_PORT=18390 SERVE_PORTS=(18181 18182)
+NODES="${LACUNA_SOAK_NODES:-3}"
 STAGES=(retrieve sentence_filter leaf verify main query_gen)
 declare -A PID METRICS_PORT
 log() { echo "soak $(date +%T): $*" | tee -a "$OUT/events.log" >&2; }
@@ -56,15 +61,19 @@ cleanup() {
     for pid in "${PID[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     sleep 2
     for pid in "${PID[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-    scripts/broker.sh stop --port "$BROKER_PORT" >/dev/null 2>&1 || true
+    scripts/kafka.sh stop --port "$BROKER_PORT" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
 # The retrieve stage's index is a copy of the documents topic, built from it at start.
 export LACUNA__SEARCH__INDEX_DIR="$OUT/index"
-scripts/broker.sh stop --port "$BROKER_PORT" >/dev/null 2>&1 || true
-scripts/broker.sh start --port "$BROKER_PORT"
-export LACUNA__KAFKA__BROKERS="127.0.0.1:$BROKER_PORT"
+scripts/kafka.sh stop --port "$BROKER_PORT" >/dev/null 2>&1 || true
+scripts/kafka.sh start --nodes "$NODES" --port "$BROKER_PORT"
+brokers=""
+for i in $(seq 0 $((NODES - 1))); do brokers="${brokers:+$brokers,}127.0.0.1:$((BROKER_PORT + 2 * i))"; done
+export LACUNA__KAFKA__BROKERS="$brokers"
+export LACUNA__KAFKA__REPLICATION_FACTOR="$NODES"
+export LACUNA__BUS__DELIVERY="${LACUNA_SOAK_DELIVERY:-exactly_once}"
 export LACUNA__KAFKA__TOPIC_PREFIX="soak$(now)."
 export LACUNA__KAFKA__PARTITIONS=4
 export LACUNA__LLM__BASE_URL="http://127.0.0.1:$LLM_PORT/v1"
@@ -268,7 +277,11 @@ while [ "$(now)" -lt "$end" ]; do
         start_llm; log "LLM back"; outage_done=1
     fi
     if [ $broker_done = 0 ] && [ "$(now)" -ge "$broker_at" ]; then
-        log "broker restart"; scripts/broker.sh restart --port "$BROKER_PORT" 3>&-; broker_done=1
+        # At a busy moment: the leaf has work in flight (or after 30 s of waiting for one).
+        for _ in $(seq 1 300); do [ "$(in_flight leaf)" -gt 0 ] 2>/dev/null && break; sleep 0.1; done
+        node=$(( (RANDOM % NODES) + 1 ))
+        log "broker node $node killed (SIGKILL) and started again"
+        scripts/kafka.sh restart --node "$node" --crash --port "$BROKER_PORT" 3>&-; broker_done=1
     fi
     if [ "$(now)" -ge "$next_kill" ]; then
         name=${STAGES[$((RANDOM % ${#STAGES[@]}))]}
