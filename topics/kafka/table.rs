@@ -75,3 +75,31 @@ pub(super) fn read_whole_topic(
     records.sort_by_key(|(_, (order, _))| *order);
     Ok(records.into_iter().map(|(key, (_, payload))| Record::new(topic, key, payload)).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    use super::*;
+
+    /// Apache Kafka answers NotLeaderForPartition for a while after it creates a topic, and whenever
+    /// a partition's leadership moves: a start-up that reads then must ask again, not fail.
+    #[test]
+    fn a_table_whose_leader_is_being_elected_is_read_once_it_is() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("join-state", 1, 1).unwrap();
+        let mut base = ClientConfig::new();
+        base.set("bootstrap.servers", cluster.bootstrap_servers());
+        let producer: BaseProducer = base.create().unwrap();
+        producer.send(BaseRecord::to("join-state").key("q1").payload("pending")).unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
+        let not_leader = RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION;
+        cluster.request_errors(RDKafkaApiKey::ListOffsets, &[not_leader; 3]);
+
+        let records = read_whole_topic(base, "reader", "join-state", Topic::JoinState).expect("read once led");
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].key, "q1");
+    }
+}
