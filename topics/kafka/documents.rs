@@ -20,6 +20,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::KafkaBus;
+use super::leaders;
 use super::wire::transport;
 use crate::topics::bus::BusError;
 
@@ -176,12 +177,10 @@ impl Changelog {
 
     /// Every partition of the topic, with its watermarks now.
     pub fn spans(&self) -> Result<Vec<Span>, BusError> {
-        let metadata = self.consumer.fetch_metadata(Some(&self.topic), TIMEOUT).map_err(transport)?;
         let mut spans = Vec::new();
-        for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
-            let (low, high) =
-                self.consumer.fetch_watermarks(&self.topic, partition.id(), TIMEOUT).map_err(transport)?;
-            spans.push(Span { partition: partition.id(), low, high });
+        for partition in leaders::partitions(&self.consumer, &self.topic, TIMEOUT)? {
+            let (low, high) = leaders::watermarks(&self.consumer, &self.topic, partition, TIMEOUT)?;
+            spans.push(Span { partition, low, high });
         }
         if spans.is_empty() {
             return Err(BusError::Transport(format!("topic {} has no partitions (is it created?)", self.topic)));

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use super::KafkaBus;
 use super::catch_up::CatchUp;
+use super::leaders;
 use super::rebalance::TrackingContext;
 use super::wire::transport;
 use crate::topics::Topic;
@@ -63,16 +64,15 @@ fn starting_points(
     let timeout = Duration::from_secs(10);
     let mut at_time = TopicPartitionList::new();
     for name in names {
-        let metadata = consumer.fetch_metadata(Some(name), timeout).map_err(transport)?;
-        for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
-            at_time.add_partition_offset(name, partition.id(), Offset::Offset(since_ms)).map_err(transport)?;
+        for partition in leaders::partitions(consumer, name, timeout)? {
+            at_time.add_partition_offset(name, partition, Offset::Offset(since_ms)).map_err(transport)?;
         }
     }
-    let found = consumer.offsets_for_times(at_time, timeout).map_err(transport)?;
+    let found = leaders::offsets_for_times(consumer, at_time, timeout)?;
     let (mut start, mut ends) = (TopicPartitionList::new(), HashMap::new());
     for element in found.elements() {
         let (name, partition) = (element.topic(), element.partition());
-        let (_, high) = consumer.fetch_watermarks(name, partition, timeout).map_err(transport)?;
+        let (_, high) = leaders::watermarks(consumer, name, partition, timeout)?;
         // No record at or after the time: nothing of the window there; read what comes next.
         let from = match element.offset() {
             Offset::Offset(offset) => offset.min(high),

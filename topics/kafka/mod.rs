@@ -40,6 +40,7 @@ mod claims;
 mod config;
 mod documents;
 mod follow;
+mod leaders;
 mod lineage;
 mod offsets;
 mod poller;

@@ -9,6 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use super::leaders;
 use super::wire::transport;
 use crate::topics::Topic;
 use crate::topics::bus::{BusError, Record};
@@ -28,14 +29,13 @@ pub(super) fn read_whole_topic(
         .set("enable.partition.eof", "true")
         .create()
         .map_err(transport)?;
-    let metadata = consumer.fetch_metadata(Some(name), timeout).map_err(transport)?;
     let mut ends = HashMap::new();
     let mut assignment = TopicPartitionList::new();
-    for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
-        let (low, high) = consumer.fetch_watermarks(name, partition.id(), timeout).map_err(transport)?;
+    for partition in leaders::partitions(&consumer, name, timeout)? {
+        let (low, high) = leaders::watermarks(&consumer, name, partition, timeout)?;
         if high > low {
-            ends.insert(partition.id(), high);
-            assignment.add_partition_offset(name, partition.id(), Offset::Beginning).map_err(transport)?;
+            ends.insert(partition, high);
+            assignment.add_partition_offset(name, partition, Offset::Beginning).map_err(transport)?;
         }
     }
     let mut table: HashMap<String, (usize, Vec<u8>)> = HashMap::new();

@@ -1,0 +1,119 @@
+//! A topic's partitions and their watermarks, asked again while leaders are still being elected.
+//!
+//! Apache Kafka creates a topic before its partitions have leaders, and moves leadership when a
+//! node stops: for a moment, metadata lists a partition without a leader (or not at all) and a
+//! watermark request is answered NotLeaderForPartition. librdkafka hands those answers back as they
+//! are. A start-up that reads a topic then (a serve replica's catch-up, the join's state, the
+//! documents' spans) waits for the leaders, up to its timeout, instead of failing or, worse, reading
+//! no partitions at all.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::{Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use super::wire::transport;
+use crate::topics::bus::BusError;
+
+/// How long to wait before asking again: an election takes tens of milliseconds.
+const AGAIN_AFTER: Duration = Duration::from_millis(100);
+
+/// Answers that mean "not yet" while a topic is new or its leadership moves.
+fn settling(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::NotLeaderForPartition
+            | RDKafkaErrorCode::LeaderNotAvailable
+            | RDKafkaErrorCode::UnknownTopicOrPartition
+            | RDKafkaErrorCode::NotCoordinator
+            | RDKafkaErrorCode::FencedLeaderEpoch
+            | RDKafkaErrorCode::UnknownLeaderEpoch
+            | RDKafkaErrorCode::OffsetNotAvailable
+    )
+}
+
+/// The ids of `topic`'s partitions, once every one of them has a leader.
+pub(super) fn partitions<C: ConsumerContext>(
+    consumer: &impl Consumer<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<i32>, BusError> {
+    let give_up = Instant::now() + timeout;
+    loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        let metadata = consumer.fetch_metadata(Some(topic), left).map_err(transport)?;
+        let found = metadata.topics().iter().find(|t| t.name() == topic);
+        let waiting = match found {
+            None => Some("not listed".to_string()),
+            Some(t) => match t.error().map(RDKafkaErrorCode::from) {
+                Some(code) if settling(code) => Some(code.to_string()),
+                Some(code) => return Err(BusError::Transport(format!("topic {topic}: {code}"))),
+                None if t.partitions().is_empty() => Some("no partitions yet".to_string()),
+                None => t
+                    .partitions()
+                    .iter()
+                    // A replica away (ReplicaNotAvailable) leaves the partition led: not a wait.
+                    .find(|p| p.leader() < 0 || p.error().map(RDKafkaErrorCode::from).is_some_and(settling))
+                    .map(|p| format!("partition {} has no leader", p.id())),
+            },
+        };
+        match waiting {
+            None => return Ok(found.map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default()),
+            Some(why) if Instant::now() >= give_up => {
+                return Err(BusError::Transport(format!(
+                    "topic {topic} is not ready after {timeout:?}: {why} (is it created? is a broker up?)"
+                )));
+            }
+            Some(_) => std::thread::sleep(AGAIN_AFTER),
+        }
+    }
+}
+
+/// The low and high watermarks of one partition, asked again while its leader is being elected.
+pub(super) fn watermarks<C: ConsumerContext>(
+    consumer: &impl Consumer<C>,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<(i64, i64), BusError> {
+    let give_up = Instant::now() + timeout;
+    loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        match consumer.fetch_watermarks(topic, partition, left) {
+            Err(KafkaError::MetadataFetch(code)) if settling(code) && Instant::now() + AGAIN_AFTER < give_up => {
+                tracing::debug!(topic, partition, %code, "no leader yet: asking again");
+                std::thread::sleep(AGAIN_AFTER);
+            }
+            answer => return answer.map_err(transport),
+        }
+    }
+}
+
+/// The first offset at or after each partition's time in `at_time`, asked again while a partition's
+/// leader is being elected: a partition answered with an error would otherwise read as one with no
+/// record since then, and a replica would skip its whole replay window there.
+pub(super) fn offsets_for_times<C: ConsumerContext>(
+    consumer: &impl Consumer<C>,
+    at_time: TopicPartitionList,
+    timeout: Duration,
+) -> Result<TopicPartitionList, BusError> {
+    let give_up = Instant::now() + timeout;
+    loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        let found = consumer.offsets_for_times(at_time.clone(), left).map_err(transport)?;
+        let failed = found.elements().iter().find_map(|e| {
+            let code = e.error().err()?.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+            Some((e.topic().to_string(), e.partition(), code))
+        });
+        match failed {
+            None => return Ok(found),
+            Some((_, _, code)) if settling(code) && Instant::now() + AGAIN_AFTER < give_up => {
+                std::thread::sleep(AGAIN_AFTER);
+            }
+            Some((topic, partition, code)) => {
+                return Err(BusError::Transport(format!("offsets by time of {topic} [{partition}]: {code}")));
+            }
+        }
+    }
+}
