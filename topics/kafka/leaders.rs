@@ -117,3 +117,32 @@ pub(super) fn offsets_for_times<C: ConsumerContext>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::BaseConsumer;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    use super::*;
+
+    /// A serve replica asks where its replay window starts right after Apache Kafka created the
+    /// topic: the whole request is answered NotLeaderForPartition until the leader is elected.
+    #[test]
+    fn offsets_by_time_are_asked_again_until_the_leader_is_elected() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("answers", 2, 1).unwrap();
+        let consumer: BaseConsumer =
+            ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).create().unwrap();
+        let not_leader = RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION;
+        cluster.request_errors(RDKafkaApiKey::ListOffsets, &[not_leader; 3]);
+        let mut at_time = TopicPartitionList::new();
+        for partition in partitions(&consumer, "answers", Duration::from_secs(10)).unwrap() {
+            at_time.add_partition_offset("answers", partition, rdkafka::Offset::Offset(0)).unwrap();
+        }
+        let found = offsets_for_times(&consumer, at_time, Duration::from_secs(10)).expect("asked again");
+        assert_eq!(found.count(), 2);
+        assert!(found.elements().iter().all(|e| e.error().is_ok()));
+    }
+}
