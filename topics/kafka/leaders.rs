@@ -101,19 +101,21 @@ pub(super) fn offsets_for_times<C: ConsumerContext>(
     let give_up = Instant::now() + timeout;
     loop {
         let left = give_up.saturating_duration_since(Instant::now());
-        let found = consumer.offsets_for_times(at_time.clone(), left).map_err(transport)?;
-        let failed = found.elements().iter().find_map(|e| {
-            let code = e.error().err()?.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
-            Some((e.topic().to_string(), e.partition(), code))
-        });
-        match failed {
-            None => return Ok(found),
-            Some((_, _, code)) if settling(code) && Instant::now() + AGAIN_AFTER < give_up => {
+        // The whole request fails when its partitions' leaders are not known yet; one partition's
+        // element fails when its leader moved.
+        let error = match consumer.offsets_for_times(at_time.clone(), left) {
+            Err(error) => error,
+            Ok(found) => match found.elements().iter().find_map(|e| e.error().err()) {
+                Some(error) => error,
+                None => return Ok(found),
+            },
+        };
+        match error.rdkafka_error_code() {
+            Some(code) if settling(code) && Instant::now() + AGAIN_AFTER < give_up => {
+                tracing::debug!(%code, "offsets by time: no leader yet, asking again");
                 std::thread::sleep(AGAIN_AFTER);
             }
-            Some((topic, partition, code)) => {
-                return Err(BusError::Transport(format!("offsets by time of {topic} [{partition}]: {code}")));
-            }
+            _ => return Err(BusError::Transport(format!("offsets by time: {error}"))),
         }
     }
 }
