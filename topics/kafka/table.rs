@@ -32,8 +32,11 @@ pub(super) fn read_whole_topic(
     let mut ends = HashMap::new();
     let mut assignment = TopicPartitionList::new();
     for partition in leaders::partitions(&consumer, name, timeout)? {
-        let (low, high) = leaders::watermarks(&consumer, name, partition, timeout)?;
-        if high > low {
+        // Read from the beginning whatever the low watermark says: librdkafka has answered a low
+        // mark equal to the high one when the leader moved between its two requests, which would
+        // skip the partition's whole state. An empty partition ends at once with its EOF.
+        let (_, high) = leaders::watermarks(&consumer, name, partition, timeout)?;
+        if high > 0 {
             ends.insert(partition, high);
             assignment.add_partition_offset(name, partition, Offset::Beginning).map_err(transport)?;
         }
