@@ -96,31 +96,31 @@ async fn handle_with_retries<S: Stage>(
         Err(StageError::Bus(BusError::Rejected(reason)))
     } else {
         loop {
-        // A record that crashed the processes that started it would crash this one too.
-        if delivery.redeliveries >= retry.max_attempts {
-            break Err(StageError::Redelivered(delivery.redeliveries));
-        }
-        let over_budget = usage.as_ref().and_then(|usage| {
-            let mut spent = usage.clone();
-            spent.add(&failed_spend);
-            spent.over_budget(&context.runner.budget)
-        });
-        if let Some(reason) = over_budget {
-            break Err(StageError::BudgetExceeded(reason));
-        }
-        let (outcome, spent) = attempt_spend::counting(stage.process(&delivery.record)).await;
-        match outcome {
-            Ok(outputs) => break Ok(charged(outputs, &failed_spend)),
-            Err(error) if error.is_transient() && attempt < retry.max_attempts => {
-                failed_spend.add(&spent);
-                bump(&context.counters.retried);
-                m.retries.with_label_values(&[S::NAME]).inc();
-                tracing::warn!(stage = S::NAME, key = %delivery.record.key, attempt, %error, "retrying event");
-                tokio::time::sleep(backoff(retry.backoff_ms, attempt)).await;
-                attempt += 1;
+            // A record that crashed the processes that started it would crash this one too.
+            if delivery.redeliveries >= retry.max_attempts {
+                break Err(StageError::Redelivered(delivery.redeliveries));
             }
-            Err(error) => break Err(error),
-        }
+            let over_budget = usage.as_ref().and_then(|usage| {
+                let mut spent = usage.clone();
+                spent.add(&failed_spend);
+                spent.over_budget(&context.runner.budget)
+            });
+            if let Some(reason) = over_budget {
+                break Err(StageError::BudgetExceeded(reason));
+            }
+            let (outcome, spent) = attempt_spend::counting(stage.process(&delivery.record)).await;
+            match outcome {
+                Ok(outputs) => break Ok(charged(outputs, &failed_spend)),
+                Err(error) if error.is_transient() && attempt < retry.max_attempts => {
+                    failed_spend.add(&spent);
+                    bump(&context.counters.retried);
+                    m.retries.with_label_values(&[S::NAME]).inc();
+                    tracing::warn!(stage = S::NAME, key = %delivery.record.key, attempt, %error, "retrying event");
+                    tokio::time::sleep(backoff(retry.backoff_ms, attempt)).await;
+                    attempt += 1;
+                }
+                Err(error) => break Err(error),
+            }
         }
     };
     let tries = delivery.attempt.max(1) + delivery.redeliveries + attempt - 1;

@@ -46,7 +46,13 @@ impl Claims {
         let notes = OffsetNotes::new(&base, &format!("{group}.claims"))
             .map_err(|error| tracing::warn!(%error, "no claims consumer: crash loops are not counted"))
             .ok()?;
-        Some(Claims { notes, partitions: Mutex::default(), started: Mutex::default(), committed: Mutex::default(), warned: AtomicBool::new(false) })
+        Some(Claims {
+            notes,
+            partitions: Mutex::default(),
+            started: Mutex::default(),
+            committed: Mutex::default(),
+            warned: AtomicBool::new(false),
+        })
     }
 
     /// How many times earlier processes started `offset` (reads the partition's counts from the

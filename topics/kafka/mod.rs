@@ -146,7 +146,8 @@ impl KafkaBus {
         };
         let producer = producer(&self.base, &self.settings, self.max_event_bytes, Some((&id, timeout)))?;
         let interval = Duration::from_millis(self.settings.transaction_interval_ms);
-        let started = Transactions::start(producer, (self.renew(group, topic), self.stateful.clone()), interval, timeout)?;
+        let started =
+            Transactions::start(producer, (self.renew(group, topic), self.stateful.clone()), interval, timeout)?;
         tracing::info!(transactional_id = %id, "exactly-once: transactional producer ready");
         Ok(Some(self.transactions.get_or_init(|| started).clone()))
     }
@@ -340,14 +341,7 @@ impl KafkaBus {
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
                 match runtime {
-                    Ok(runtime) => runtime.block_on(poll(
-                        polled,
-                        tracker,
-                        topic_of,
-                        sender,
-                        (paused, waiting),
-                        shared,
-                    )),
+                    Ok(runtime) => runtime.block_on(poll(polled, tracker, topic_of, sender, (paused, waiting), shared)),
                     // Dropping the sender ends the feed: the stage fails and says so.
                     Err(error) => tracing::error!(%error, "cannot start the Kafka poller's runtime"),
                 }
@@ -414,7 +408,8 @@ impl Bus for KafkaBus {
         let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
         let first = names.first().ok_or_else(|| BusError::Config(format!("{group} subscribes to no topic")))?;
         let transactions = self.transactions(group, first)?;
-        let claims = claims::Claims::new(self.base.clone(), &format!("{}{group}", self.settings.topic_prefix)).map(Arc::new);
+        let claims =
+            claims::Claims::new(self.base.clone(), &format!("{}{group}", self.settings.topic_prefix)).map(Arc::new);
         let (consumer, tracker) = self.consumer(group, true, transactions.as_ref(), claims.clone())?;
         consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>()).map_err(transport)?;
         self.feed(consumer, tracker, &names, group, None, claims, transactions)

@@ -131,11 +131,17 @@ pub(super) async fn poll(
 /// process with its `kafka.instance_id`, say) is never cleared, so polling on would keep the stage
 /// ready and idle for good. The poller ends instead: the subscription closes, the stage fails and
 /// `/readyz` says so, and its records go to whichever member owns their partitions now.
-fn fatal(consumer: &StreamConsumer<TrackingContext>, message: &Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>) -> bool {
+fn fatal(
+    consumer: &StreamConsumer<TrackingContext>,
+    message: &Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
+) -> bool {
     let Err(error) = message else { return false };
     let fatal = matches!(error, KafkaError::MessageConsumptionFatal(_)) || consumer.client().fatal_error().is_some();
     if fatal {
-        let reason = consumer.client().fatal_error().map_or_else(|| error.to_string(), |(code, reason)| format!("{code:?}: {reason}"));
+        let reason = consumer
+            .client()
+            .fatal_error()
+            .map_or_else(|| error.to_string(), |(code, reason)| format!("{code:?}: {reason}"));
         tracing::error!(%reason, "the Kafka consumer hit a fatal error and cannot consume again: its feed ends");
     }
     fatal
@@ -315,8 +321,12 @@ fn to_delivery(
         }
     });
     Some(
-        Delivery::new(Record { topic, key, payload, trace }, attempt, Some(DeliveryHooks { claim, start, owned, ack, refused }))
-            .at(partition, offset)
-            .refused_before(refused_before),
+        Delivery::new(
+            Record { topic, key, payload, trace },
+            attempt,
+            Some(DeliveryHooks { claim, start, owned, ack, refused }),
+        )
+        .at(partition, offset)
+        .refused_before(refused_before),
     )
 }

@@ -71,7 +71,10 @@ impl ConsumerContext for TrackingContext {
             // for their work or committing their positions would publish or commit what is the new
             // owner's now. Nothing done on them here counts: exactly-once aborts what the open
             // transaction holds and rewinds; at-least-once stores nothing more for them.
-            tracing::warn!(partitions = partitions.len(), "the group gave these partitions away while this member was away: letting their work go");
+            tracing::warn!(
+                partitions = partitions.len(),
+                "the group gave these partitions away while this member was away: letting their work go"
+            );
             match &transactions {
                 Some(transactions) => transactions.abort_then("the consumer's assignment was lost", &revoke),
                 None => revoke(),

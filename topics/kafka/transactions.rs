@@ -494,7 +494,11 @@ mod tests {
     #[test]
     fn a_commit_keeps_listing_what_an_earlier_owner_did_beyond_what_was_fetched() {
         let inherited = Ranges::of_sorted([11, 15, 20]);
-        assert_eq!(listed_done(vec![11, 13], &inherited, 12), Ranges::of_sorted([13, 15, 20]), "11 is behind the position now");
+        assert_eq!(
+            listed_done(vec![11, 13], &inherited, 12),
+            Ranges::of_sorted([13, 15, 20]),
+            "11 is behind the position now"
+        );
         assert_eq!(listed_done(vec![], &inherited, 21), Ranges::default());
         let long = decode_done("lacuna-done:5-150000");
         assert_eq!(encode_done(&listed_done(vec![150_001], &long, 100)), "lacuna-done:100-150001", "cut, joined");
