@@ -14,6 +14,7 @@
 //! - `rebalance`: the consumer context: drains and commits before a revocation; logs and statistics.
 //! - `table`: a compacted topic read whole, outside any group (how the join reads its state back).
 //! - `follow`: topics followed from a point in time, outside any group (a serve replica's answers).
+//! - `leaders`: a topic's partitions, watermarks and offsets by time, asked again while leaders are elected.
 //! - `documents`: the corpus's changelog: one compacted documents topic, a record per whole document.
 //! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
 //! - `transactions`: exactly-once: a process's outputs and consumed positions in one transaction.
@@ -22,7 +23,7 @@
 //!   notes kept on the broker as committed offsets' metadata.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -271,7 +272,7 @@ impl KafkaBus {
             drain_timeout,
             lag,
             group: group_id.clone(),
-            transactions: transactions.map(Arc::downgrade),
+            transactions: transactions.map(|t| Arc::downgrade(t) as Weak<dyn rebalance::Transacting>),
             claims,
         };
         let mut config = self.base.clone();

@@ -10,7 +10,15 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::claims::Claims;
 use super::offsets::OffsetTracker;
-use super::transactions::Transactions;
+
+/// What a revocation asks of the process's transactions under exactly-once, which carry the
+/// positions (the consumer commits none itself). Implemented by `transactions.rs`, above this file.
+pub(super) trait Transacting: Send + Sync {
+    /// Commits the open transaction, then runs `then` before any publish can join the next one.
+    fn commit_then(&self, then: &dyn Fn());
+    /// Aborts the open transaction and rewinds every consumer, then runs `then`.
+    fn abort_then(&self, reason: &str, then: &dyn Fn());
+}
 
 pub(super) struct TrackingContext {
     pub(super) tracker: Arc<Mutex<OffsetTracker>>,
@@ -22,7 +30,7 @@ pub(super) struct TrackingContext {
     pub(super) group: String,
     /// Exactly-once: the process's transactions, which carry the positions (the consumer commits
     /// none itself).
-    pub(super) transactions: Option<Weak<Transactions>>,
+    pub(super) transactions: Option<Weak<dyn Transacting>>,
     /// Each record's starts, where the group counts them: a revocation lets go of its records.
     pub(super) claims: Option<Arc<Claims>>,
 }

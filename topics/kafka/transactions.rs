@@ -32,7 +32,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::offsets::OffsetTracker;
-use super::rebalance::TrackingContext;
+use super::rebalance::{TrackingContext, Transacting};
 use super::wire::{publish_error, transport};
 use crate::topics::bus::{BusError, holding_now};
 
@@ -208,35 +208,6 @@ impl Transactions {
     /// transaction. Blocking: called from the commit thread, a revocation, or a shutdown.
     pub(super) fn commit(&self) {
         self.commit_then(&|| {});
-    }
-
-    /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
-    /// revocation forgets its partitions there). A transaction that cannot commit is aborted and
-    /// every consumer rewound instead.
-    pub(super) fn commit_then(&self, then: &dyn Fn()) {
-        let mut last = self.committing.lock().unwrap();
-        self.gate.close();
-        let broken = self.broken.lock().unwrap().clone();
-        let outcome = match broken {
-            Some(reason) => Err(("publish_failed", reason)),
-            None => self.commit_closed(&mut last).map_err(|error| ("commit_failed", error.to_string())),
-        };
-        if let Err((cause, reason)) = outcome {
-            self.recover(cause, &reason);
-        }
-        then();
-        self.gate.open();
-    }
-
-    /// The group gave this consumer's partitions to another member while it was away (a pause past
-    /// `session.timeout.ms`): nothing done on them may be published or committed here, so the open
-    /// transaction is aborted and every consumer rewound, then `then` forgets the lost partitions.
-    pub(super) fn abort_then(&self, reason: &str, then: &dyn Fn()) {
-        let _last = self.committing.lock().unwrap();
-        self.gate.close();
-        self.recover("assignment_lost", reason);
-        then();
-        self.gate.open();
     }
 
     fn commit_closed(&self, last: &mut Positions) -> Result<(), KafkaError> {
@@ -471,6 +442,37 @@ impl DoneBefore {
             partitions.insert(key.clone(), (assignment, done));
         }
         partitions[&key].1.contains(&offset)
+    }
+}
+
+impl Transacting for Transactions {
+    /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
+    /// revocation forgets its partitions there). A transaction that cannot commit is aborted and
+    /// every consumer rewound instead.
+    fn commit_then(&self, then: &dyn Fn()) {
+        let mut last = self.committing.lock().unwrap();
+        self.gate.close();
+        let broken = self.broken.lock().unwrap().clone();
+        let outcome = match broken {
+            Some(reason) => Err(("publish_failed", reason)),
+            None => self.commit_closed(&mut last).map_err(|error| ("commit_failed", error.to_string())),
+        };
+        if let Err((cause, reason)) = outcome {
+            self.recover(cause, &reason);
+        }
+        then();
+        self.gate.open();
+    }
+
+    /// The group gave this consumer's partitions to another member while it was away (a pause past
+    /// `session.timeout.ms`): nothing done on them may be published or committed here, so the open
+    /// transaction is aborted and every consumer rewound, then `then` forgets the lost partitions.
+    fn abort_then(&self, reason: &str, then: &dyn Fn()) {
+        let _last = self.committing.lock().unwrap();
+        self.gate.close();
+        self.recover("assignment_lost", reason);
+        then();
+        self.gate.open();
     }
 }
 
