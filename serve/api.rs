@@ -463,3 +463,7 @@ pub async fn page() -> Response {
 pub async fn not_found(request: Request) -> ApiError {
     ApiError::not_found(format!("no route {}", request.uri().path()))
 }
+
+#[cfg(test)]
+#[path = "api_tests.rs"]
+mod tests;

@@ -5,7 +5,8 @@
 //! (202 only once the broker acknowledged the question) and reads the answers and progress topics,
 //! every partition, in consumer groups of its own: any replica can answer for any question.
 //!
-//! - `api`: the routes, each a typed handler carrying its part of the OpenAPI document.
+//! - `api`: the routes, each a typed handler carrying its part of the OpenAPI document (`api_tests`:
+//!   its tests with a bus slow to take a question).
 //! - `bodies`: what a client sends and gets back, each a type its OpenAPI schema is derived from.
 //! - `documents`: the live corpus's routes (add, read, delete a document), behind a token of their own.
 //! - `http`: JSON replies and errors, bodies under size and time limits, the layers every route shares.
