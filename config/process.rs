@@ -32,6 +32,9 @@ pub struct ServeSettings {
     pub cors_origins: Vec<String>,
     /// How long `POST /v1/answer` waits by default before answering 202 with the question's URL.
     pub answer_timeout_ms: u64,
+    /// A question the bus has not taken within this is withdrawn (503 with Retry-After): its slot of
+    /// `max_open_questions` and its `Idempotency-Key` are freed, whether or not its client waited.
+    pub publish_timeout_ms: u64,
     /// Finished questions kept for `GET` (the oldest are forgotten first).
     pub keep_finished: usize,
     /// What the registry may hold, in bytes of events and records, whatever the count: past it the

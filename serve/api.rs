@@ -38,6 +38,7 @@ use crate::config::ServeSettings;
 use crate::metrics::METRICS;
 use crate::pipelines::Transport;
 use crate::pipelines::input::checked_question;
+use crate::topics::bus::BusError;
 use crate::topics::{Bus, Event, Topic};
 
 const PAGE: &str = include_str!("page.html");
@@ -168,43 +169,87 @@ impl Api {
                 refused
             }
             AdmitError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, ErrorCode::Conflict, &error),
-        })?;
-        let mut ids = Vec::new();
-        let mut unpublished: Vec<String> = admitted
-            .iter()
-            .filter_map(|a| match a {
-                Admitted::New(q) => Some(q.id.clone()),
-                Admitted::Existing(_) => None,
-            })
-            .collect();
-        for (admitted, pipeline) in admitted.into_iter().zip(pipelines) {
-            match admitted {
-                Admitted::Existing(id) => ids.push((id, false)),
-                Admitted::New(question) => {
-                    let id = question.id.clone();
-                    let mut record = question.to_record();
-                    record.trace = crate::telemetry::question_headers(&id, traceparent);
-                    if let Err(error) = self.buses[&pipeline].publish(record).await {
-                        for id in &unpublished {
-                            self.registry.withdraw(id);
-                        }
-                        // Those published before the failure were accepted: say which.
-                        let accepted = ids.iter().filter(|(_, new)| *new).map(|(id, _)| id.clone()).collect();
-                        let mut refused =
-                            ApiError::publish_failed(&error, &format!("question {id}"), self.settings.retry_after_s);
-                        refused.body.accepted = Some(accepted);
-                        return Err(refused);
-                    }
-                    unpublished.retain(|u| *u != id);
-                    ids.push((id, true));
-                }
+            AdmitError::Publishing(_) => {
+                let mut refused = ApiError::new(StatusCode::CONFLICT, ErrorCode::Conflict, &error);
+                refused.retry_after = Some(1);
+                refused
             }
-        }
-        Ok(ids)
+        })?;
+        let publishing = Publishing {
+            registry: self.registry.clone(),
+            buses: self.buses.clone(),
+            traceparent: traceparent.map(str::to_string),
+            timeout: Duration::from_millis(self.settings.publish_timeout_ms),
+            retry_after_s: self.settings.retry_after_s,
+        };
+        // In a task of its own: a client that gives up drops this handler, and a publish dropped
+        // half-way would leave its question counted open and its key bound, though never sent. The
+        // task settles every question either way: taken by the bus, or withdrawn.
+        tokio::spawn(publishing.run(admitted.into_iter().zip(pipelines).collect()))
+            .await
+            .unwrap_or_else(|error| {
+                let message = format!("publishing stopped: {error}");
+                Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Unavailable, message))
+            })
     }
 
     fn unknown(id: &str) -> ApiError {
         ApiError::not_found(format!("no question {id} here (never asked, or forgotten: serve.keep_finished)"))
+    }
+}
+
+/// What publishing a request's admitted questions needs, owned: it outlives the request.
+struct Publishing {
+    registry: Arc<Registry>,
+    buses: BTreeMap<String, Arc<dyn Bus>>,
+    traceparent: Option<String>,
+    /// `serve.publish_timeout_ms`, for each question.
+    timeout: Duration,
+    retry_after_s: u64,
+}
+
+impl Publishing {
+    /// Publishes the new questions in order; at the first the bus does not take (an error, or no
+    /// answer within the timeout) it withdraws that one and those after it.
+    async fn run(self, admitted: Vec<(Admitted, String)>) -> Result<Vec<(String, bool)>, ApiError> {
+        let mut ids = Vec::new();
+        let mut unpublished: Vec<String> = admitted
+            .iter()
+            .filter_map(|(a, _)| match a {
+                Admitted::New(q) => Some(q.id.clone()),
+                Admitted::Existing(_) => None,
+            })
+            .collect();
+        for (admitted, pipeline) in admitted {
+            let question = match admitted {
+                Admitted::Existing(id) => {
+                    ids.push((id, false));
+                    continue;
+                }
+                Admitted::New(question) => question,
+            };
+            let id = question.id.clone();
+            let mut record = question.to_record();
+            record.trace = crate::telemetry::question_headers(&id, self.traceparent.as_deref());
+            let published = match tokio::time::timeout(self.timeout, self.buses[&pipeline].publish(record)).await {
+                Ok(published) => published,
+                Err(_) => Err(BusError::Transport(format!("not taken within {:?}", self.timeout))),
+            };
+            if let Err(error) = published {
+                for id in &unpublished {
+                    self.registry.withdraw(id);
+                }
+                // Those published before the failure were accepted: say which.
+                let accepted = ids.iter().filter(|(_, new)| *new).map(|(id, _)| id.clone()).collect();
+                let mut refused = ApiError::publish_failed(&error, &format!("question {id}"), self.retry_after_s);
+                refused.body.accepted = Some(accepted);
+                return Err(refused);
+            }
+            self.registry.published(&id);
+            unpublished.retain(|u| *u != id);
+            ids.push((id, true));
+        }
+        Ok(ids)
     }
 }
 

@@ -230,7 +230,8 @@ pub enum SubmitRefused {
     /// The body did not arrive within serve.body_timeout_ms.
     #[response(status = 408)]
     Timeout(ErrorBody),
-    /// The id was asked before with another question.
+    /// The id was asked before with another question, or (with Retry-After) an earlier request
+    /// with the same id or Idempotency-Key is still publishing it.
     #[response(status = 409)]
     Conflict(ErrorBody),
     /// The body is over serve.max_body_bytes, or a question is over the bus's message size (no retry

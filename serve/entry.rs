@@ -23,6 +23,8 @@ pub(super) struct Entry {
     /// replica accepted, known here from the answers and progress topics.
     pub(super) local: bool,
     pub(super) key: Option<String>,
+    /// Admitted here and not yet taken by the bus: a retry of it must not be told it was sent.
+    pub(super) publishing: bool,
     pub(super) events: Vec<StreamEvent>,
     /// Steps seen per node ("root", "1.2"), so overlapping progress adds nothing twice.
     pub(super) node_steps: HashMap<String, usize>,
@@ -42,6 +44,7 @@ impl Entry {
             pipeline,
             local,
             key,
+            publishing: false,
             events: Vec::new(),
             node_steps: HashMap::new(),
             node_iteration: HashMap::new(),

@@ -38,7 +38,7 @@ pub struct NewQuestion {
 /// What `admit` did with one question.
 #[derive(Debug)]
 pub enum Admitted {
-    /// New: the caller publishes it, then calls `accepted` (or `withdraw` if it cannot).
+    /// New: the caller publishes it, then calls `published` (or `withdraw` if it cannot).
     New(QuestionEvent),
     /// Asked before (same id or key): nothing to publish.
     Existing(String),
@@ -50,6 +50,8 @@ pub enum AdmitError {
     TooManyOpen { open: usize, asked: usize, max: usize },
     #[error("question id {0:?} was already asked with a different question or pipeline")]
     Conflict(String),
+    #[error("question {0:?} is still being published by an earlier request: retry shortly")]
+    Publishing(String),
 }
 
 #[derive(Default)]
@@ -189,6 +191,10 @@ impl Registry {
                     if !same {
                         return Err(AdmitError::Conflict(id));
                     }
+                    // Its first request may yet fail to publish it: "asked before" would be a lie.
+                    if entry.publishing {
+                        return Err(AdmitError::Publishing(id));
+                    }
                     admitted.push(Some(id));
                 }
                 None => {
@@ -222,6 +228,7 @@ impl Registry {
                 inner.keys.insert(key.clone(), id.clone());
             }
             let mut entry = Entry::new(asked.question.clone(), asked.pipeline.clone(), true, asked.key);
+            entry.publishing = true;
             entry.push("accepted", json!({"id": id, "question": asked.question, "pipeline": asked.pipeline}));
             inner.bytes += entry.bytes;
             inner.forgotten.remove(&id);
@@ -236,6 +243,13 @@ impl Registry {
         }
         METRICS.serve_open_questions.with_label_values::<&str>(&[]).set(inner.open as i64);
         Ok(out)
+    }
+
+    /// The bus took `id`: from now on a retry of it is the same question.
+    pub fn published(&self, id: &str) {
+        if let Some(entry) = self.inner.lock().unwrap().entries.get_mut(id) {
+            entry.publishing = false;
+        }
     }
 
     /// Forgets a question the bus did not take: it was never accepted.
