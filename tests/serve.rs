@@ -752,11 +752,15 @@ async fn over_kafka_a_new_replica_replays_its_window_and_is_ready_once_caught_up
     for n in 0..10 {
         publish(format!("old-{n}")).await;
     }
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The window starts inside this 4 s gap, at its middle or up to a second before it, however
+    // long the 200 publishes below take (on a topic just created, the first ones wait for a leader).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let middle = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
     for n in 0..200 {
         publish(format!("new-{n}")).await;
     }
-    settings.serve.replay_window_s = 2;
+    settings.serve.replay_window_s = middle.elapsed().as_secs() + 1;
     settings.serve.replica_id = "late".into();
     let server = kafka_serve(&settings).await;
     let client = reqwest::Client::new();
