@@ -63,16 +63,20 @@ fn starting_points(
 ) -> Result<(TopicPartitionList, HashMap<(String, i32), i64>), BusError> {
     let timeout = Duration::from_secs(10);
     let mut at_time = TopicPartitionList::new();
+    // Each end is read before the offsets by time: a transaction committed in between (its records
+    // not yet below the stable offset when asked by time) is then read from the end, not skipped.
+    let mut highs = HashMap::new();
     for name in names {
         for partition in leaders::partitions(consumer, name, timeout)? {
             at_time.add_partition_offset(name, partition, Offset::Offset(since_ms)).map_err(transport)?;
+            highs.insert((name.clone(), partition), leaders::watermarks(consumer, name, partition, timeout)?.1);
         }
     }
     let found = leaders::offsets_for_times(consumer, at_time, timeout)?;
     let (mut start, mut ends) = (TopicPartitionList::new(), HashMap::new());
     for element in found.elements() {
         let (name, partition) = (element.topic(), element.partition());
-        let (_, high) = leaders::watermarks(consumer, name, partition, timeout)?;
+        let high = highs.get(&(name.to_string(), partition)).copied().unwrap_or_default();
         // No record at or after the time: nothing of the window there; read what comes next.
         let from = match element.offset() {
             Offset::Offset(offset) => offset.min(high),
