@@ -185,12 +185,10 @@ impl Api {
         // In a task of its own: a client that gives up drops this handler, and a publish dropped
         // half-way would leave its question counted open and its key bound, though never sent. The
         // task settles every question either way: taken by the bus, or withdrawn.
-        tokio::spawn(publishing.run(admitted.into_iter().zip(pipelines).collect()))
-            .await
-            .unwrap_or_else(|error| {
-                let message = format!("publishing stopped: {error}");
-                Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Unavailable, message))
-            })
+        tokio::spawn(publishing.run(admitted.into_iter().zip(pipelines).collect())).await.unwrap_or_else(|error| {
+            let message = format!("publishing stopped: {error}");
+            Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Unavailable, message))
+        })
     }
 
     fn unknown(id: &str) -> ApiError {
