@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::RDKafkaErrorCode;
 
 use super::wire::transport;
 use crate::topics::bus::BusError;
@@ -33,41 +33,55 @@ fn settling(code: RDKafkaErrorCode) -> bool {
     )
 }
 
+/// Calls `ask` with the time left until it answers, or fails in a way that is not [`settling`], or
+/// the time is up; the last failure is then the error. The three reads below differ only in `ask`.
+fn asked_again<T>(
+    timeout: Duration,
+    mut ask: impl FnMut(Duration) -> Result<T, (Option<RDKafkaErrorCode>, BusError)>,
+) -> Result<T, BusError> {
+    let give_up = Instant::now() + timeout;
+    loop {
+        match ask(give_up.saturating_duration_since(Instant::now())) {
+            Err((Some(code), _)) if settling(code) && Instant::now() + AGAIN_AFTER < give_up => {
+                tracing::debug!(%code, "no leader yet: asking again");
+                std::thread::sleep(AGAIN_AFTER);
+            }
+            answer => return answer.map_err(|(_, error)| error),
+        }
+    }
+}
+
 /// The ids of `topic`'s partitions, once every one of them has a leader.
 pub(super) fn partitions<C: ConsumerContext>(
     consumer: &impl Consumer<C>,
     topic: &str,
     timeout: Duration,
 ) -> Result<Vec<i32>, BusError> {
-    let give_up = Instant::now() + timeout;
-    loop {
-        let left = give_up.saturating_duration_since(Instant::now());
-        let metadata = consumer.fetch_metadata(Some(topic), left).map_err(transport)?;
-        let found = metadata.topics().iter().find(|t| t.name() == topic);
-        let waiting = match found {
-            None => Some("not listed".to_string()),
-            Some(t) => match t.error().map(RDKafkaErrorCode::from) {
-                Some(code) if settling(code) => Some(code.to_string()),
-                Some(code) => return Err(BusError::Transport(format!("topic {topic}: {code}"))),
-                None if t.partitions().is_empty() => Some("no partitions yet".to_string()),
-                None => t
-                    .partitions()
-                    .iter()
-                    // A replica away (ReplicaNotAvailable) leaves the partition led: not a wait.
-                    .find(|p| p.leader() < 0 || p.error().map(RDKafkaErrorCode::from).is_some_and(settling))
-                    .map(|p| format!("partition {} has no leader", p.id())),
-            },
+    let not_ready = |why: String| {
+        let message = format!("topic {topic} is not ready after {timeout:?}: {why} (is it created? is a broker up?)");
+        (Some(RDKafkaErrorCode::LeaderNotAvailable), BusError::Transport(message))
+    };
+    asked_again(timeout, |left| {
+        let metadata = consumer.fetch_metadata(Some(topic), left).map_err(|e| (None, transport(e)))?;
+        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            return Err(not_ready("not listed".into()));
         };
-        match waiting {
-            None => return Ok(found.map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default()),
-            Some(why) if Instant::now() >= give_up => {
-                return Err(BusError::Transport(format!(
-                    "topic {topic} is not ready after {timeout:?}: {why} (is it created? is a broker up?)"
-                )));
-            }
-            Some(_) => std::thread::sleep(AGAIN_AFTER),
+        match found.error().map(RDKafkaErrorCode::from) {
+            Some(code) if settling(code) => return Err(not_ready(code.to_string())),
+            Some(code) => return Err((None, BusError::Transport(format!("topic {topic}: {code}")))),
+            None if found.partitions().is_empty() => return Err(not_ready("no partitions yet".into())),
+            None => {}
         }
-    }
+        // A replica away (ReplicaNotAvailable) leaves the partition led: not a wait.
+        let leaderless = found
+            .partitions()
+            .iter()
+            .find(|p| p.leader() < 0 || p.error().map(RDKafkaErrorCode::from).is_some_and(settling));
+        match leaderless {
+            Some(p) => Err(not_ready(format!("partition {} has no leader", p.id()))),
+            None => Ok(found.partitions().iter().map(|p| p.id()).collect()),
+        }
+    })
 }
 
 /// The low and high watermarks of one partition, asked again while its leader is being elected.
@@ -77,17 +91,11 @@ pub(super) fn watermarks<C: ConsumerContext>(
     partition: i32,
     timeout: Duration,
 ) -> Result<(i64, i64), BusError> {
-    let give_up = Instant::now() + timeout;
-    loop {
-        let left = give_up.saturating_duration_since(Instant::now());
-        match consumer.fetch_watermarks(topic, partition, left) {
-            Err(KafkaError::MetadataFetch(code)) if settling(code) && Instant::now() + AGAIN_AFTER < give_up => {
-                tracing::debug!(topic, partition, %code, "no leader yet: asking again");
-                std::thread::sleep(AGAIN_AFTER);
-            }
-            answer => return answer.map_err(transport),
-        }
-    }
+    asked_again(timeout, |left| {
+        consumer
+            .fetch_watermarks(topic, partition, left)
+            .map_err(|error| (error.rdkafka_error_code(), transport(error)))
+    })
 }
 
 /// The first offset at or after each partition's time in `at_time`, asked again while a partition's
@@ -98,9 +106,7 @@ pub(super) fn offsets_for_times<C: ConsumerContext>(
     at_time: TopicPartitionList,
     timeout: Duration,
 ) -> Result<TopicPartitionList, BusError> {
-    let give_up = Instant::now() + timeout;
-    loop {
-        let left = give_up.saturating_duration_since(Instant::now());
+    asked_again(timeout, |left| {
         // The whole request fails when its partitions' leaders are not known yet; one partition's
         // element fails when its leader moved.
         let error = match consumer.offsets_for_times(at_time.clone(), left) {
@@ -110,14 +116,8 @@ pub(super) fn offsets_for_times<C: ConsumerContext>(
                 None => return Ok(found),
             },
         };
-        match error.rdkafka_error_code() {
-            Some(code) if settling(code) && Instant::now() + AGAIN_AFTER < give_up => {
-                tracing::debug!(%code, "offsets by time: no leader yet, asking again");
-                std::thread::sleep(AGAIN_AFTER);
-            }
-            _ => return Err(BusError::Transport(format!("offsets by time: {error}"))),
-        }
-    }
+        Err((error.rdkafka_error_code(), BusError::Transport(format!("offsets by time: {error}"))))
+    })
 }
 
 #[cfg(test)]
