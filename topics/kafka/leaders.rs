@@ -35,7 +35,7 @@ fn settling(code: RDKafkaErrorCode) -> bool {
 
 /// Calls `ask` with the time left until it answers, or fails in a way that is not [`settling`], or
 /// the time is up; the last failure is then the error. The three reads below differ only in `ask`.
-fn asked_again<T>(
+pub(super) fn asked_again<T>(
     timeout: Duration,
     mut ask: impl FnMut(Duration) -> Result<T, (Option<RDKafkaErrorCode>, BusError)>,
 ) -> Result<T, BusError> {

@@ -16,6 +16,7 @@
 //! - `follow`: topics followed from a point in time, outside any group (a serve replica's answers).
 //! - `leaders`: a topic's partitions, watermarks and offsets by time, asked again while leaders are elected.
 //! - `documents`: the corpus's changelog: one compacted documents topic, a record per whole document.
+//! - `identity`: the cluster's and a topic's ids, kept beside offsets stored outside Kafka.
 //! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
 //! - `transactions`: exactly-once: a process's outputs and consumed positions in one transaction.
 //! - `lineage`: exactly-once across a replica's restarts: a transactional id per process, the last one kept.
@@ -41,6 +42,7 @@ mod claims;
 mod config;
 mod documents;
 mod follow;
+mod identity;
 mod leaders;
 mod lineage;
 mod offsets;
@@ -53,6 +55,7 @@ mod wire;
 pub use catch_up::CatchUp;
 pub use config::client_config;
 pub use documents::{Change, Changelog, RejectedDocument, Span};
+pub use identity::TopicIdentity;
 use lineage::Lineage;
 use offsets::OffsetTracker;
 use poller::{KafkaSubscription, Refusals, Shared, poll};
@@ -214,6 +217,16 @@ impl KafkaBus {
             }
             Err(error) => tracing::error!(%error, "Kafka producer hit a fatal error and cannot be replaced"),
         }
+    }
+
+    /// The identity of the topic named `name` (as [`Self::topic_name`] gives it): what positions
+    /// stored outside Kafka are kept with, to be compared before they are used again.
+    pub async fn identify(&self, name: &str) -> Result<TopicIdentity, BusError> {
+        let consumer: rdkafka::consumer::BaseConsumer = self.base.create().map_err(transport)?;
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || identity::identify(consumer.client(), &name, Duration::from_secs(10)))
+            .await
+            .map_err(transport)?
     }
 
     pub fn topic_name(&self, topic: Topic) -> String {
