@@ -1226,3 +1226,75 @@ fn a_pipeline_bench_and_its_twin_both_go_over_kafka() {
         assert_eq!((run["questions"].as_u64(), run["errors"].as_u64()), (Some(3), Some(0)), "{run}");
     }
 }
+
+/// `lacuna answers` as a user runs it on `settings`' topics, one partition.
+fn answers_sink(settings: &Settings, out: &std::path::Path, expect: usize) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lacuna"))
+        .env("LACUNA__KAFKA__BROKERS", &settings.kafka.brokers)
+        .env("LACUNA__KAFKA__TOPIC_PREFIX", &settings.kafka.topic_prefix)
+        .env("LACUNA__KAFKA__PARTITIONS", "1")
+        .args(["answers", "--out", out.to_str().unwrap(), "--expect", &expect.to_string(), "--idle-timeout-s", "8"])
+        .output()
+        .unwrap()
+}
+
+/// Answer records for `ids` on the answers topic (error records: the sink writes any answer).
+async fn publish_answers(settings: &Settings, ids: &[&str]) {
+    let bus = bus(settings).await;
+    for id in ids {
+        bus.publish(VersionedAnswer::unreadable(id, "a test", "published by hand").to_record()).await.unwrap();
+    }
+}
+
+/// The sink's `.positions` name offsets of one answers topic. When that topic is deleted and created
+/// again (or another cluster is used with the same --out), the new records sit at offsets the
+/// file says it wrote: they were skipped as written before and acknowledged, and their answers
+/// vanished. The sink keeps the cluster's and the topic's ids with the positions and refuses to
+/// read another topic under them, saying how to start over (issue 75, item 2).
+#[tokio::test]
+async fn the_answers_sink_refuses_positions_kept_for_a_topic_since_recreated() {
+    let _serial = serial();
+    let mut settings = settings("sink-recreated", "http://127.0.0.1:9/v1");
+    settings.kafka.partitions = 1;
+    let dir = support::scratch_dir("sink-recreated");
+    let out = dir.join("answers.jsonl");
+    let positions = dir.join("answers.jsonl.positions");
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&positions);
+    publish_answers(&settings, &["first-1", "first-2"]).await;
+    let first = answers_sink(&settings, &out, 2);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+
+    // The answers topic deleted and created again, with three new answers at offsets 0, 1 and 2.
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", &settings.kafka.brokers).create().unwrap();
+    let name = format!("{}answers", settings.kafka.topic_prefix);
+    let deleted = admin.delete_topics(&[&name], &AdminOptions::new()).await.unwrap();
+    assert!(deleted.iter().all(Result::is_ok), "{deleted:?}");
+    let started = Instant::now();
+    loop {
+        // Kafka forgets a deleted topic a moment after it answers.
+        let bus = KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap();
+        if bus.ensure_topics(&[Topic::Answers]).await.is_ok() && bus.identify(&name).await.is_ok() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the answers topic created again");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    publish_answers(&settings, &["second-1", "second-2", "second-3"]).await;
+
+    let refused = answers_sink(&settings, &out, 5);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "the sink refused to read under positions of another topic: {said}");
+    assert!(said.contains("answers.jsonl.positions") && said.contains("created again"), "it says why: {said}");
+    assert_eq!(answer_ids(&out).len(), 2, "and wrote nothing");
+    // As the message says: without the positions, every record is read again, and the question
+    // ids in the file keep the first two from being written twice.
+    std::fs::remove_file(&positions).unwrap();
+    let again = answers_sink(&settings, &out, 5);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let mut ids = answer_ids(&out);
+    ids.sort();
+    assert_eq!(ids, ["first-1", "first-2", "second-1", "second-2", "second-3"]);
+}
