@@ -8,6 +8,11 @@
 //! records before those offsets (written, but their offsets not committed yet). With exactly-once
 //! stages upstream the file is then exactly once without the skip by question id, which stays for
 //! at-least-once topics, where a question can have two records.
+//!
+//! The positions name offsets of one topic on one cluster, so they are kept with that topic's
+//! identity (the cluster's id and the topic's id): a topic deleted and created again, or another
+//! cluster's under the same --out, starts again at offset 0, and its records would be skipped as
+//! written. The sink refuses to start on them and says how to start over.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
@@ -15,6 +20,7 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::topics::kafka::TopicIdentity;
 use crate::topics::{Event, Subscription, VersionedAnswer};
 
 /// The JSONL file a sink appends to.
@@ -33,6 +39,9 @@ struct Positions {
     length: u64,
     /// Per partition, the offset after the last record written.
     next: BTreeMap<i32, i64>,
+    /// The topic those offsets are of. `None`: stored by a build before this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    topic: Option<TopicIdentity>,
 }
 
 impl AnswerFile {
@@ -79,8 +88,32 @@ impl AnswerFile {
             tracing::warn!(path = %path.display(), bytes, "cutting off lines never acknowledged (or cut short)");
             file.set_len(whole)?;
         }
-        let positions = positions.map(|p| Positions { length: whole, next: p.next }).unwrap_or_default();
+        let positions = positions.map(|p| Positions { length: whole, ..p }).unwrap_or_default();
         Ok(AnswerFile { file, seen, positions_path, positions })
+    }
+
+    /// Ties the positions to the topic the sink reads, `topic`: an error that says what to do when
+    /// they were kept for another (recreated, or another cluster's). Positions from a build before
+    /// this one cannot be checked: they are taken as this topic's, and kept with its identity.
+    pub fn bind(&mut self, topic: TopicIdentity) -> anyhow::Result<()> {
+        match &self.positions.topic {
+            Some(kept) if *kept != topic => anyhow::bail!(
+                "{} holds positions of another answers topic ({kept}) than the broker's ({topic}): the topic was \
+                 deleted and created again, or this is another cluster. Its records would be skipped as written \
+                 before. To read this topic into the same file, delete {} (the question ids in the file still keep \
+                 answers from being written twice), or give another --out",
+                self.positions_path.display(),
+                self.positions_path.display()
+            ),
+            Some(_) => Ok(()),
+            None => {
+                if !self.positions.next.is_empty() {
+                    tracing::warn!(path = %self.positions_path.display(), %topic, "positions kept without their topic's identity (an older build): taken as this topic's");
+                }
+                self.positions.topic = Some(topic);
+                Ok(self.save()?)
+            }
+        }
     }
 
     /// Whether the record at `offset` of `partition` is in the file already.
@@ -107,6 +140,11 @@ impl AnswerFile {
     /// synced before the record is acknowledged, so the file never holds less than it says.
     pub fn written(&mut self, (partition, offset): (i32, i64)) -> std::io::Result<()> {
         self.positions.next.insert(partition, offset + 1);
+        self.save()
+    }
+
+    /// Replaces the positions file whole: written and synced aside, then renamed over it.
+    fn save(&self) -> std::io::Result<()> {
         let temporary = beside(&self.positions_path, ".tmp");
         let mut file = File::create(&temporary)?;
         file.write_all(&serde_json::to_vec(&self.positions)?)?;

@@ -75,6 +75,7 @@ pub struct AnswersArgs {
 pub async fn answers(settings: &Settings, args: AnswersArgs) -> anyhow::Result<()> {
     let mut file = AnswerFile::open(&args.out)?;
     let bus = args.pipeline.kafka_bus(settings).await?;
+    file.bind(bus.identify(&bus.topic_name(Topic::Answers)).await?)?;
     let mut subscription = bus.subscribe(&[Topic::Answers], "answers-sink").await?;
     let idle = args.idle_timeout_s.map(Duration::from_secs).unwrap_or(Duration::MAX);
     drain(&mut *subscription, &mut file, args.expect, idle).await?;
