@@ -69,6 +69,9 @@ use super::Topic;
 use super::bus::{Bus, BusError, Hold, Record, Subscription};
 use crate::config::{BusSettings, DeliveryGuarantee, KafkaSettings};
 
+/// How long reading a topic's identity may take, leaders' elections included.
+const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct KafkaBus {
     settings: KafkaSettings,
     max_event_bytes: usize,
@@ -224,9 +227,15 @@ impl KafkaBus {
     pub async fn identify(&self, name: &str) -> Result<TopicIdentity, BusError> {
         let consumer: rdkafka::consumer::BaseConsumer = self.base.create().map_err(transport)?;
         let name = name.to_string();
-        tokio::task::spawn_blocking(move || identity::identify(consumer.client(), &name, Duration::from_secs(10)))
+        tokio::task::spawn_blocking(move || identity::identify(consumer.client(), &name, IDENTIFY_TIMEOUT))
             .await
             .map_err(transport)?
+    }
+
+    /// [`Self::identify`], blocking the calling thread (a follower's own).
+    pub fn identify_blocking(&self, name: &str) -> Result<TopicIdentity, BusError> {
+        let consumer: rdkafka::consumer::BaseConsumer = self.base.create().map_err(transport)?;
+        identity::identify(consumer.client(), name, IDENTIFY_TIMEOUT)
     }
 
     pub fn topic_name(&self, topic: Topic) -> String {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::documents::Document;
 use crate::metrics::METRICS;
-use crate::topics::kafka::{Change, KafkaBus, RejectedDocument, Span};
+use crate::topics::kafka::{Change, KafkaBus, RejectedDocument, Span, TopicIdentity};
 
 /// Dead letters waiting for the producer; beyond this many, more are only logged and counted.
 const REJECTED_QUEUE: usize = 1024;
@@ -29,6 +29,11 @@ pub struct Applied {
     /// stored by a build before this one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caught_up_at_ms: Option<u64>,
+    /// The cluster's and the topic's ids, where the broker gave them: offsets of a topic deleted
+    /// and created again under the same name are not this one's. `None`: not known (stored by a
+    /// build before this one, or a broker that gives none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<TopicIdentity>,
 }
 
 /// Where a follower starts reading each partition, and the end offsets it must reach before it is
@@ -102,13 +107,17 @@ impl Applied {
 /// must not start over each time.
 pub fn resume(
     stored: Option<Applied>,
-    topic: &str,
+    (topic, identity): (&str, Option<&TopicIdentity>),
     spans: &[Span],
     tombstones_kept: Duration,
     now_ms: u64,
 ) -> (Applied, bool) {
-    let Some(stored) = stored else { return (Applied::fresh(topic), false) };
-    let why = if stored.topic != topic || outdated(&stored, spans) {
+    let fresh = Applied { identity: identity.cloned(), ..Applied::fresh(topic) };
+    let Some(stored) = stored else { return (fresh, false) };
+    let recreated = identity.is_some_and(|now| stored.identity.as_ref().is_some_and(|kept| kept != now));
+    let why = if recreated {
+        "the index's offsets are of a topic of this name since deleted and created again, or of another cluster"
+    } else if stored.topic != topic || outdated(&stored, spans) {
         "the index's offsets are not the topic's, or older than its earliest records, or past its end"
     } else if stored.stale(tombstones_kept, now_ms)
         && spans.iter().any(|s| stored.next.get(&s.partition) < Some(&s.high))
@@ -116,13 +125,23 @@ pub fn resume(
         "the index last caught up longer ago than the topic keeps tombstones (delete.retention.ms): \
          deletions since may be gone unseen"
     } else {
-        return (stored, false);
+        // Offsets stored without an identity (an older build) are taken as this topic's, and kept with it.
+        let identity = identity.cloned().or(stored.identity.clone());
+        return (Applied { identity, ..stored }, false);
     };
     tracing::warn!(
         stored = ?stored.next, caught_up_at_ms = ?stored.caught_up_at_ms, tombstones_kept_ms = tombstones_kept.as_millis() as u64,
         topic, "{why}: rebuilding from the topic"
     );
-    (Applied::fresh(topic), true)
+    (fresh, true)
+}
+
+/// The identity of the topic `name`, or `None` (logged) where it cannot be read: a recreated topic
+/// is then noticed by its offsets alone. Blocks for up to 10 s.
+pub fn identity(bus: &KafkaBus, name: &str) -> Option<TopicIdentity> {
+    bus.identify_blocking(name)
+        .inspect_err(|error| tracing::warn!(%error, topic = name, "cannot read the topic's identity: a topic created again is noticed only by its offsets"))
+        .ok()
 }
 
 /// Milliseconds since the epoch, as `Applied::caught_up_at_ms` counts them.
@@ -217,12 +236,18 @@ mod tests {
 
     #[test]
     fn stored_offsets_below_a_partitions_earliest_record_are_outdated() {
-        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10), (1, 3)]), caught_up_at_ms: None };
+        let applied = Applied {
+            topic: "t".into(),
+            next: BTreeMap::from([(0, 10), (1, 3)]),
+            caught_up_at_ms: None,
+            identity: None,
+        };
         assert!(!outdated(&applied, &[span(0, 0, 12), span(1, 3, 3)]), "3 is partition 1's earliest: nothing missed");
         assert!(outdated(&applied, &[span(0, 0, 12), span(1, 4, 9)]), "offset 3 of partition 1 is gone unseen");
         assert!(outdated(&applied, &[span(0, 0, 12), span(2, 1, 5)]), "a partition it never read lost its start");
         assert!(!outdated(&applied, &[span(2, 0, 5)]), "a new partition read from its start");
-        let resume = |stored: Option<Applied>, topic: &str, spans: &[Span]| resume(stored, topic, spans, DAY, NOW);
+        let resume =
+            |stored: Option<Applied>, topic: &str, spans: &[Span]| resume(stored, (topic, None), spans, DAY, NOW);
         let fresh = Applied::fresh("t");
         assert_eq!(resume(None, "t", &[span(0, 0, 12)]), (fresh.clone(), false), "nothing stored: keep what is there");
         assert_eq!(resume(Some(applied.clone()), "t", &[span(0, 0, 12)]), (applied.clone(), false));
@@ -238,10 +263,45 @@ mod tests {
     /// the follower would call itself caught up at once (issue 57, item 2).
     #[test]
     fn stored_offsets_past_a_partitions_end_are_outdated() {
-        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]), caught_up_at_ms: None };
+        let applied =
+            Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]), caught_up_at_ms: None, identity: None };
         assert!(!outdated(&applied, &[span(0, 0, 10)]), "at the end: caught up, nothing missed");
         assert!(outdated(&applied, &[span(0, 0, 4)]), "offset 10 of a partition that ends at 4");
-        assert_eq!(resume(Some(applied), "t", &[span(0, 0, 4)], DAY, NOW).1, true, "rebuilt from the topic's start");
+        assert_eq!(
+            resume(Some(applied), ("t", None), &[span(0, 0, 4)], DAY, NOW).1,
+            true,
+            "rebuilt from the topic's start"
+        );
+    }
+
+    /// A topic deleted and created again can grow past the offsets an index stored before its
+    /// offsets say anything is wrong; its id tells at once (issue 75, item 2). Offsets stored by an
+    /// older build, without an id, are kept and take this topic's.
+    #[test]
+    fn stored_offsets_of_a_topic_since_created_again_are_not_resumed() {
+        let identity = |topic_id: &str| TopicIdentity { cluster: "c".into(), topic_id: topic_id.into() };
+        let (old, new) = (identity("01"), identity("02"));
+        let applied = Applied {
+            topic: "t".into(),
+            next: BTreeMap::from([(0, 3)]),
+            caught_up_at_ms: None,
+            identity: Some(old.clone()),
+        };
+        let spans = [span(0, 0, 12)];
+        assert_eq!(resume(Some(applied.clone()), ("t", Some(&old)), &spans, DAY, NOW), (applied.clone(), false));
+        let (rebuilt, clear) = resume(Some(applied.clone()), ("t", Some(&new)), &spans, DAY, NOW);
+        assert!(clear, "a recreated topic grown past the stored offsets is rebuilt");
+        assert_eq!(rebuilt, Applied { identity: Some(new.clone()), ..Applied::fresh("t") });
+        let older = Applied { identity: None, ..applied.clone() };
+        assert_eq!(
+            resume(Some(older), ("t", Some(&new)), &spans, DAY, NOW),
+            (Applied { identity: Some(new), ..applied.clone() }, false)
+        );
+        assert_eq!(
+            resume(Some(applied.clone()), ("t", None), &spans, DAY, NOW),
+            (applied, false),
+            "no id read: offsets decide"
+        );
     }
 
     const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -252,28 +312,38 @@ mod tests {
     /// 57, item 2).
     #[test]
     fn a_follower_caught_up_longer_ago_than_tombstones_are_kept_is_rebuilt() {
-        let mut applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10), (1, 4)]), caught_up_at_ms: None };
+        let mut applied = Applied {
+            topic: "t".into(),
+            next: BTreeMap::from([(0, 10), (1, 4)]),
+            caught_up_at_ms: None,
+            identity: None,
+        };
         applied.note_caught_up(&HashMap::from([(0, 12), (1, 4)]), NOW - 5);
         assert_eq!(applied.caught_up_at_ms, None, "partition 0 is behind its end");
         applied.note_caught_up(&HashMap::from([(0, 10), (1, 4)]), NOW - 5);
         assert_eq!(applied.caught_up_at_ms, Some(NOW - 5));
         let spans = [span(0, 0, 12), span(1, 0, 4)];
         let hour = Duration::from_secs(3600);
-        assert!(!resume(Some(applied.clone()), "t", &spans, hour, NOW).1, "back within the hour");
+        assert!(!resume(Some(applied.clone()), ("t", None), &spans, hour, NOW).1, "back within the hour");
         let away = Applied { caught_up_at_ms: Some(NOW - 2 * 3_600_000), ..applied.clone() };
-        assert_eq!(resume(Some(away.clone()), "t", &spans, hour, NOW), (Applied::fresh("t"), true), "away two hours");
+        assert_eq!(
+            resume(Some(away.clone()), ("t", None), &spans, hour, NOW),
+            (Applied::fresh("t"), true),
+            "away two hours"
+        );
         let quiet = [span(0, 0, 10), span(1, 0, 4)];
-        assert!(!resume(Some(away.clone()), "t", &quiet, hour, NOW).1, "no record since: no deletion missed");
+        assert!(!resume(Some(away.clone()), ("t", None), &quiet, hour, NOW).1, "no record since: no deletion missed");
         assert!(away.heartbeat_due(&HashMap::from([(0, 10), (1, 4)]), NOW, hour), "idle and caught up: stored again");
         assert!(!applied.heartbeat_due(&HashMap::from([(0, 10), (1, 4)]), NOW, hour), "stored 5 ms ago");
         assert!(!away.heartbeat_due(&HashMap::from([(0, 11), (1, 4)]), NOW, hour), "not caught up");
         let never = Applied { caught_up_at_ms: None, ..applied };
-        assert!(!resume(Some(never), "t", &spans, hour, NOW).1, "a first catch-up goes on where it stopped");
+        assert!(!resume(Some(never), ("t", None), &spans, hour, NOW).1, "a first catch-up goes on where it stopped");
     }
 
     #[test]
     fn a_follower_starts_at_its_stored_offsets_and_waits_only_for_partitions_behind() {
-        let mut applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]), caught_up_at_ms: None };
+        let mut applied =
+            Applied { topic: "t".into(), next: BTreeMap::from([(0, 10)]), caught_up_at_ms: None, identity: None };
         let mut start = applied.start(&[span(0, 0, 12), span(1, 2, 2), span(2, 4, 9)]);
         assert_eq!(start.from, HashMap::from([(0, 10), (1, 2), (2, 4)]));
         assert_eq!(start.behind, HashMap::from([(0, 12), (2, 9)]), "partition 1 is empty from where it starts");

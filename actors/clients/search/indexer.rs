@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::changes::{Applied, DeadLetters, Start, dead_letters, now_ms, read_change, report_lag, resume};
+use super::changes::{Applied, DeadLetters, Start, dead_letters, identity, now_ms, read_change, report_lag, resume};
 use super::materialiser::LAG_EVERY;
 use super::meili::Update;
 use super::{MeiliSearch, SearchError};
@@ -126,7 +126,11 @@ impl Indexer {
         tombstones_kept: Duration,
     ) -> Result<Applied, SearchError> {
         self.meili.open_for_writing().await?;
-        let (applied, clear) = resume(self.meili.applied().await?, topic, spans, tombstones_kept, now_ms());
+        let bus = self.bus.clone();
+        let name = topic.to_string();
+        let identity = tokio::task::spawn_blocking(move || identity(&bus, &name)).await.ok().flatten();
+        let (applied, clear) =
+            resume(self.meili.applied().await?, (topic, identity.as_ref()), spans, tombstones_kept, now_ms());
         if clear {
             self.meili.clear().await?;
         }

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::changes::{Applied, DeadLetters, Start, dead_letters, now_ms, read_change, rejected, report_lag, resume};
+use super::changes::{
+    Applied, DeadLetters, Start, dead_letters, identity, now_ms, read_change, rejected, report_lag, resume,
+};
 use super::{SearchError, TantivyWriter};
 use crate::config::SearchSettings;
 use crate::metrics::METRICS;
@@ -124,7 +126,8 @@ impl Follower {
         let stored: Option<Applied> = writer.payload()?.and_then(|p| serde_json::from_str(&p).ok());
         // Read here, on the follower's thread: the admin client's future needs no runtime.
         let tombstones_kept = futures::executor::block_on(self.bus.tombstone_retention());
-        let (mut applied, clear) = resume(stored, &topic, &spans, tombstones_kept, now_ms());
+        let identity = identity(&self.bus, &topic);
+        let (mut applied, clear) = resume(stored, (&topic, identity.as_ref()), &spans, tombstones_kept, now_ms());
         if clear {
             tracing::warn!(dir = %self.dir.display(), "emptying the local index to rebuild it from the topic");
             writer.clear()?;
