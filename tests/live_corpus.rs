@@ -563,3 +563,41 @@ async fn a_record_that_is_not_a_document_goes_to_the_dead_letters_under_one_key(
     assert_eq!((letter.key.as_str(), letter.payload.as_str()), ("bad", "{not json"));
     assert!(letter.error.contains("at line 1 column"), "it says why, as the JSON parser did: {}", letter.error);
 }
+
+/// A replica that cannot read how long the documents topic keeps tombstones (DescribeConfigs
+/// refused: the ACLs grant only reads) cannot tell whether it was away long enough to miss a
+/// deletion. It used to assume Kafka's default, a day, and resume: with a topic that keeps them
+/// less, a deleted document stayed searchable for good. It refuses to resume from its stored
+/// offsets instead, and says which setting gives the retention (issue 75, item 4). librdkafka's
+/// mock cluster refuses DescribeConfigs here.
+#[actix::test]
+async fn a_replica_that_cannot_read_the_tombstone_retention_refuses_to_resume() {
+    use lacuna::actors::clients::search::materialiser::Materialiser;
+    use lacuna::topics::kafka::KafkaBus;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let cluster = MockCluster::new(1).unwrap();
+    let mut settings = support::settings("http://127.0.0.1:9/v1");
+    settings.kafka.brokers = cluster.bootstrap_servers();
+    settings.kafka.topic_prefix = "retention-".into();
+    settings.kafka.partitions = 1;
+    settings.kafka.replication_factor = 1;
+    settings.search.index_dir = support::scratch_dir("live-corpus-retention").join("index");
+    settings.search.commit_interval_ms = 200;
+    let _ = std::fs::remove_dir_all(&settings.search.index_dir);
+    let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap());
+    cluster.create_topic(&bus.documents_topic(), 1, 1).unwrap();
+    bus.publish_document(MADE_UP, Some(made_up_document().to_string().as_bytes())).await.unwrap();
+    let mut first = Materialiser::start(&bus, &settings.search).unwrap();
+    first.caught_up().await.unwrap();
+    drop(first);
+    // Its thread stores its offsets and lets go of the index.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(TantivySearch::open(&settings.search.index_dir).unwrap().passage(MADE_UP).unwrap().is_some());
+
+    let refused = RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
+    cluster.request_errors(RDKafkaApiKey::DescribeConfigs, &[refused; 64]);
+    let mut second = Materialiser::start(&bus, &settings.search).unwrap();
+    let said = second.caught_up().await.expect_err("it refuses to resume");
+    assert!(said.contains("delete.retention.ms") && said.contains("kafka.documents_delete_retention_ms"), "{said}");
+}
