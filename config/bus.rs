@@ -57,6 +57,10 @@ pub struct KafkaSettings {
     pub transaction_interval_ms: u64,
     /// Exactly-once: a transaction left open this long (its process died) is aborted by the broker.
     pub transaction_timeout_ms: u64,
+    /// How long the documents topic keeps tombstones, for when the broker does not say (DescribeConfigs
+    /// not granted); 0: read from the topic, and a follower that cannot read it refuses to resume.
+    #[serde(default)]
+    pub documents_delete_retention_ms: u64,
     /// Any librdkafka property, set on every client (TLS, SASL mechanism and user, timeouts), as
     /// `property=value` (a list of strings: the config loader splits table keys at dots).
     #[serde(default)]

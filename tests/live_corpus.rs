@@ -600,4 +600,12 @@ async fn a_replica_that_cannot_read_the_tombstone_retention_refuses_to_resume() 
     let mut second = Materialiser::start(&bus, &settings.search).unwrap();
     let said = second.caught_up().await.expect_err("it refuses to resume");
     assert!(said.contains("delete.retention.ms") && said.contains("kafka.documents_delete_retention_ms"), "{said}");
+    drop(second);
+
+    // As the message says: the setting gives the retention, and the index resumes where it was.
+    settings.kafka.documents_delete_retention_ms = 24 * 3600 * 1000;
+    let bus = Arc::new(KafkaBus::new(settings.kafka.clone(), &settings.bus).unwrap());
+    let mut third = Materialiser::start(&bus, &settings.search).unwrap();
+    third.caught_up().await.unwrap();
+    assert!(TantivySearch::open(&settings.search.index_dir).unwrap().passage(MADE_UP).unwrap().is_some());
 }

@@ -96,10 +96,11 @@ impl KafkaBus {
         Ok(())
     }
 
-    /// How long compaction keeps the documents topic's tombstones (its `delete.retention.ms`), or
-    /// Kafka's default, a day, when the broker does not say.
-    pub async fn tombstone_retention(&self) -> Duration {
-        const KAFKA_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+    /// How long compaction keeps the documents topic's tombstones: its `delete.retention.ms`, or
+    /// `kafka.documents_delete_retention_ms` where the broker does not say (DescribeConfigs refused
+    /// or failed); why not, where neither does. Nothing is assumed: a follower that took a day for
+    /// a topic keeping tombstones an hour would resume after missing deletions.
+    pub async fn tombstone_retention(&self) -> Result<Duration, String> {
         let topic = self.documents_topic();
         let read = async {
             let admin: AdminClient<DefaultClientContext> = self.base.create().map_err(transport)?;
@@ -110,15 +111,20 @@ impl KafkaBus {
             let value = resource.get("delete.retention.ms").and_then(|entry| entry.value.clone());
             Ok::<_, BusError>(value.and_then(|ms| ms.parse::<u64>().ok()))
         };
-        match read.await {
-            Ok(Some(ms)) => Duration::from_millis(ms),
-            outcome => {
-                tracing::warn!(
-                    ?outcome,
-                    topic,
-                    "cannot read the topic's delete.retention.ms: taking Kafka's default, a day"
-                );
-                KAFKA_DEFAULT
+        let why = match read.await {
+            Ok(Some(ms)) => return Ok(Duration::from_millis(ms)),
+            Ok(None) => "not in the configuration it describes".to_string(),
+            Err(error) => error.to_string(),
+        };
+        match self.settings.documents_delete_retention_ms {
+            0 => Err(format!(
+                "cannot read the delete.retention.ms of topic {topic} ({why}): grant this client DescribeConfigs on \
+                 it (docs/kafka.md, ACLs), or set kafka.documents_delete_retention_ms to that topic's \
+                 delete.retention.ms"
+            )),
+            ms => {
+                tracing::warn!(%why, topic, ms, "cannot read the topic's delete.retention.ms: taking kafka.documents_delete_retention_ms");
+                Ok(Duration::from_millis(ms))
             }
         }
     }

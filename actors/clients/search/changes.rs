@@ -136,6 +136,25 @@ pub fn resume(
     (fresh, true)
 }
 
+/// The tombstone retention a follower goes by, given the one the broker gave (or why not) and the
+/// offsets stored with its index. Unknown, a follower with offsets stored cannot tell whether it was
+/// away long enough to miss deletions: it refuses to resume, with why. One with none stored reads
+/// the topic from its start and misses nothing; Kafka's default, a day, then only paces its
+/// heartbeat.
+pub fn retention_to_resume(read: Result<Duration, String>, stored: Option<&Applied>) -> Result<Duration, String> {
+    const KAFKA_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+    match read {
+        Ok(kept) => Ok(kept),
+        Err(why) if stored.is_some_and(|s| !s.next.is_empty()) => {
+            Err(format!("refusing to resume from the index's stored offsets: {why}"))
+        }
+        Err(why) => {
+            tracing::warn!(%why, "reading the documents topic from its start; a restart will need the tombstones' retention");
+            Ok(KAFKA_DEFAULT)
+        }
+    }
+}
+
 /// The identity of the topic `name`, or `None` (logged) where it cannot be read: a recreated topic
 /// is then noticed by its offsets alone. Blocks for up to 10 s.
 pub fn identity(bus: &KafkaBus, name: &str) -> Option<TopicIdentity> {

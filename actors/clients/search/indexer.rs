@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::changes::{Applied, DeadLetters, Start, dead_letters, identity, now_ms, read_change, report_lag, resume};
+use super::changes::{
+    Applied, DeadLetters, Start, dead_letters, identity, now_ms, read_change, report_lag, resume, retention_to_resume,
+};
 use super::materialiser::LAG_EVERY;
 use super::meili::Update;
 use super::{MeiliSearch, SearchError};
@@ -66,9 +68,9 @@ impl Indexer {
             blocking(move || changelog.spans())
         })
         .await?;
-        let tombstones_kept = self.bus.tombstone_retention().await;
-        let mut applied =
-            patiently("opening the Meilisearch index", || self.resume(&topic, &spans, tombstones_kept)).await?;
+        let retention = self.bus.tombstone_retention().await;
+        let (mut applied, tombstones_kept) =
+            patiently("opening the Meilisearch index", || self.resume(&topic, &spans, retention.clone())).await?;
         let Start { from, mut behind } = applied.start(&spans);
         let changelog = self.changelog.clone();
         blocking(move || changelog.start(&from)).await?;
@@ -118,23 +120,24 @@ impl Indexer {
     }
 
     /// Opens the index for writing, and the offsets to resume from ([`resume`]; an index to rebuild
-    /// is emptied first).
+    /// is emptied first), with the tombstones' retention to go by ([`retention_to_resume`]).
     async fn resume(
         &self,
         topic: &str,
         spans: &[crate::topics::kafka::Span],
-        tombstones_kept: Duration,
-    ) -> Result<Applied, SearchError> {
+        retention: Result<Duration, String>,
+    ) -> Result<(Applied, Duration), SearchError> {
         self.meili.open_for_writing().await?;
+        let stored = self.meili.applied().await?;
+        let tombstones_kept = retention_to_resume(retention, stored.as_ref()).map_err(SearchError::Index)?;
         let bus = self.bus.clone();
         let name = topic.to_string();
         let identity = tokio::task::spawn_blocking(move || identity(&bus, &name)).await.ok().flatten();
-        let (applied, clear) =
-            resume(self.meili.applied().await?, (topic, identity.as_ref()), spans, tombstones_kept, now_ms());
+        let (applied, clear) = resume(stored, (topic, identity.as_ref()), spans, tombstones_kept, now_ms());
         if clear {
             self.meili.clear().await?;
         }
-        Ok(applied)
+        Ok((applied, tombstones_kept))
     }
 
     /// Each document's last valid change of the batch; the others are dead letters.

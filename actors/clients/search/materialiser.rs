@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use super::changes::{
     Applied, DeadLetters, Start, dead_letters, identity, now_ms, read_change, rejected, report_lag, resume,
+    retention_to_resume,
 };
 use super::{SearchError, TantivyWriter};
 use crate::config::SearchSettings;
@@ -125,7 +126,8 @@ impl Follower {
         let mut writer = open_or_recreate(&self.dir)?;
         let stored: Option<Applied> = writer.payload()?.and_then(|p| serde_json::from_str(&p).ok());
         // Read here, on the follower's thread: the admin client's future needs no runtime.
-        let tombstones_kept = futures::executor::block_on(self.bus.tombstone_retention());
+        let retention = futures::executor::block_on(self.bus.tombstone_retention());
+        let tombstones_kept = retention_to_resume(retention, stored.as_ref()).map_err(SearchError::Index)?;
         let identity = identity(&self.bus, &topic);
         let (mut applied, clear) = resume(stored, (&topic, identity.as_ref()), &spans, tombstones_kept, now_ms());
         if clear {

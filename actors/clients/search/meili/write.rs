@@ -323,7 +323,12 @@ mod tests {
         assert_eq!((live(first).id.as_str(), live(first).seq), ("a#1", first));
         assert!(valid_document_id(&live(first).key) && live(first).key == versioned_key("a#1", first));
         assert!(live(first).key != live(second).key && live(first).key != key_of("a#1"), "a key of its own");
-        let applied = Applied { topic: "t".into(), next: BTreeMap::from([(0, 4), (1, 6)]), caught_up_at_ms: None, identity: None };
+        let applied = Applied {
+            topic: "t".into(),
+            next: BTreeMap::from([(0, 4), (1, 6)]),
+            caught_up_at_ms: None,
+            identity: None,
+        };
         let document = AppliedDocument { key: APPLIED_KEY.into(), applied: applied.clone() };
         let json = serde_json::to_value(&document).unwrap();
         assert_eq!(json, serde_json::json!({"key": "applied", "applied": {"topic": "t", "next": {"0": 4, "1": 6}}}));
