@@ -180,6 +180,37 @@ async fn an_older_write_landing_after_a_newer_change_brings_nothing_back() {
     assert!(found.iter().all(|(p, _)| !p.text.contains("stale")), "the old version is found: {found:?}");
 }
 
+/// Two indexers whose clocks are an hour apart (one rescheduled onto a node whose clock is behind):
+/// the one behind applies a document's newer change (offset 9 of its partition), the other applies
+/// the older change (offset 4) after it, as a replay after a crash does. Numbered by their clocks,
+/// the older change won: the newer version was deleted as older, and a deletion's marker lost the
+/// same way, so a deleted document stayed searchable (issue 75, item 3).
+#[tokio::test]
+async fn a_documents_changes_are_ordered_by_their_offsets_not_by_the_indexers_clocks() {
+    let fake = FakeMeili::start();
+    let meili = MeiliSearch::new(on_fake(&fake, "clocks-apart")).unwrap();
+    meili.open_for_writing().await.unwrap();
+    let version = |text: &str| {
+        let document: Document = serde_json::from_value(json!({"id": "doc", "title": "Doc", "text": text})).unwrap();
+        Update { doc_id: "doc".into(), document: Some(document) }
+    };
+    let hour_behind = || next_seq() - 3_600_000_000;
+    // The indexer whose clock is behind applies offset 9, the newer version; the other, offset 4.
+    meili.apply_numbered(&[version("fresh words of the new version.")], 4, "behind", hour_behind()).await.unwrap();
+    meili.apply_numbered(&[version("stale words of the old version.")], 4, "right", next_seq()).await.unwrap();
+    let (passages, _) = meili.document("doc").await.unwrap().expect("the new version");
+    assert!(
+        passages[0].text.contains("fresh") && passages.iter().all(|p| !p.text.contains("stale")),
+        "the older change won: {passages:?}"
+    );
+
+    // Offset 12 deletes the document (applied by the one behind); offset 10 is replayed after it.
+    meili.apply_numbered(&[Update { doc_id: "doc".into(), document: None }], 4, "behind", hour_behind()).await.unwrap();
+    meili.apply_numbered(&[version("stale words of the old version.")], 4, "right", next_seq()).await.unwrap();
+    assert_eq!(meili.document("doc").await.unwrap(), None, "the deleted document came back");
+    assert!(meili.search("stale old version", 5).await.unwrap().is_empty(), "the deleted document is found");
+}
+
 #[tokio::test]
 async fn a_missing_meilisearch_index_is_named() {
     let Some(settings) = server("a_missing_meilisearch_index_is_named") else { return };
