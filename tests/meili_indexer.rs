@@ -304,3 +304,44 @@ fn the_indexer_waits_for_a_broker_that_is_down_at_start() {
     child.wait_ready(Duration::from_secs(90)).expect("ready once the broker is up");
     child.stop();
 }
+
+/// Changes from the documents topic are numbered by their offsets (issue 75, item 3). An index whose
+/// changes a clock numbered (microseconds since the epoch, far above any offset) would outrank them
+/// all: one an indexer before this build kept (its offsets stored) is rebuilt from the topic at
+/// start; one `lacuna ingest` wrote in process is refused with what to do; and a change in process
+/// to an index an indexer keeps is refused too.
+#[actix::test]
+async fn an_index_numbered_by_a_clock_is_rebuilt_or_refused_and_a_followed_index_takes_no_change_in_process() {
+    use lacuna::actors::clients::MeiliSearch;
+    use lacuna::actors::clients::search::Document;
+    use lacuna::actors::clients::search::changes::Applied;
+    use lacuna::actors::clients::search::meili::{CLOCK_SEQS, Update};
+    let meili = FakeMeili::start();
+    let settings = on_meili("meili-clock-numbered", "http://127.0.0.1:9/v1", &meili);
+    let dir = support::scratch_dir("meili-clock-numbered");
+    let client = MeiliSearch::new(settings.search.meilisearch.clone()).unwrap();
+    client.open_for_writing().await.unwrap();
+    let ghost: Document =
+        serde_json::from_value(json!({"id": "ghost", "title": "Ghost", "text": "Written in process."})).unwrap();
+    client.apply_now(&[Update { doc_id: "ghost".into(), document: Some(ghost) }], 0, "ingest").await.unwrap();
+    published(publish(&settings, &dir, &[short(1)], &[]));
+
+    let binary = Path::new(env!("CARGO_BIN_EXE_lacuna"));
+    let log = dir.join("refused.log");
+    let mut refused = Replica::start_indexer(binary, &settings, &log, free_port().unwrap()).unwrap();
+    assert!(refused.wait_ready(Duration::from_secs(60)).is_err(), "it started on an index written in process");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("numbered by a clock") && said.contains("search.meilisearch.index"), "{said}");
+
+    // As an indexer before this build left it: its offsets stored beside clock-numbered entries.
+    let topic = format!("{}documents", settings.kafka.topic_prefix);
+    client.store_applied(&Applied { topic, ..Default::default() }).await.unwrap();
+    let mut rebuilt = indexer(&settings, &dir, free_port().unwrap(), 0);
+    until_ids(&meili, &["doc-1".to_string()], "the topic's document alone");
+    let numbers: Vec<u64> = meili.documents(INDEX).values().filter_map(|d| d["seq"].as_u64()).collect();
+    assert!(numbers.iter().all(|seq| *seq < CLOCK_SEQS), "numbered by offset: {numbers:?}");
+
+    let error = client.apply_now(&[Update { doc_id: "late".into(), document: None }], 0, "ingest").await.unwrap_err();
+    assert!(error.to_string().contains("copy of the documents topic"), "{error}");
+    rebuilt.stop();
+}

@@ -8,7 +8,7 @@ mod support;
 use std::io::Write;
 
 use lacuna::actors::clients::search::Document;
-use lacuna::actors::clients::search::meili::{Update, next_seq};
+use lacuna::actors::clients::search::meili::{Update, next_seq, topic_seq};
 use lacuna::actors::clients::{MeiliSearch, Search, SearchError};
 use lacuna::config::{MeiliSettings, Settings};
 use lacuna::pipelines::parts::Parts;
@@ -167,13 +167,13 @@ async fn an_older_write_landing_after_a_newer_change_brings_nothing_back() {
 
     let older = next_seq();
     meili.apply_now(&[deletion], 4, "delete").await.unwrap();
-    meili.apply_numbered(&[version("stale words of the old version.")], 4, "late", older).await.unwrap();
+    meili.apply_at(&[(older, version("stale words of the old version."))], 4, "late").await.unwrap();
     assert_eq!(meili.document("doc").await.unwrap(), None, "the deleted document came back");
     assert!(meili.search("stale old version", 5).await.unwrap().is_empty(), "the deleted document is found");
 
     let older = next_seq();
     meili.apply_now(&[version("fresh words of the new version.")], 4, "rewrite").await.unwrap();
-    meili.apply_numbered(&[version("stale words of the old version.")], 4, "late", older).await.unwrap();
+    meili.apply_at(&[(older, version("stale words of the old version."))], 4, "late").await.unwrap();
     let (passages, _) = meili.document("doc").await.unwrap().expect("the new version");
     assert!(passages.iter().all(|p| !p.text.contains("stale")), "{passages:?}");
     let found = meili.search("stale old version", 5).await.unwrap();
@@ -194,19 +194,19 @@ async fn a_documents_changes_are_ordered_by_their_offsets_not_by_the_indexers_cl
         let document: Document = serde_json::from_value(json!({"id": "doc", "title": "Doc", "text": text})).unwrap();
         Update { doc_id: "doc".into(), document: Some(document) }
     };
-    let hour_behind = || next_seq() - 3_600_000_000;
-    // The indexer whose clock is behind applies offset 9, the newer version; the other, offset 4.
-    meili.apply_numbered(&[version("fresh words of the new version.")], 4, "behind", hour_behind()).await.unwrap();
-    meili.apply_numbered(&[version("stale words of the old version.")], 4, "right", next_seq()).await.unwrap();
+    // Whichever indexer applies them, and whatever its clock says, offsets number them.
+    meili.apply_at(&[(topic_seq(9), version("fresh words of the new version."))], 4, "behind").await.unwrap();
+    meili.apply_at(&[(topic_seq(4), version("stale words of the old version."))], 4, "right").await.unwrap();
     let (passages, _) = meili.document("doc").await.unwrap().expect("the new version");
     assert!(
         passages[0].text.contains("fresh") && passages.iter().all(|p| !p.text.contains("stale")),
         "the older change won: {passages:?}"
     );
 
-    // Offset 12 deletes the document (applied by the one behind); offset 10 is replayed after it.
-    meili.apply_numbered(&[Update { doc_id: "doc".into(), document: None }], 4, "behind", hour_behind()).await.unwrap();
-    meili.apply_numbered(&[version("stale words of the old version.")], 4, "right", next_seq()).await.unwrap();
+    // Offset 12 deletes the document; offset 10 is replayed after it.
+    let deletion = Update { doc_id: "doc".into(), document: None };
+    meili.apply_at(&[(topic_seq(12), deletion)], 4, "behind").await.unwrap();
+    meili.apply_at(&[(topic_seq(10), version("stale words of the old version."))], 4, "right").await.unwrap();
     assert_eq!(meili.document("doc").await.unwrap(), None, "the deleted document came back");
     assert!(meili.search("stale old version", 5).await.unwrap().is_empty(), "the deleted document is found");
 }

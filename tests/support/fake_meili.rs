@@ -278,6 +278,10 @@ enum Filter {
     Documents { ids: Vec<String>, below: Option<u64>, above: Option<u64> },
     /// `id = "..."`.
     Passage(String),
+    /// `seq >= N`.
+    SeqAtLeast(u64),
+    /// `(...) OR (...)`, each one of the above.
+    Any(Vec<Filter>),
 }
 
 impl Filter {
@@ -286,6 +290,12 @@ impl Filter {
             || error(StatusCode::BAD_REQUEST, "invalid_document_filter", format!("unexpected filter {filter}"));
         if filter.starts_with("id = ") {
             return quoted(filter).pop().map(Filter::Passage).ok_or_else(refused);
+        }
+        if let Some(seq) = filter.strip_prefix("seq >= ") {
+            return seq.parse().map(Filter::SeqAtLeast).map_err(|_| refused());
+        }
+        if let Some(clauses) = filter.strip_prefix('(').and_then(|f| f.strip_suffix(')')) {
+            return clauses.split(") OR (").map(Filter::parse).collect::<Result<_, _>>().map(Filter::Any);
         }
         let Some((ids, rest)) = filter.strip_prefix("doc_id IN [").and_then(|f| f.rsplit_once(']')) else {
             return Err(refused());
@@ -307,6 +317,8 @@ impl Filter {
     fn matches(&self, document: &Value) -> bool {
         match self {
             Filter::Passage(id) => document["id"] == id.as_str(),
+            Filter::SeqAtLeast(least) => document["seq"].as_u64().is_some_and(|seq| seq >= *least),
+            Filter::Any(filters) => filters.iter().any(|filter| filter.matches(document)),
             Filter::Documents { ids, below, above } => {
                 let of_ids = document["doc_id"].as_str().is_some_and(|id| ids.iter().any(|i| i == id));
                 let older = match (below, document["seq"].as_u64()) {

@@ -21,7 +21,7 @@ use super::changes::{
     Applied, DeadLetters, Start, dead_letters, identity, now_ms, read_change, report_lag, resume, retention_to_resume,
 };
 use super::materialiser::LAG_EVERY;
-use super::meili::Update;
+use super::meili::{Update, topic_seq};
 use super::{MeiliSearch, SearchError};
 use crate::actors::clients::backoff;
 use crate::config::SearchSettings;
@@ -128,8 +128,21 @@ impl Indexer {
         retention: Result<Duration, String>,
     ) -> Result<(Applied, Duration), SearchError> {
         self.meili.open_for_writing().await?;
-        let stored = self.meili.applied().await?;
-        let tombstones_kept = retention_to_resume(retention, stored.as_ref()).map_err(SearchError::Index)?;
+        let mut stored = self.meili.applied().await?;
+        if self.meili.clock_numbered().await? {
+            // Numbered by a clock, its entries would outrank every offset: they must go first.
+            let Some(applied) = stored.take() else {
+                return Err(SearchError::Refused(format!(
+                    "Meilisearch index {:?} holds changes numbered by a clock (`lacuna ingest` or serve wrote it in \
+                     process): an indexer numbers the topic's changes by offset, which those would outrank. Give \
+                     search.meilisearch.index a new uid for the indexer (or delete this index) and start it again",
+                    self.meili.settings.index
+                )));
+            };
+            tracing::warn!(stored = ?applied.next, "the index's changes are numbered by the clock of an indexer before this build: rebuilding it from the topic, numbered by offset");
+            self.meili.clear().await?;
+        }
+        let tombstones_kept = retention_to_resume(retention, stored.as_ref()).map_err(SearchError::Refused)?;
         let bus = self.bus.clone();
         let name = topic.to_string();
         let identity = tokio::task::spawn_blocking(move || identity(&bus, &name)).await.ok().flatten();
@@ -140,9 +153,10 @@ impl Indexer {
         Ok((applied, tombstones_kept))
     }
 
-    /// Each document's last valid change of the batch; the others are dead letters.
-    fn latest(&self, changes: &[Change]) -> Vec<Update> {
-        let mut latest: Vec<Update> = Vec::new();
+    /// Each document's last valid change of the batch, numbered by its offset ([`topic_seq`]); the
+    /// others are dead letters.
+    fn latest(&self, changes: &[Change]) -> Vec<(u64, Update)> {
+        let mut latest: Vec<(u64, Update)> = Vec::new();
         let mut position: HashMap<String, usize> = HashMap::new();
         for change in changes {
             let document = match read_change(change) {
@@ -152,7 +166,7 @@ impl Indexer {
                     continue;
                 }
             };
-            let update = Update { doc_id: change.key.clone(), document };
+            let update = (topic_seq(change.offset), Update { doc_id: change.key.clone(), document });
             match position.get(&change.key) {
                 Some(&at) => latest[at] = update,
                 None => {
@@ -166,13 +180,13 @@ impl Indexer {
 
     /// Applies a batch and stores the offsets after it, trying again with backoff while Meilisearch
     /// fails in a way a retry may cure.
-    async fn apply(&self, updates: &[Update], applied: &Applied) -> Result<(), SearchError> {
+    async fn apply(&self, updates: &[(u64, Update)], applied: &Applied) -> Result<(), SearchError> {
         // Offsets only grow, so the offsets after this batch tag its passages apart from every
         // earlier batch's, and the same batch applied again gets the same tag.
         let change: String = applied.next.iter().map(|(p, o)| format!("{p}-{o}")).collect::<Vec<_>>().join("_");
         let started = Instant::now();
         let written = patiently("applying a batch", || async {
-            let written = self.meili.apply(updates, self.passage_words, &change).await?;
+            let written = self.meili.apply_at(updates, self.passage_words, &change).await?;
             self.meili.store_applied(applied).await?;
             Ok(written)
         })

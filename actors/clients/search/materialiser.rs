@@ -127,7 +127,7 @@ impl Follower {
         let stored: Option<Applied> = writer.payload()?.and_then(|p| serde_json::from_str(&p).ok());
         // Read here, on the follower's thread: the admin client's future needs no runtime.
         let retention = futures::executor::block_on(self.bus.tombstone_retention());
-        let tombstones_kept = retention_to_resume(retention, stored.as_ref()).map_err(SearchError::Index)?;
+        let tombstones_kept = retention_to_resume(retention, stored.as_ref()).map_err(SearchError::Refused)?;
         let identity = identity(&self.bus, &topic);
         let (mut applied, clear) = resume(stored, (&topic, identity.as_ref()), &spans, tombstones_kept, now_ms());
         if clear {

@@ -43,6 +43,10 @@ pub enum SearchError {
         "no Meilisearch index {index:?} at {url}: build one with `lacuna index --backend meilisearch --corpus FILE.jsonl`"
     )]
     MissingRemoteIndex { index: String, url: String },
+    /// An index its follower must not go on with as it is (it would hide or bring back documents); the
+    /// message says what to do. No retry cures it.
+    #[error("{0}")]
+    Refused(String),
     /// A Meilisearch error; `transient` ones (unreachable, timeouts, 429, 5xx) are worth retrying.
     #[error("{message}")]
     Remote { message: String, transient: bool },

@@ -11,10 +11,13 @@
 //! - `key` is the primary key. Meilisearch takes only letters, digits, `-` and `_` in one, and passage
 //!   ids of split documents hold `#`, so an id it cannot take is stored under `sha256_<hex>` of itself
 //!   ([`key_of`]); `id` keeps the passage id that searches return, with `title` and `text` searched.
-//! - `doc_id`, `id` and `seq` are filterable. A live change (the indexer, `lacuna ingest`, serve) takes
-//!   a `seq` above every earlier one ([`next_seq`]: microseconds, strictly rising in the process), adds
-//!   its passages under keys of their own ([`versioned_key`]), and then deletes its documents' passages
-//!   of a lower `seq`. Two writes of one document that overlap (their tasks interleave as add, add,
+//! - `doc_id`, `id` and `seq` are filterable. A live change numbers its entries with a `seq` that
+//!   orders it among the document's changes: the indexer, its record's offset plus one
+//!   ([`topic_seq`]: a document's changes sit in one partition, so offsets order them whatever the
+//!   indexer's clock says); `lacuna ingest` and serve in process, which have no offset, their
+//!   process's clock ([`next_seq`]: microseconds, strictly rising in the process, above
+//!   [`CLOCK_SEQS`]), on an index no indexer keeps. It adds its passages under keys of their own
+//!   ([`versioned_key`]), and then deletes its documents' passages of a lower `seq`. Two writes of one document that overlap (their tasks interleave as add, add,
 //!   delete, delete) so leave the later version whole, never none: a deletion can only remove what is
 //!   older than its own write, and no write replaces another's passages. A search never finds a
 //!   document absent between two versions; it may find both for a moment, and reads keep one passage
@@ -42,7 +45,7 @@ use meilisearch_sdk::tasks::Task;
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use write::{IndexReport, Update, Written};
+pub use write::{CLOCK_SEQS, IndexReport, Update, Written, topic_seq};
 
 use super::SearchError;
 use super::changes::Applied;
@@ -74,10 +77,11 @@ pub fn versioned_key(passage_id: &str, seq: u64) -> String {
     key_of(&format!("{passage_id}\u{0}{seq}"))
 }
 
-/// The `seq` of a live change: microseconds since the epoch (a filter compares numbers as f64, exact
-/// to 2^53, about 285 years of them), strictly above every seq this process gave before, so that two
-/// changes in one microsecond still have an order. Writers in other processes are ordered by their
-/// clocks; two of them in the same microsecond would leave both versions until the next write.
+/// The `seq` of a change made in process (no offset): microseconds since the epoch (a filter compares
+/// numbers as f64, exact to 2^53, about 285 years of them), strictly above every seq this process
+/// gave before, so that two changes in one microsecond still have an order. Writers in other
+/// processes are ordered by their clocks; two of them in the same microsecond would leave both
+/// versions until the next write. Changes from the documents topic are numbered by offset instead.
 pub fn next_seq() -> u64 {
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;

@@ -62,14 +62,41 @@ fn writable_settings() -> IndexSettings {
         .with_filterable_attributes(["doc_id", "id", "seq"])
 }
 
-/// The deletions that follow a batch's additions, numbered `seq`: its documents' passages older than
-/// it (upserted documents keep only the new version, deleted ones none), and those written before
-/// passages had a `seq`. A newer write's passages are never among them. A few hundred documents per
-/// filter.
-pub fn deletion_filters(updates: &[Update], seq: u64) -> Vec<String> {
-    let ids: Vec<&str> = updates.iter().map(|u| u.doc_id.as_str()).collect();
-    ids.chunks(IDS_PER_FILTER).map(|ids| format!("{} AND (seq < {seq} OR seq NOT EXISTS)", of_documents(ids))).collect()
+/// The deletions that follow a batch's additions, each document's change numbered as in
+/// `numbered`: its entries numbered before that change (upserted documents keep only the new
+/// version, deleted ones their marker), and those written before entries had a `seq`. A newer
+/// change's entries are never among them. Documents of one number share a clause; at most a few
+/// hundred documents a filter.
+pub fn deletion_filters(numbered: &[(u64, Update)]) -> Vec<String> {
+    numbered
+        .chunks(IDS_PER_FILTER)
+        .map(|chunk| {
+            let mut by_seq: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
+            for (seq, update) in chunk {
+                by_seq.entry(*seq).or_default().push(&update.doc_id);
+            }
+            let clause =
+                |(seq, ids): (&u64, &Vec<&str>)| format!("{} AND (seq < {seq} OR seq NOT EXISTS)", of_documents(ids));
+            match by_seq.len() {
+                1 => by_seq.iter().map(clause).collect(),
+                _ => by_seq.iter().map(|entry| format!("({})", clause(entry))).collect::<Vec<_>>().join(" OR "),
+            }
+        })
+        .collect()
 }
+
+/// The `seq` of a change read from the documents topic: its offset, plus one (0 is a corpus file's).
+/// A document's changes all sit in the partition its key hashes to, so their offsets order them
+/// exactly, whichever indexer applies them and whatever its clock says; only a change of the
+/// topic's partition count moves a key (docs/corpus.md).
+pub fn topic_seq(offset: i64) -> u64 {
+    offset.max(0) as u64 + 1
+}
+
+/// The numbers an in-process writer's clock gives ([`next_seq`]: microseconds since the epoch) start
+/// above this; a topic's offsets stay below it. An index holding such numbers was written in
+/// process, or by an indexer before offsets numbered its changes.
+pub const CLOCK_SEQS: u64 = 1_000_000_000_000;
 
 /// What a batch wrote.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -127,40 +154,34 @@ impl MeiliSearch {
         Ok(())
     }
 
-    /// Applies a batch of document changes (one per document), split into passages of at most
-    /// `passage_words` words, tagged `change` and numbered by [`next_seq`]: additions first, then the
-    /// deletions of what they replace and of deleted documents. Returns once Meilisearch has done
-    /// every task. A batch applied again is numbered again, and supersedes its first application.
-    pub async fn apply(&self, updates: &[Update], passage_words: usize, change: &str) -> Result<Written, SearchError> {
-        self.apply_numbered(updates, passage_words, change, next_seq()).await
-    }
-
-    /// [`Self::apply`], numbered `seq`: a change numbered earlier than one applied meanwhile is one
-    /// whose tasks were slow (a test makes that order happen).
-    pub async fn apply_numbered(
+    /// Applies a batch of document changes (one per document), each numbered as it is paired
+    /// (`seq`, see `mod.rs`), split into passages of at most `passage_words` words and tagged `change`:
+    /// additions first, then the deletions of what they replace and of deleted documents, then
+    /// whatever a newer change of theirs that landed first makes older ([`Self::give_way`]). Returns
+    /// once Meilisearch has done every task. A batch applied again changes nothing.
+    pub async fn apply_at(
         &self,
-        updates: &[Update],
+        numbered: &[(u64, Update)],
         passage_words: usize,
         change: &str,
-        seq: u64,
     ) -> Result<Written, SearchError> {
         let mut passages = Vec::new();
-        for update in updates {
+        for (seq, update) in numbered {
             match &update.document {
                 Some(document) => passages.extend(document.passages(passage_words).into_iter().map(|p| Stored {
                     metadata: document.metadata.clone(),
-                    ..Stored::versioned(p, &update.doc_id, change, seq)
+                    ..Stored::versioned(p, &update.doc_id, change, *seq)
                 })),
-                None => passages.push(Stored::deletion(&update.doc_id, change, seq)),
+                None => passages.push(Stored::deletion(&update.doc_id, change, *seq)),
             }
         }
         self.write(&passages).await?;
-        for filter in deletion_filters(updates, seq) {
+        for filter in deletion_filters(numbered) {
             self.delete_where(&filter).await?;
         }
-        self.give_way(updates, seq).await?;
-        let upserts = updates.iter().filter(|u| u.document.is_some()).count();
-        let markers = updates.len() - upserts;
+        self.give_way(numbered).await?;
+        let upserts = numbered.iter().filter(|(_, u)| u.document.is_some()).count();
+        let markers = numbered.len() - upserts;
         Ok(Written { upserts, deletes: markers, passages: passages.len() - markers })
     }
 
@@ -178,38 +199,66 @@ impl MeiliSearch {
         Ok(())
     }
 
-    /// After a change numbered `seq` is applied: of its documents, those a newer change wrote or
-    /// deleted meanwhile lose what is older than that change. Meilisearch runs tasks in order, so a
-    /// newer change whose deletion ran before this one's additions landed has its passages or its
-    /// deletion marker in the index by now, and one whose deletion runs later removes them itself.
-    async fn give_way(&self, updates: &[Update], seq: u64) -> Result<(), SearchError> {
+    /// After a batch is applied: of its documents, those a newer change wrote or deleted meanwhile
+    /// lose what is older than that change. Meilisearch runs tasks in order, so a newer change whose
+    /// deletion ran before this one's additions landed has its passages or its deletion marker in
+    /// the index by now, and one whose deletion runs later removes them itself.
+    async fn give_way(&self, numbered: &[(u64, Update)]) -> Result<(), SearchError> {
         let index = self.index();
-        let ids: Vec<&str> = updates.iter().map(|u| u.doc_id.as_str()).collect();
-        let mut newest: BTreeMap<String, u64> = BTreeMap::new();
-        for ids in ids.chunks(IDS_PER_FILTER) {
-            let filter = format!("{} AND seq > {seq}", of_documents(ids));
+        let mut newest: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for chunk in numbered.chunks(IDS_PER_FILTER) {
+            let ids: Vec<&str> = chunk.iter().map(|(_, u)| u.doc_id.as_str()).collect();
+            let lowest = chunk.iter().map(|(seq, _)| *seq).min().unwrap_or(0);
+            let filter = format!("{} AND seq > {lowest}", of_documents(&ids));
             let mut query = meilisearch_sdk::documents::DocumentsQuery::new(&index);
             query.with_filter(&filter).with_fields(["doc_id", "seq"]).with_limit(100_000);
             let found = self.retrying("find newer changes", || query.execute::<serde_json::Value>()).await?;
-            newest.extend(newest_by_document(&found.results).into_iter().map(|(doc_id, (newer, _))| (doc_id, newer)));
+            let held = newest_by_document(&found.results);
+            for (seq, update) in chunk {
+                if let Some(&(newer, _)) = held.get(&update.doc_id).filter(|(newer, _)| newer > seq) {
+                    newest.insert(update.doc_id.clone(), (*seq, newer));
+                }
+            }
         }
-        for (doc_id, newer) in newest {
+        for (doc_id, (seq, newer)) in newest {
             tracing::info!(doc_id, seq, newer, "a newer change of the document came first: this one's passages go");
             self.delete_where(&format!("{} AND (seq < {newer} OR seq NOT EXISTS)", of_documents(&[&doc_id]))).await?;
         }
         Ok(())
     }
 
-    /// A change made outside the documents topic (`lacuna ingest`, serve in process), as [`Self::apply`]
-    /// with a `change` of its own: where it came from and when. The index must be open for writing.
+    /// A change made outside the documents topic (`lacuna ingest`, serve in process), numbered by
+    /// this process's clock ([`next_seq`]) and tagged with where it came from and when. The index
+    /// must be open for writing, and not be one an indexer keeps as a copy of the documents topic:
+    /// there, offsets number changes, and a clock's numbers would outrank every one of them.
     pub async fn apply_now(
         &self,
         updates: &[Update],
         passage_words: usize,
         source: &str,
     ) -> Result<Written, SearchError> {
+        if self.applied().await?.is_some() {
+            return Err(SearchError::Refused(format!(
+                "Meilisearch index {:?} is a copy of the documents topic (`lacuna indexer` keeps it): publish \
+                 changes to the topic (`lacuna ingest --transport kafka`, or serve on Kafka) instead",
+                self.settings.index
+            )));
+        }
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        self.apply(updates, passage_words, &format!("{source}-{nanos}")).await
+        let seq = next_seq();
+        let numbered: Vec<(u64, Update)> = updates.iter().map(|u| (seq, u.clone())).collect();
+        self.apply_at(&numbered, passage_words, &format!("{source}-{nanos}")).await
+    }
+
+    /// Whether the index holds an entry numbered by a clock ([`CLOCK_SEQS`]).
+    pub async fn clock_numbered(&self) -> Result<bool, SearchError> {
+        let index = self.index();
+        let filter = format!("seq >= {CLOCK_SEQS}");
+        let mut query = meilisearch_sdk::documents::DocumentsQuery::new(&index);
+        query.with_filter(&filter).with_fields(["seq"]).with_limit(1);
+        let found =
+            self.retrying("look for entries numbered by a clock", || query.execute::<serde_json::Value>()).await?;
+        Ok(!found.results.is_empty())
     }
 
     /// A document's passages as the index holds them, in order, with its metadata; `None` when it has
@@ -295,13 +344,25 @@ mod tests {
             Update { doc_id: "say \"b\"\\".into(), document: Some(document("say \"b\"\\")) },
             Update { doc_id: "c".into(), document: None },
         ];
+        let at = |seq: u64| updates.iter().map(|u| (seq, u.clone())).collect::<Vec<_>>();
         assert_eq!(
-            deletion_filters(&updates, 7),
+            deletion_filters(&at(7)),
             vec![r#"doc_id IN ["a", "say \"b\"\\", "c"] AND (seq < 7 OR seq NOT EXISTS)"#.to_string()]
         );
-        assert!(deletion_filters(&[], 7).is_empty());
-        let many: Vec<Update> = (0..1200).map(|n| Update { doc_id: format!("d{n}"), document: None }).collect();
-        assert_eq!(deletion_filters(&many, 7).len(), 3, "500 documents a filter");
+        // Changes from the topic: each document at its own offset.
+        let numbered = vec![(5, updates[0].clone()), (9, updates[2].clone()), (5, updates[1].clone())];
+        assert_eq!(
+            deletion_filters(&numbered),
+            vec![
+                r#"(doc_id IN ["a", "say \"b\"\\"] AND (seq < 5 OR seq NOT EXISTS)) OR (doc_id IN ["c"] AND (seq < 9 OR seq NOT EXISTS))"#
+                    .to_string()
+            ]
+        );
+        assert!(deletion_filters(&[]).is_empty());
+        let many: Vec<(u64, Update)> =
+            (0..1200).map(|n| (n, Update { doc_id: format!("d{n}"), document: None })).collect();
+        assert_eq!(deletion_filters(&many).len(), 3, "500 documents a filter");
+        assert!(topic_seq(0) == 1 && topic_seq(1_000_000) < CLOCK_SEQS && CLOCK_SEQS < next_seq());
     }
 
     #[test]
