@@ -6,6 +6,13 @@
 //! any other. `set_down` makes every
 //! request answer 503, as a server that is restarting; `set_task_delay` makes each new task report
 //! itself processing for a while, as a busy server's queue does.
+//!
+//! Where Meilisearch 1.50.0 answered otherwise than this fake did (docs/corpus.md, "Against a real
+//! server"), the fake now answers as it does: a filter on an attribute not filterable is refused
+//! (400 on a fetch; a failed task on a deletion, which Meilisearch checks only when it runs it), as is
+//! one it cannot parse; a document whose id Meilisearch refuses fails its whole upload's task
+//! (`invalid_document_id`), not the request; a deletion from a missing index fails its task
+//! (`index_not_found`); and tasks carry Meilisearch's type names.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +29,8 @@ use serde_json::{Value, json};
 struct Index {
     primary_key: Option<String>,
     documents: BTreeMap<String, Value>,
+    /// The attributes filters may name (its settings' `filterableAttributes`).
+    filterable: Vec<String>,
 }
 
 #[derive(Default)]
@@ -156,11 +165,25 @@ fn missing(uid: &str) -> Response {
     error(StatusCode::NOT_FOUND, "index_not_found", format!("Index `{uid}` not found."))
 }
 
+/// A failed task's error, as Meilisearch writes it.
+fn failure(code: &str, message: String) -> Value {
+    json!({"message": message, "code": code, "type": "invalid_request", "link": ""})
+}
+
+/// Why Meilisearch refuses `filter` on `index` (unparsed, or naming an attribute not filterable), or the filter.
+fn checked_filter(index: &Index, filter: &str) -> Result<Filter, String> {
+    let parsed = Filter::parse(filter).map_err(|_| format!("unexpected filter {filter}"))?;
+    match parsed.attributes().into_iter().find(|a| !index.filterable.iter().any(|f| f == a)) {
+        Some(attribute) => Err(format!("Attribute `{attribute}` is not filterable.\n1:1 {filter}")),
+        None => Ok(parsed),
+    }
+}
+
 /// Records a task, done after the task delay (failed with `failure` when given), and answers 202 with
 /// its info.
-fn task(server: &mut Server, uid: &str, failure: Option<Value>) -> Response {
+fn task(server: &mut Server, uid: &str, kind: &str, failure: Option<Value>) -> Response {
     let number = server.tasks.len();
-    let mut done = json!({"uid": number, "indexUid": uid, "status": "succeeded", "type": "customs",
+    let mut done = json!({"uid": number, "indexUid": uid, "status": "succeeded", "type": kind,
         "duration": "PT0S", "enqueuedAt": AT, "startedAt": AT, "finishedAt": AT});
     if let Some(failure) = failure {
         done["status"] = json!("failed");
@@ -168,7 +191,7 @@ fn task(server: &mut Server, uid: &str, failure: Option<Value>) -> Response {
     }
     let ready = std::time::Instant::now() + server.task_delay;
     server.tasks.push((done, ready));
-    let info = json!({"taskUid": number, "indexUid": uid, "status": "enqueued", "type": "customs", "enqueuedAt": AT});
+    let info = json!({"taskUid": number, "indexUid": uid, "status": "enqueued", "type": kind, "enqueuedAt": AT});
     (StatusCode::ACCEPTED, Json(info)).into_response()
 }
 
@@ -180,9 +203,9 @@ async fn create_index(State(shared): State<Shared>, Json(body): Json<Value>) -> 
     });
     if failure.is_none() {
         let primary_key = body["primaryKey"].as_str().map(str::to_string);
-        server.indexes.insert(uid.clone(), Index { primary_key, documents: BTreeMap::new() });
+        server.indexes.insert(uid.clone(), Index { primary_key, ..Default::default() });
     }
-    task(&mut server, &uid, failure)
+    task(&mut server, &uid, "indexCreation", failure)
 }
 
 async fn get_index(State(shared): State<Shared>, Path(uid): Path<String>) -> Response {
@@ -195,12 +218,13 @@ async fn get_index(State(shared): State<Shared>, Path(uid): Path<String>) -> Res
     }
 }
 
-async fn settings(State(shared): State<Shared>, Path(uid): Path<String>) -> Response {
+async fn settings(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
     let mut server = shared.server.lock().unwrap();
-    if !server.indexes.contains_key(&uid) {
-        return missing(&uid);
+    let Some(index) = server.indexes.get_mut(&uid) else { return missing(&uid) };
+    if let Some(attributes) = body["filterableAttributes"].as_array() {
+        index.filterable = attributes.iter().filter_map(|a| a.as_str().map(str::to_string)).collect();
     }
-    task(&mut server, &uid, None)
+    task(&mut server, &uid, "settingsUpdate", None)
 }
 
 async fn add_documents(
@@ -224,13 +248,25 @@ async fn add_documents(
         index.primary_key = query.get("primaryKey").cloned();
     }
     let key = index.primary_key.clone().unwrap_or_else(|| "id".into());
-    for document in documents {
-        let Some(id) = document[&key].as_str().map(str::to_string) else {
-            return error(StatusCode::BAD_REQUEST, "missing_document_id", format!("no {key} in {document}"));
-        };
-        index.documents.insert(id, document);
+    // Meilisearch checks ids when it runs the task, and then fails the whole upload.
+    let valid = |id: &str| {
+        !id.is_empty() && id.len() <= 511 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    let refused = documents.iter().find_map(|document| match document[&key].as_str() {
+        None => {
+            Some(failure("missing_document_id", format!("Document doesn't have a `{key}` attribute: `{document}`.")))
+        }
+        Some(id) if !valid(id) => {
+            Some(failure("invalid_document_id", format!("Document identifier `\"{id}\"` is invalid.")))
+        }
+        Some(_) => None,
+    });
+    if refused.is_none() {
+        for document in documents {
+            index.documents.insert(document[&key].as_str().unwrap().to_string(), document);
+        }
     }
-    task(&mut server, &uid, None)
+    task(&mut server, &uid, "documentAdditionOrUpdate", refused)
 }
 
 async fn delete_all(State(shared): State<Shared>, Path(uid): Path<String>) -> Response {
@@ -238,7 +274,7 @@ async fn delete_all(State(shared): State<Shared>, Path(uid): Path<String>) -> Re
     if let Some(index) = server.indexes.get_mut(&uid) {
         index.documents.clear();
     }
-    task(&mut server, &uid, None)
+    task(&mut server, &uid, "documentDeletion", None)
 }
 
 async fn count_documents(State(shared): State<Shared>, Path(uid): Path<String>) -> Response {
@@ -314,6 +350,17 @@ impl Filter {
         Ok(Filter::Documents { ids: quoted(ids), below, above })
     }
 
+    /// The attributes it names.
+    fn attributes(&self) -> Vec<&'static str> {
+        match self {
+            Filter::Documents { below, above, .. } if below.is_some() || above.is_some() => vec!["doc_id", "seq"],
+            Filter::Documents { .. } => vec!["doc_id"],
+            Filter::Passage(_) => vec!["id"],
+            Filter::SeqAtLeast(_) => vec!["seq"],
+            Filter::Any(filters) => filters.iter().flat_map(Filter::attributes).collect(),
+        }
+    }
+
     fn matches(&self, document: &Value) -> bool {
         match self {
             Filter::Passage(id) => document["id"] == id.as_str(),
@@ -333,24 +380,28 @@ impl Filter {
 }
 
 async fn delete_by_filter(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
-    let filter = match Filter::parse(body["filter"].as_str().unwrap_or_default()) {
-        Ok(parsed) => parsed,
-        Err(refused) => return refused,
-    };
     let mut server = shared.server.lock().unwrap();
-    if let Some(index) = server.indexes.get_mut(&uid) {
-        index.documents.retain(|_, d| !filter.matches(d));
-    }
-    task(&mut server, &uid, None)
+    // Meilisearch takes the deletion and checks its filter when it runs it.
+    let refused = match server.indexes.get_mut(&uid) {
+        None => Some(failure("index_not_found", format!("Index `{uid}` not found."))),
+        Some(index) => match checked_filter(index, body["filter"].as_str().unwrap_or_default()) {
+            Ok(filter) => {
+                index.documents.retain(|_, d| !filter.matches(d));
+                None
+            }
+            Err(why) => Some(failure("invalid_document_filter", format!("Index `{uid}`: {why}"))),
+        },
+    };
+    task(&mut server, &uid, "documentDeletion", refused)
 }
 
 async fn fetch_by_filter(State(shared): State<Shared>, Path(uid): Path<String>, Json(body): Json<Value>) -> Response {
-    let filter = match Filter::parse(body["filter"].as_str().unwrap_or_default()) {
-        Ok(parsed) => parsed,
-        Err(refused) => return refused,
-    };
     let server = shared.server.lock().unwrap();
     let Some(index) = server.indexes.get(&uid) else { return missing(&uid) };
+    let filter = match checked_filter(index, body["filter"].as_str().unwrap_or_default()) {
+        Ok(filter) => filter,
+        Err(why) => return error(StatusCode::BAD_REQUEST, "invalid_document_filter", why),
+    };
     let found: Vec<Value> = index.documents.values().filter(|d| filter.matches(d)).cloned().collect();
     Json(json!({"results": found, "limit": found.len(), "offset": 0, "total": found.len()})).into_response()
 }
