@@ -480,6 +480,28 @@ impl Transacting for Transactions {
 mod tests {
     use super::*;
 
+    /// A broker that cannot do transactions (here librdkafka's mock cluster with InitProducerId
+    /// turned off) stops an exactly-once process at start with a message that names the setting
+    /// that runs it without them (issue 74).
+    #[test]
+    fn a_broker_without_transactions_is_told_at_start_to_use_at_least_once() {
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::RDKafkaApiKey;
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.apiversion(RDKafkaApiKey::InitProducerId, None, None).unwrap();
+        let producer: FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("transactional.id", "no-transactions")
+            .create()
+            .unwrap();
+        let renew: Renew = Box::new(|| Err(BusError::Transport("not renewed".into())));
+        let started =
+            Transactions::start(producer, (renew, Stateful::default()), Duration::from_millis(100), Duration::from_secs(5));
+        let Err(error) = started else { panic!("transactions started on a broker without them") };
+        let said = error.to_string();
+        assert!(said.contains("bus.delivery = \"at_least_once\""), "{said}");
+    }
+
     #[test]
     fn offsets_done_out_of_order_survive_their_encoding_as_ranges() {
         let done = Ranges::of_sorted([7, 8, 9, 12, 14, 15]);
