@@ -177,7 +177,7 @@ impl KafkaBus {
                 }
             };
             let fresh = producer(&base, &settings, max_event_bytes, Some((&id, timeout)))?;
-            fresh.init_transactions(timeout).map_err(transport)?;
+            transactions::init_transactions(&fresh, timeout)?;
             tracing::warn!(transactional_id = %id, "exactly-once: a new transactional producer replaces the one that failed");
             Ok(fresh)
         })
@@ -191,7 +191,7 @@ impl KafkaBus {
         let lineage = Lineage::new(&self.base, stable, topic)?;
         let last = lineage.last()?.unwrap_or_else(|| stable.to_string());
         let predecessor = producer(&self.base, &self.settings, self.max_event_bytes, Some((&last, timeout)))?;
-        predecessor.init_transactions(timeout).map_err(transport)?;
+        transactions::init_transactions(&predecessor, timeout)?;
         drop(predecessor);
         let id = lineage::fresh_id(stable);
         lineage.record(&id)?;

@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -132,6 +132,20 @@ pub struct Transactions {
     timeout: Duration,
 }
 
+/// Initialises `producer`'s transactions. A broker that cannot do them (librdkafka finds no broker
+/// with the transactions API, or the broker refuses the version it needs) is named as such, with
+/// the setting that runs without them: the process stops at start rather than at its first commit.
+pub(super) fn init_transactions(producer: &FutureProducer, timeout: Duration) -> Result<(), BusError> {
+    producer.init_transactions(timeout).map_err(|error| match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::UnsupportedFeature | RDKafkaErrorCode::UnsupportedVersion) => BusError::Config(format!(
+            "exactly-once (bus.delivery = \"exactly_once\") needs Kafka transactions, and this broker cannot do \
+             them: {error}. Run with bus.delivery = \"at_least_once\" (LACUNA__BUS__DELIVERY=at_least_once), or on \
+             a broker with transactions (Apache Kafka 2.5 or later)"
+        )),
+        _ => transport(error),
+    })
+}
+
 /// The stages of a process that keep state in memory ([`crate::topics::Bus::keeps_state`]).
 pub(super) type Stateful = Arc<Mutex<Vec<&'static str>>>;
 
@@ -146,7 +160,7 @@ impl Transactions {
         interval: Duration,
         timeout: Duration,
     ) -> Result<Arc<Transactions>, BusError> {
-        producer.init_transactions(timeout).map_err(transport)?;
+        init_transactions(&producer, timeout)?;
         producer.begin_transaction().map_err(transport)?;
         let transactions = Arc::new(Transactions {
             producer: RwLock::new(producer),
@@ -495,8 +509,12 @@ mod tests {
             .create()
             .unwrap();
         let renew: Renew = Box::new(|| Err(BusError::Transport("not renewed".into())));
-        let started =
-            Transactions::start(producer, (renew, Stateful::default()), Duration::from_millis(100), Duration::from_secs(5));
+        let started = Transactions::start(
+            producer,
+            (renew, Stateful::default()),
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+        );
         let Err(error) = started else { panic!("transactions started on a broker without them") };
         let said = error.to_string();
         assert!(said.contains("bus.delivery = \"at_least_once\""), "{said}");
