@@ -158,6 +158,18 @@ mod tests {
         assert!(error.contains("kafka.properties[0] is not"), "{error}");
     }
 
+    /// Lacuna's consumers run one group protocol and one assignor, the ones its rebalance handling
+    /// and tests are built for: the classic protocol with cooperative-sticky. KIP-848's protocol
+    /// (`group.protocol=consumer`) or another assignor set in kafka.properties is refused with a
+    /// message that says so (issue 74).
+    #[test]
+    fn another_group_protocol_or_assignor_is_refused_with_the_one_lacuna_runs() {
+        for (key, value) in [("group.protocol", "consumer"), ("partition.assignment.strategy", "range,roundrobin")] {
+            let error = client_config(&settings(&[(key, value)], &[])).unwrap_err().to_string();
+            assert!(error.contains("cooperative-sticky") && error.contains("classic"), "{key}: {error}");
+        }
+    }
+
     /// librdkafka takes some properties under a second name: refusing the canonical name alone let
     /// the other through, and a secret reach a ConfigMap.
     #[test]
