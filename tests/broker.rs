@@ -164,10 +164,12 @@ async fn two_replicas_of_a_stage_share_its_partitions_and_both_do_work() {
 
 /// Finding 1 of issue 74: a record still at work when its partition is revoked is let go, not lost
 /// to a crash, so its next owner must not count that start as a redelivery. Three rebalances in one
-/// record's life (replicas joining while the LLM is slow) counted three, and the runner ends a
+/// record's life (a rolling restart while the LLM is slow) counted three, and the runner ends a
 /// record redelivered `retry.max_attempts` (3) times in a `too_many_redeliveries` error record,
-/// though nothing crashed. Each round a replica joins, which revokes the holder's partition (the
-/// drain waits for the record, then lets it go), and the holder leaves, so the newcomer takes it.
+/// though nothing crashed. Each round a replica joins and the holder leaves while the record is at
+/// work: its partition is revoked as its consumer closes (the drain waits for the record, then lets
+/// it go) and moves to the newcomer. (With the cooperative-sticky assignor a joining member alone takes no partition from a
+/// holder of the only one; under the eager assignor before it, the join itself revoked it.)
 #[tokio::test]
 async fn a_record_let_go_at_three_revocations_is_no_redelivery_to_its_next_owner() {
     let _serial = serial();
@@ -181,11 +183,8 @@ async fn a_record_let_go_at_three_revocations_is_no_redelivery_to_its_next_owner
     held.start();
     for round in 1..=3 {
         let mut newcomer = bus.subscribe(&[Topic::Missing], "letgo").await.unwrap();
-        let revoked = Instant::now();
-        while held.owned() {
-            assert!(revoked.elapsed() < Duration::from_secs(30), "round {round}: the joining replica revoked nothing");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        // The holder's process leaves with the record started and unfinished: closing its consumer
+        // revokes the partition, and the drain lets the record go.
         held.let_go();
         drop(holder);
         held = next(&mut newcomer).await.claim().expect("claimed");

@@ -40,7 +40,7 @@ fn canonical(key: &str) -> &str {
 /// Properties Lacuna sets itself, and what governs each instead. Set in `kafka.properties` they
 /// would be overridden without a word, or, for the delivery ones, break what Lacuna promises
 /// (offsets stored only once a record is done, idempotent acknowledged publishes).
-const OWN_PROPERTIES: [(&str, &str); 18] = [
+const OWN_PROPERTIES: [(&str, &str); 20] = [
     ("bootstrap.servers", "kafka.brokers"),
     ("group.id", "kafka.topic_prefix"),
     ("group.instance.id", "kafka.instance_id"),
@@ -59,7 +59,16 @@ const OWN_PROPERTIES: [(&str, &str); 18] = [
     ("transaction.timeout.ms", "kafka.transaction_timeout_ms"),
     ("isolation.level", "bus.delivery"),
     ("statistics.interval.ms", "the consumer-lag metric"),
+    ("group.protocol", CONSUMER_PROTOCOL),
+    ("partition.assignment.strategy", CONSUMER_PROTOCOL),
 ];
+
+/// The group protocol and assignor every group consumer runs, which its rebalance handling (a
+/// revocation drains and commits only the partitions that move) and the rebalance tests are built
+/// for; no other is supported. KIP-848's `consumer` protocol moves assignment to the broker and
+/// refuses `session.timeout.ms`.
+const CONSUMER_PROTOCOL: &str =
+    "the one protocol Lacuna supports (classic, with the cooperative-sticky assignor: docs/kafka.md#rebalances)";
 
 /// The base configuration of every client (producer, consumers, admin): errors name the property
 /// and the environment variable, never a secret's value.

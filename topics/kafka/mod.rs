@@ -318,6 +318,10 @@ impl KafkaBus {
             // A follower (no commits) learns from the broker that it read a partition to its end:
             // read_committed never hands it the marker that ends a transaction (catch_up.rs).
             .set("enable.partition.eof", (!commit).to_string())
+            // Incremental rebalances: a member joining or leaving moves only the partitions it must,
+            // and only those are drained and committed (config::CONSUMER_PROTOCOL).
+            .set("group.protocol", "classic")
+            .set("partition.assignment.strategy", "cooperative-sticky")
             .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())
             .set("max.poll.interval.ms", self.settings.max_poll_interval_ms.to_string())
             // librdkafka's statistics carry each assigned partition's lag, exported as a gauge.
