@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use prometheus::core::Collector;
 use prometheus::{
-    CounterVec, Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -26,6 +26,8 @@ pub struct Metrics {
     pub producer_renewals: IntCounterVec,
     pub transactions: IntCounterVec,
     pub transaction_aborts: IntCounterVec,
+    pub transaction_hold_seconds: HistogramVec,
+    pub transaction_longest_hold_seconds: GaugeVec,
     pub serve_rejected: IntCounterVec,
     pub llm_calls: IntCounterVec,
     pub llm_errors: IntCounterVec,
@@ -340,6 +342,20 @@ impl Metrics {
                 "Kafka transactions aborted and rewound to the last commit, by cause (publish_failed, commit_failed, assignment_lost).",
                 &["cause"],
             ),
+            transaction_hold_seconds: histogram(
+                "lacuna_kafka_transaction_hold_seconds",
+                "How long each hold inside an open Kafka transaction lasted (exactly-once), by holder: an event between its first output and its acknowledgement, or a commit's own calls. Each is bounded by half of kafka.transaction_timeout_ms.",
+                &["holder"],
+                seconds(),
+            ),
+            transaction_longest_hold_seconds: GaugeVec::new(
+                Opts::new(
+                    "lacuna_kafka_transaction_longest_hold_seconds",
+                    "The longest hold inside an open Kafka transaction since the process started, by holder (exactly-once).",
+                ),
+                &["holder"],
+            )
+            .expect("a valid gauge"),
             serve_rejected: counter(
                 "lacuna_serve_rejected_total",
                 "Questions `lacuna serve` refused, by reason (too_many_open, bad_request, unauthorized, ...).",
@@ -449,6 +465,8 @@ impl Metrics {
             Box::new(self.producer_renewals.clone()),
             Box::new(self.transactions.clone()),
             Box::new(self.transaction_aborts.clone()),
+            Box::new(self.transaction_hold_seconds.clone()),
+            Box::new(self.transaction_longest_hold_seconds.clone()),
             Box::new(self.serve_rejected.clone()),
             Box::new(self.index_applied_offset.clone()),
             Box::new(self.index_lag.clone()),

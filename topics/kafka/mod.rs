@@ -103,8 +103,9 @@ fn producer(
     let mut message_timeout = settings.message_timeout_ms;
     if let Some((id, timeout)) = transactional {
         config.set("transactional.id", id).set("transaction.timeout.ms", timeout.as_millis().to_string());
-        // librdkafka: a record may not outlive the transaction it is in.
-        message_timeout = message_timeout.min(timeout.as_millis() as u64);
+        // librdkafka: a record may not outlive the transaction it is in; and its delivery, a hold
+        // inside that transaction, takes at most half of it (transactions::hold_budget).
+        message_timeout = message_timeout.min(transactions::hold_budget(timeout).as_millis() as u64);
     }
     config
         .set("enable.idempotence", "true")

@@ -55,17 +55,38 @@ struct GateState {
     closed: bool,
 }
 
-/// Keeps commits out while it lives.
-pub struct Pass(Arc<Gate>);
+/// Keeps commits out while it lives; how long it lived is a hold of the open transaction.
+pub struct Pass(Arc<Gate>, std::time::Instant);
 
 impl Drop for Pass {
     fn drop(&mut self) {
-        let mut state = self.0.state.lock().unwrap();
-        state.holders -= 1;
-        if state.holders == 0 {
-            self.0.drained.notify_all();
+        {
+            let mut state = self.0.state.lock().unwrap();
+            state.holders -= 1;
+            if state.holders == 0 {
+                self.0.drained.notify_all();
+            }
         }
+        held("event", self.1.elapsed());
     }
+}
+
+/// Records a hold inside the open transaction: a commit waits for every event's, and the broker
+/// aborts a transaction open longer than `kafka.transaction_timeout_ms`.
+fn held(holder: &str, duration: Duration) {
+    let metrics = &crate::metrics::METRICS;
+    metrics.transaction_hold_seconds.with_label_values(&[holder]).observe(duration.as_secs_f64());
+    let longest = metrics.transaction_longest_hold_seconds.with_label_values(&[holder]);
+    if duration.as_secs_f64() > longest.get() {
+        longest.set(duration.as_secs_f64());
+    }
+}
+
+/// What each hold inside a transaction may take at worst, of `kafka.transaction_timeout_ms`: half,
+/// so that a hold and the commit after it together stay inside the timeout, and the broker never
+/// aborts a transaction only because one call was slow.
+pub(super) fn hold_budget(transaction_timeout: Duration) -> Duration {
+    transaction_timeout / 2
 }
 
 impl Gate {
@@ -79,7 +100,7 @@ impl Gate {
                 let mut state = self.state.lock().unwrap();
                 if !state.closed {
                     state.holders += 1;
-                    return Pass(self.clone());
+                    return Pass(self.clone(), std::time::Instant::now());
                 }
             }
             opened.await;
@@ -207,7 +228,7 @@ impl Transactions {
         }
         self.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
         let producer = self.producer.read().unwrap().clone();
-        match producer.send(record, wait).await {
+        match producer.send(record, wait.min(hold_budget(self.timeout))).await {
             Ok(_) => Ok(()),
             Err((error, _)) => {
                 let reason = error.to_string();
@@ -225,6 +246,15 @@ impl Transactions {
     }
 
     fn commit_closed(&self, last: &mut Positions) -> Result<(), KafkaError> {
+        let started = std::time::Instant::now();
+        let outcome = self.commit_within(last, started + hold_budget(self.timeout));
+        held("commit", started.elapsed());
+        outcome
+    }
+
+    /// [`Self::commit_closed`], its broker calls all done by `deadline`.
+    fn commit_within(&self, last: &mut Positions, deadline: std::time::Instant) -> Result<(), KafkaError> {
+        let left = || deadline.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
         let producer = self.producer.read().unwrap().clone();
         let mut sent = Vec::new();
         for tracked in self.consumers.lock().unwrap().iter() {
@@ -246,7 +276,7 @@ impl Transactions {
                 sent.push((key, (position, note)));
             }
             if list.count() > 0 {
-                producer.send_offsets_to_transaction(&list, &metadata, self.timeout)?;
+                producer.send_offsets_to_transaction(&list, &metadata, left())?;
             }
         }
         // Taken whatever `sent` holds: a commit with offsets carries the publishes too, and the next
@@ -255,11 +285,12 @@ impl Transactions {
         if sent.is_empty() && !published {
             return Ok(()); // nothing to commit: the open transaction goes on
         }
-        let mut tries = 0;
+        // A commit that timed out may be asked again (librdkafka resumes it) while time is left.
         loop {
-            match producer.commit_transaction(self.timeout) {
+            match producer.commit_transaction(left()) {
                 Ok(()) => break,
-                Err(KafkaError::Transaction(error)) if error.is_retriable() && tries < 3 => tries += 1,
+                Err(KafkaError::Transaction(error)) if error.is_retriable() && std::time::Instant::now() < deadline => {
+                }
                 Err(error) => return Err(error),
             }
         }
@@ -305,7 +336,7 @@ impl Transactions {
         if producer.client().fatal_error().is_some() {
             return false;
         }
-        match producer.abort_transaction(self.timeout) {
+        match producer.abort_transaction(hold_budget(self.timeout)) {
             Ok(()) => true,
             Err(error) => {
                 tracing::warn!(%error, "cannot abort the transaction: a new producer takes over");
@@ -438,24 +469,26 @@ impl DoneBefore {
         assignment: u64,
     ) -> bool {
         let key = (topic.to_string(), partition);
-        let mut partitions = self.partitions.lock().unwrap();
-        if partitions.get(&key).is_none_or(|(seen, _)| *seen != assignment) {
-            let mut list = TopicPartitionList::new();
-            let _ = list.add_partition(topic, partition);
-            let done = match consumer.committed_offsets(list, Duration::from_secs(10)) {
-                Ok(committed) => committed
-                    .find_partition(topic, partition)
-                    .map(|element| decode_done(element.metadata()))
-                    .unwrap_or_default(),
-                Err(error) => {
-                    // Redone then: at-least-once for these few, never lost.
-                    tracing::warn!(%error, topic, partition, "cannot read which records were done: redoing them");
-                    Ranges::default()
-                }
-            };
-            partitions.insert(key.clone(), (assignment, done));
+        if let Some((_, done)) = self.partitions.lock().unwrap().get(&key).filter(|(seen, _)| *seen == assignment) {
+            return done.contains(&offset);
         }
-        partitions[&key].1.contains(&offset)
+        // Read without the lock: every commit needs it (`inherited`), with the gate closed.
+        let mut list = TopicPartitionList::new();
+        let _ = list.add_partition(topic, partition);
+        let done = match consumer.committed_offsets(list, Duration::from_secs(10)) {
+            Ok(committed) => committed
+                .find_partition(topic, partition)
+                .map(|element| decode_done(element.metadata()))
+                .unwrap_or_default(),
+            Err(error) => {
+                // Redone then: at-least-once for these few, never lost.
+                tracing::warn!(%error, topic, partition, "cannot read which records were done: redoing them");
+                Ranges::default()
+            }
+        };
+        let found = done.contains(&offset);
+        self.partitions.lock().unwrap().insert(key, (assignment, done));
+        found
     }
 }
 
@@ -518,6 +551,24 @@ mod tests {
         let Err(error) = started else { panic!("transactions started on a broker without them") };
         let said = error.to_string();
         assert!(said.contains("bus.delivery = \"at_least_once\""), "{said}");
+    }
+
+    /// Finding 4 of issue 74: every hold inside a transaction is timed, and the longest is shown, so
+    /// that one near `kafka.transaction_timeout_ms` (the broker then aborts) is seen before it costs.
+    #[tokio::test]
+    async fn a_hold_inside_a_transaction_is_timed_and_the_longest_kept() {
+        let gate = Arc::new(Gate::default());
+        let histogram = crate::metrics::METRICS.transaction_hold_seconds.with_label_values(&["event"]);
+        let before = histogram.get_sample_count();
+        let pass = gate.enter().await;
+        std::thread::sleep(Duration::from_millis(60));
+        drop(pass);
+        assert!(histogram.get_sample_count() > before);
+        let longest = crate::metrics::METRICS.transaction_longest_hold_seconds.with_label_values(&["event"]).get();
+        assert!(longest >= 0.06, "{longest}");
+        held("event", Duration::from_millis(10));
+        assert!(crate::metrics::METRICS.transaction_longest_hold_seconds.with_label_values(&["event"]).get() >= 0.06);
+        assert_eq!(hold_budget(Duration::from_secs(10)), Duration::from_secs(5));
     }
 
     #[test]
