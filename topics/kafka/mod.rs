@@ -19,6 +19,7 @@
 //! - `identity`: the cluster's and a topic's ids, kept beside offsets stored outside Kafka.
 //! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
 //! - `transactions`: exactly-once: a process's outputs and consumed positions in one transaction.
+//! - `gate`: what a commit closes: events hold passes, a commit waits for them; every hold timed.
 //! - `lineage`: exactly-once across a replica's restarts: a transactional id per process, the last one kept.
 //! - `wire`: what every file here shares: our records' headers, librdkafka errors as `BusError`s, and
 //!   notes kept on the broker as committed offsets' metadata.
@@ -42,6 +43,7 @@ mod claims;
 mod config;
 mod documents;
 mod follow;
+mod gate;
 mod identity;
 mod leaders;
 mod lineage;
@@ -104,8 +106,8 @@ fn producer(
     if let Some((id, timeout)) = transactional {
         config.set("transactional.id", id).set("transaction.timeout.ms", timeout.as_millis().to_string());
         // librdkafka: a record may not outlive the transaction it is in; and its delivery, a hold
-        // inside that transaction, takes at most half of it (transactions::hold_budget).
-        message_timeout = message_timeout.min(transactions::hold_budget(timeout).as_millis() as u64);
+        // inside that transaction, takes at most half of it (gate::hold_budget).
+        message_timeout = message_timeout.min(gate::hold_budget(timeout).as_millis() as u64);
     }
     config
         .set("enable.idempotence", "true")

@@ -1,0 +1,88 @@
+//! The gate a commit closes: an event between its first output and its acknowledgement holds a
+//! [`Pass`], and a commit waits for every pass to be given back (and keeps new ones out) so that a
+//! transaction never holds part of an event. How long each hold lasts is measured, since the broker
+//! aborts a transaction left open past `kafka.transaction_timeout_ms`.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Commits wait for every holder to leave; holders wait while a commit runs.
+#[derive(Default)]
+pub(super) struct Gate {
+    state: Mutex<GateState>,
+    drained: Condvar,
+    opened: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct GateState {
+    holders: usize,
+    closed: bool,
+}
+
+/// Keeps commits out while it lives; how long it lived is a hold of the open transaction.
+pub struct Pass(Arc<Gate>, std::time::Instant);
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        {
+            let mut state = self.0.state.lock().unwrap();
+            state.holders -= 1;
+            if state.holders == 0 {
+                self.0.drained.notify_all();
+            }
+        }
+        held("event", self.1.elapsed());
+    }
+}
+
+/// Records a hold inside the open transaction: a commit waits for every event's, and the broker
+/// aborts a transaction open longer than `kafka.transaction_timeout_ms`.
+pub(super) fn held(holder: &str, duration: Duration) {
+    let metrics = &crate::metrics::METRICS;
+    metrics.transaction_hold_seconds.with_label_values(&[holder]).observe(duration.as_secs_f64());
+    let longest = metrics.transaction_longest_hold_seconds.with_label_values(&[holder]);
+    if duration.as_secs_f64() > longest.get() {
+        longest.set(duration.as_secs_f64());
+    }
+}
+
+/// What each hold inside a transaction may take at worst, of `kafka.transaction_timeout_ms`: half,
+/// so that a hold and the commit after it together stay inside the timeout, and the broker never
+/// aborts a transaction only because one call was slow.
+pub(super) fn hold_budget(transaction_timeout: Duration) -> Duration {
+    transaction_timeout / 2
+}
+
+impl Gate {
+    pub(super) async fn enter(self: &Arc<Self>) -> Pass {
+        loop {
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            // Registered before the check, so an opening between the two is not missed.
+            opened.as_mut().enable();
+            {
+                let mut state = self.state.lock().unwrap();
+                if !state.closed {
+                    state.holders += 1;
+                    return Pass(self.clone(), std::time::Instant::now());
+                }
+            }
+            opened.await;
+        }
+    }
+
+    /// Blocks until no one holds a pass, and keeps new ones out until [`Gate::open`].
+    pub(super) fn close(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.closed = true;
+        while state.holders > 0 {
+            state = self.drained.wait(state).unwrap();
+        }
+    }
+
+    pub(super) fn open(&self) {
+        self.state.lock().unwrap().closed = false;
+        self.opened.notify_waiters();
+    }
+}
