@@ -69,3 +69,31 @@ impl OffsetNotes {
         Ok(committed.find_partition(topic, partition).map(|element| element.metadata().to_string()).unwrap_or_default())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    use super::*;
+
+    /// Found by the first soak on three Apache Kafka nodes (2026-12-06): a stage process started
+    /// with the cluster read its transactional lineage while the group coordinator was still
+    /// loading, was answered NotCoordinator, and exited. Notes are asked again while the
+    /// coordinator moves or loads.
+    #[test]
+    fn notes_are_asked_again_while_the_group_coordinator_loads() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("t", 1, 1).unwrap();
+        let base = ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).clone();
+        let notes = OffsetNotes::new(&base, "notes").unwrap();
+        notes.write("t", 0, 3, "kept".into()).unwrap();
+        use RDKafkaRespErr::*;
+        let loading = [RD_KAFKA_RESP_ERR_NOT_COORDINATOR, RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS];
+        cluster.request_errors(RDKafkaApiKey::OffsetFetch, &loading);
+        assert_eq!(notes.read("t", 0).expect("asked again"), "kept");
+        cluster.request_errors(RDKafkaApiKey::OffsetCommit, &loading);
+        notes.write("t", 0, 4, "again".into()).expect("asked again");
+        assert_eq!(notes.read("t", 0).unwrap(), "again");
+    }
+}
