@@ -139,8 +139,9 @@ supervise() {
     done
 }
 start_serve 0; start_serve 1; start_sink
-for name in "${STAGES[@]}"; do until ready "${METRICS_PORT[$name]}"; do sleep 0.5; done; done
-for port in "${SERVE_PORTS[@]}"; do until ready "$port"; do sleep 0.5; done; done
+# A process that exits while the cluster starts is started again here too, and counted.
+for name in "${STAGES[@]}"; do until ready "${METRICS_PORT[$name]}"; do sleep 0.5; supervise; done; done
+for port in "${SERVE_PORTS[@]}"; do until ready "$port"; do sleep 0.5; supervise; done; done
 log "all ready"
 for name in "${!PID[@]}"; do echo "$name $(rss_kb "${PID[$name]}") $(fds "${PID[$name]}")" >> "$OUT/start.txt"; done
 

@@ -58,15 +58,44 @@ impl OffsetNotes {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(topic, partition, Offset::Offset(offset))?;
         list.find_partition(topic, partition).expect("just added").set_metadata(note);
-        self.0.commit(&list, CommitMode::Sync)
+        coordinated(|_| self.0.commit(&list, CommitMode::Sync))
     }
 
     /// The note kept for the partition, empty when there is none.
     pub(super) fn read(&self, topic: &str, partition: i32) -> KafkaResult<String> {
         let mut list = TopicPartitionList::new();
         list.add_partition(topic, partition);
-        let committed = self.0.committed_offsets(list, Duration::from_secs(10))?;
+        let committed = coordinated(|left| self.0.committed_offsets(list.clone(), left))?;
         Ok(committed.find_partition(topic, partition).map(|element| element.metadata().to_string()).unwrap_or_default())
+    }
+}
+
+/// How long a note's read or write may take, coordinator moves included.
+const NOTE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Calls `ask` with the time left, again while the group's coordinator is moving or still loading
+/// (a cluster just started, a node restarted): librdkafka hands those answers back as they are.
+fn coordinated<T>(mut ask: impl FnMut(Duration) -> KafkaResult<T>) -> KafkaResult<T> {
+    const AGAIN_AFTER: Duration = Duration::from_millis(100);
+    let give_up = std::time::Instant::now() + NOTE_TIMEOUT;
+    loop {
+        let left = give_up.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
+        match ask(left) {
+            Err(error)
+                if matches!(
+                    error.rdkafka_error_code(),
+                    Some(
+                        RDKafkaErrorCode::NotCoordinator
+                            | RDKafkaErrorCode::CoordinatorLoadInProgress
+                            | RDKafkaErrorCode::CoordinatorNotAvailable
+                    )
+                ) && std::time::Instant::now() + AGAIN_AFTER < give_up =>
+            {
+                tracing::debug!(%error, "the group coordinator is moving or loading: asking again");
+                std::thread::sleep(AGAIN_AFTER);
+            }
+            answer => return answer,
+        }
     }
 }
 
