@@ -7,17 +7,14 @@
 //! documents' spans) waits for the leaders, up to its timeout, instead of failing or, worse, reading
 //! no partitions at all.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::RDKafkaErrorCode;
 
-use super::wire::transport;
+use super::wire::{asked_again_while, transport};
 use crate::topics::bus::BusError;
-
-/// How long to wait before asking again: an election takes tens of milliseconds.
-const AGAIN_AFTER: Duration = Duration::from_millis(100);
 
 /// Answers that mean "not yet" while a topic is new or its leadership moves.
 fn settling(code: RDKafkaErrorCode) -> bool {
@@ -33,22 +30,13 @@ fn settling(code: RDKafkaErrorCode) -> bool {
     )
 }
 
-/// Calls `ask` with the time left until it answers, or fails in a way that is not [`settling`], or
-/// the time is up; the last failure is then the error. The three reads below differ only in `ask`.
+/// Calls `ask` again while it fails in a way that is [`settling`], up to `timeout`
+/// ([`asked_again_while`]). The three reads below differ only in `ask`.
 pub(super) fn asked_again<T>(
     timeout: Duration,
-    mut ask: impl FnMut(Duration) -> Result<T, (Option<RDKafkaErrorCode>, BusError)>,
+    ask: impl FnMut(Duration) -> Result<T, (Option<RDKafkaErrorCode>, BusError)>,
 ) -> Result<T, BusError> {
-    let give_up = Instant::now() + timeout;
-    loop {
-        match ask(give_up.saturating_duration_since(Instant::now())) {
-            Err((Some(code), _)) if settling(code) && Instant::now() + AGAIN_AFTER < give_up => {
-                tracing::debug!(%code, "no leader yet: asking again");
-                std::thread::sleep(AGAIN_AFTER);
-            }
-            answer => return answer.map_err(|(_, error)| error),
-        }
-    }
+    asked_again_while(timeout, settling, ask)
 }
 
 /// The ids of `topic`'s partitions, once every one of them has a leader.

@@ -2,7 +2,7 @@
 //! becomes a [`BusError`] (transient, or a rejection no retry can mend), and notes kept on the
 //! broker as the metadata of committed offsets.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -76,25 +76,37 @@ const NOTE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Calls `ask` with the time left, again while the group's coordinator is moving or still loading
 /// (a cluster just started, a node restarted): librdkafka hands those answers back as they are.
 fn coordinated<T>(mut ask: impl FnMut(Duration) -> KafkaResult<T>) -> KafkaResult<T> {
-    const AGAIN_AFTER: Duration = Duration::from_millis(100);
-    let give_up = std::time::Instant::now() + NOTE_TIMEOUT;
+    let moving = |code| {
+        matches!(
+            code,
+            RDKafkaErrorCode::NotCoordinator
+                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                | RDKafkaErrorCode::CoordinatorNotAvailable
+        )
+    };
+    asked_again_while(NOTE_TIMEOUT, moving, |left| ask(left).map_err(|error| (error.rdkafka_error_code(), error)))
+}
+
+/// How long to wait before asking again: an election or a coordinator's move takes tens of
+/// milliseconds.
+const AGAIN_AFTER: Duration = Duration::from_millis(100);
+
+/// Calls `ask` with the time left until it answers, or fails with a code `passing` does not take
+/// for a passing state, or the time is up; the last failure is then the error. What asks again
+/// while leaders are elected (`leaders`) and while a group's coordinator moves (notes, above).
+pub(super) fn asked_again_while<T, E>(
+    timeout: Duration,
+    passing: impl Fn(RDKafkaErrorCode) -> bool,
+    mut ask: impl FnMut(Duration) -> Result<T, (Option<RDKafkaErrorCode>, E)>,
+) -> Result<T, E> {
+    let give_up = Instant::now() + timeout;
     loop {
-        let left = give_up.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
-        match ask(left) {
-            Err(error)
-                if matches!(
-                    error.rdkafka_error_code(),
-                    Some(
-                        RDKafkaErrorCode::NotCoordinator
-                            | RDKafkaErrorCode::CoordinatorLoadInProgress
-                            | RDKafkaErrorCode::CoordinatorNotAvailable
-                    )
-                ) && std::time::Instant::now() + AGAIN_AFTER < give_up =>
-            {
-                tracing::debug!(%error, "the group coordinator is moving or loading: asking again");
+        match ask(give_up.saturating_duration_since(Instant::now())) {
+            Err((Some(code), _)) if passing(code) && Instant::now() + AGAIN_AFTER < give_up => {
+                tracing::debug!(%code, "not settled yet: asking again");
                 std::thread::sleep(AGAIN_AFTER);
             }
-            answer => return answer,
+            answer => return answer.map_err(|(_, error)| error),
         }
     }
 }
