@@ -26,7 +26,7 @@ use super::{MeiliSearch, SearchError};
 use crate::actors::clients::backoff;
 use crate::config::SearchSettings;
 use crate::metrics::METRICS;
-use crate::topics::kafka::{Change, Changelog, KafkaBus};
+use crate::topics::kafka::{Change, Changelog, KafkaBus, TopicIdentity};
 
 /// The longest wait between two tries of a batch Meilisearch could not take.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -68,9 +68,14 @@ impl Indexer {
             blocking(move || changelog.spans())
         })
         .await?;
+        // Read once: `resume` below is tried again while Meilisearch is away.
         let retention = self.bus.tombstone_retention().await;
-        let (mut applied, tombstones_kept) =
-            patiently("opening the Meilisearch index", || self.resume(&topic, &spans, retention.clone())).await?;
+        let (bus, name) = (self.bus.clone(), topic.clone());
+        let identity = tokio::task::spawn_blocking(move || identity(&bus, &name)).await.ok().flatten();
+        let (mut applied, tombstones_kept) = patiently("opening the Meilisearch index", || {
+            self.resume((&topic, identity.as_ref()), &spans, retention.clone())
+        })
+        .await?;
         let Start { from, mut behind } = applied.start(&spans);
         let changelog = self.changelog.clone();
         blocking(move || changelog.start(&from)).await?;
@@ -123,7 +128,7 @@ impl Indexer {
     /// is emptied first), with the tombstones' retention to go by ([`retention_to_resume`]).
     async fn resume(
         &self,
-        topic: &str,
+        (topic, identity): (&str, Option<&TopicIdentity>),
         spans: &[crate::topics::kafka::Span],
         retention: Result<Duration, String>,
     ) -> Result<(Applied, Duration), SearchError> {
@@ -143,10 +148,7 @@ impl Indexer {
             self.meili.clear().await?;
         }
         let tombstones_kept = retention_to_resume(retention, stored.as_ref()).map_err(SearchError::Refused)?;
-        let bus = self.bus.clone();
-        let name = topic.to_string();
-        let identity = tokio::task::spawn_blocking(move || identity(&bus, &name)).await.ok().flatten();
-        let (applied, clear) = resume(stored, (topic, identity.as_ref()), spans, tombstones_kept, now_ms());
+        let (applied, clear) = resume(stored, (topic, identity), spans, tombstones_kept, now_ms());
         if clear {
             self.meili.clear().await?;
         }
