@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::helpers::memory;
 use crate::support;
 use crate::support::fake_llm::{FakeLlm, Reply};
+use crate::support::faulty_bus::{FaultyBus, SlowClaim};
 
 fn missing(id: &str) -> Record {
     let mut m = memory(&format!("Question number {id}, where is it?"));
@@ -174,5 +175,29 @@ async fn a_stage_started_with_a_backlog_above_the_default_mailbox_takes_it_all()
     for _ in 0..40 {
         next(&mut queries).await;
     }
+    running.stop();
+}
+
+/// On Kafka a record's claim reads and commits its starts on the broker, up to 10 s each against a
+/// slow group coordinator. Taken on the stage's own thread, it froze every event of the stage
+/// meanwhile, those holding an open transaction included (finding 4 of issue 74): the event already
+/// at work must finish while the next one's claim waits.
+#[actix::test]
+async fn a_slow_claim_does_not_hold_up_the_events_already_at_work() {
+    let reply = || Reply::Json(json!({"queries": ["Where is it?"]}));
+    let llm = FakeLlm::start(move |_| Reply::Delayed(Duration::from_millis(300), Box::new(reply()))).await;
+    let settings: Settings = support::settings(&llm.base_url);
+    let inner: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
+    let slow = SlowClaim { key: "slow".into(), blocks: Duration::from_secs(3), returned: Arc::default() };
+    let bus: Arc<dyn Bus> = Arc::new(FaultyBus::new(inner.clone()).claiming_slowly(slow.clone()));
+    let mut queries = inner.subscribe(&[Topic::Queries], "t").await.unwrap();
+    let running = support::start_query_gen(&bus, &settings).await;
+    bus.publish(missing("first")).await.unwrap();
+    // "first" is at work (its LLM call takes 300 ms) when "slow" is claimed.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    bus.publish(missing("slow")).await.unwrap();
+    assert_eq!(next(&mut queries).await.key, "first");
+    assert!(slow.returned.lock().unwrap().is_none(), "the event at work waited for the other's claim");
+    assert_eq!(next(&mut queries).await.key, "slow");
     running.stop();
 }

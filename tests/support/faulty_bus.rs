@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use lacuna::topics::bus::DeliveryHooks;
 use lacuna::topics::{Bus, BusError, Delivery, Record, Subscription, Topic};
 
 /// Decides, for each publish to its topic (counted from 1), whether it fails and how.
@@ -18,11 +20,28 @@ pub struct FaultyBus {
     counts: Mutex<std::collections::HashMap<Topic, usize>>,
     /// Every publish that was failed, as (topic, key).
     pub failed: Mutex<Vec<(Topic, String)>>,
+    /// The record (by key) whose claim blocks its caller this long, and when that claim returned.
+    slow_claim: Option<SlowClaim>,
+}
+
+/// A claim that blocks its thread, as Kafka's claims do while the group coordinator is slow.
+#[derive(Clone)]
+pub struct SlowClaim {
+    pub key: String,
+    pub blocks: Duration,
+    pub returned: Arc<Mutex<Option<Instant>>>,
 }
 
 impl FaultyBus {
     pub fn new(inner: Arc<dyn Bus>) -> Self {
-        FaultyBus { inner, rules: Vec::new(), ending: Vec::new(), counts: Mutex::default(), failed: Mutex::default() }
+        FaultyBus {
+            inner,
+            rules: Vec::new(),
+            ending: Vec::new(),
+            counts: Mutex::default(),
+            failed: Mutex::default(),
+            slow_claim: None,
+        }
     }
 
     /// Fails publishes to `topic` for which `rule(record, n)` gives an error.
@@ -38,6 +57,12 @@ impl FaultyBus {
     /// Ends the feed of consumer group `group` after `deliveries` records.
     pub fn ending_feed(mut self, group: &str, deliveries: usize) -> Self {
         self.ending.push((group.to_string(), deliveries));
+        self
+    }
+
+    /// Deliveries carry claim hooks, as Kafka's do; the claim of `slow.key` blocks its caller.
+    pub fn claiming_slowly(mut self, slow: SlowClaim) -> Self {
+        self.slow_claim = Some(slow);
         self
     }
 
@@ -67,7 +92,10 @@ impl Bus for FaultyBus {
     }
 
     async fn subscribe(&self, topics: &[Topic], group: &str) -> Result<Box<dyn Subscription>, BusError> {
-        let inner = self.inner.subscribe(topics, group).await?;
+        let mut inner = self.inner.subscribe(topics, group).await?;
+        if let Some(slow) = &self.slow_claim {
+            inner = Box::new(ClaimingFeed { inner, slow: slow.clone() });
+        }
         Ok(match self.ending.iter().find(|(g, _)| g == group) {
             Some((_, left)) => Box::new(EndingFeed { inner, left: *left }),
             None => inner,
@@ -92,5 +120,33 @@ impl Subscription for EndingFeed {
         }
         self.left -= 1;
         self.inner.next().await
+    }
+}
+
+struct ClaimingFeed {
+    inner: Box<dyn Subscription>,
+    slow: SlowClaim,
+}
+
+#[async_trait]
+impl Subscription for ClaimingFeed {
+    async fn next(&mut self) -> Option<Delivery> {
+        let record = self.inner.next().await?.into_record();
+        let slow = (record.key == self.slow.key).then(|| self.slow.clone());
+        let claim = Box::new(move || {
+            if let Some(slow) = slow {
+                std::thread::sleep(slow.blocks);
+                *slow.returned.lock().unwrap() = Some(Instant::now());
+            }
+            Some(0)
+        });
+        let hooks = DeliveryHooks {
+            claim,
+            start: Box::new(|_| {}),
+            owned: Box::new(|| true),
+            ack: Box::new(|| {}),
+            refused: Box::new(|_| {}),
+        };
+        Some(Delivery::new(record, 1, Some(hooks)))
     }
 }
