@@ -104,11 +104,30 @@ impl Delivery {
         Some(self)
     }
 
+    /// [`Delivery::claim`] on a thread of the blocking pool: on Kafka it is a broker round trip (up
+    /// to 10 s against a slow group coordinator), which on the stage's own thread would freeze every
+    /// event of the stage meanwhile, those holding an open transaction included.
+    pub async fn claim_off_thread(self) -> Option<Self> {
+        if self.claim.is_none() {
+            return Some(self);
+        }
+        tokio::task::spawn_blocking(move || self.claim()).await.expect("a claim does not panic")
+    }
+
     /// The work on a claimed delivery begins now: a crash from here on counts against it. Called
     /// when nothing else that could be blamed for that crash is being started beside a suspect.
     pub fn start(&mut self) {
         if let Some(start) = self.start.take() {
             start(self.redeliveries + 1);
+        }
+    }
+
+    /// [`Delivery::start`] on a thread of the blocking pool, for the reason
+    /// [`Delivery::claim_off_thread`] gives; returns once the start is counted.
+    pub async fn start_off_thread(&mut self) {
+        if let Some(start) = self.start.take() {
+            let starts = self.redeliveries + 1;
+            tokio::task::spawn_blocking(move || start(starts)).await.expect("a start does not panic");
         }
     }
 

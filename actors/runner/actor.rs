@@ -207,7 +207,7 @@ pub async fn spawn_stage<S: Stage>(
                 },
             };
             // A record whose partition moved away while it waited is its new owner's to process.
-            let Some(mut delivery) = delivery.claim() else { continue };
+            let Some(mut delivery) = delivery.claim_off_thread().await else { continue };
             // One ended unstarted (it crashed processes max_attempts times already) is not started.
             let starts = delivery.redeliveries < max_attempts;
             let mut slot = slot;
@@ -225,7 +225,7 @@ pub async fn spawn_stage<S: Stage>(
                 }
             }
             if starts {
-                delivery.start();
+                delivery.start_off_thread().await;
             }
             // Handed over, not awaited: `send` would resolve only once the event was handled, and
             // the stage would take one event at a time whatever its max_in_flight. The slots bound
