@@ -20,8 +20,8 @@
 //! Where the broker refuses such commits, a warning says so once and crash loops are not counted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rdkafka::config::ClientConfig;
 
@@ -38,6 +38,12 @@ pub(super) struct Claims {
     started: Mutex<HashMap<(String, i32), BTreeSet<i64>>>,
     /// What this process last committed for each partition.
     committed: Mutex<HashMap<(String, i32), String>>,
+    /// Numbers each partition's counts as they are taken, so that a write of older counts (a done
+    /// suspect's, written from a thread of its own) never lands over newer ones.
+    taken: AtomicU64,
+    /// The number of the counts last written per partition; held while writing, so writes go one
+    /// at a time.
+    written: Mutex<HashMap<(String, i32), u64>>,
     warned: AtomicBool,
 }
 
@@ -51,6 +57,8 @@ impl Claims {
             partitions: Mutex::default(),
             started: Mutex::default(),
             committed: Mutex::default(),
+            taken: AtomicU64::new(0),
+            written: Mutex::default(),
             warned: AtomicBool::new(false),
         })
     }
@@ -77,7 +85,7 @@ impl Claims {
             while counts.len() > MAX_LISTED {
                 counts.pop_first();
             }
-            encode(counts)
+            self.taken(counts)
         };
         self.started.lock().unwrap().entry((topic.to_string(), partition)).or_default().insert(offset);
         self.commit(topic, partition, offset, metadata);
@@ -101,8 +109,8 @@ impl Claims {
                     _ => counts.remove(offset),
                 };
             }
-            let metadata = encode(&counts);
-            if metadata != last {
+            let metadata = self.taken(&counts);
+            if metadata.0 != last {
                 let offset = counts.keys().chain(&unfinished).next().copied().unwrap_or(0);
                 self.commit(&key.0, key.1, offset, metadata);
                 self.committed.lock().unwrap().remove(key);
@@ -131,7 +139,9 @@ impl Claims {
     /// blamed on is unlisted on the broker at once: were this process to crash before the
     /// partition's next start, that stale count would blame the finished record again when it is
     /// read once more (its offset not yet committed). Rare: only records started after a crash.
-    pub(super) fn done(&self, topic: &str, partition: i32, offset: i64) {
+    /// Written from a thread of its own: this runs in the record's acknowledgement, inside its
+    /// hold of the open transaction, which must not wait on the broker.
+    pub(super) fn done(self: &Arc<Self>, topic: &str, partition: i32, offset: i64) {
         if let Some(started) = self.started.lock().unwrap().get_mut(&(topic.to_string(), partition)) {
             started.remove(&offset);
         }
@@ -139,17 +149,32 @@ impl Claims {
             let mut partitions = self.partitions.lock().unwrap();
             let Some(counts) = partitions.get_mut(&(topic.to_string(), partition)) else { return };
             match counts.remove(&offset) {
-                Some(count) if count > 1 => encode(counts),
+                Some(count) if count > 1 => self.taken(counts),
                 _ => return,
             }
         };
-        self.commit(topic, partition, offset, metadata);
+        let (claims, topic) = (self.clone(), topic.to_string());
+        let unlist = move || claims.commit(&topic, partition, offset, metadata);
+        if let Err(error) = std::thread::Builder::new().name("kafka-claims".into()).spawn(unlist) {
+            tracing::warn!(%error, "no thread to unlist a finished record's starts: it stays listed");
+        }
     }
 
-    fn commit(&self, topic: &str, partition: i32, offset: i64, metadata: String) {
+    /// The partition's counts encoded, numbered as taken (with `partitions` locked, or once they left it).
+    fn taken(&self, counts: &BTreeMap<i64, u32>) -> (String, u64) {
+        (encode(counts), self.taken.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn commit(&self, topic: &str, partition: i32, offset: i64, (metadata, number): (String, u64)) {
+        let key = (topic.to_string(), partition);
+        let mut written = self.written.lock().unwrap();
+        if written.get(&key).is_some_and(|last| *last > number) {
+            return; // newer counts are on the broker already
+        }
         match self.notes.write(topic, partition, offset, metadata.clone()) {
             Ok(()) => {
-                self.committed.lock().unwrap().insert((topic.to_string(), partition), metadata);
+                written.insert(key.clone(), number);
+                self.committed.lock().unwrap().insert(key, metadata);
             }
             Err(error) if !self.warned.swap(true, Ordering::Relaxed) => {
                 tracing::warn!(%error, "cannot commit record starts: crash loops are not counted");
@@ -186,8 +211,6 @@ fn decode(metadata: &str) -> BTreeMap<i64, u32> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
 
     /// On librdkafka's mock cluster, which keeps committed offsets' metadata as a broker does.
