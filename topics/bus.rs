@@ -236,12 +236,17 @@ pub async fn atomically<F: std::future::Future>(bus: &dyn Bus, work: F) -> F::Ou
     }
     match bus.hold().await {
         Some(hold) => {
-            let output = HOLDING.scope((), work).await;
+            let output = as_held(work).await;
             drop(hold);
             output
         }
         None => work.await,
     }
+}
+
+/// Runs `work` as a task holding a [`Hold`] from now: what [`atomically`] does once it has one.
+pub(crate) async fn as_held<F: std::future::Future>(work: F) -> F::Output {
+    HOLDING.scope((), work).await
 }
 
 #[async_trait]

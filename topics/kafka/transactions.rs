@@ -473,6 +473,34 @@ mod tests {
         assert!(said.contains("bus.delivery = \"at_least_once\""), "{said}");
     }
 
+    /// Finding 4 of issue 74: the join publishes inside its whole event's hold (its state, then
+    /// what goes on), each publish bounded on its own; together they could keep the open
+    /// transaction from committing past `kafka.transaction_timeout_ms`, and the broker would abort
+    /// it under the commit. A publish past half of it, counted from the hold's start, is refused,
+    /// and the transaction given up (aborted at the next commit, the event redone).
+    #[tokio::test(start_paused = true)]
+    async fn a_publish_past_half_the_transaction_timeout_into_a_hold_gives_the_transaction_up() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+        cluster.create_topic("t", 1, 1).unwrap();
+        let producer: FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("transactional.id", "a-long-hold")
+            .create()
+            .unwrap();
+        let renew: Renew = Box::new(|| Err(BusError::Transport("not renewed".into())));
+        let timeout = Duration::from_secs(10);
+        let transactions =
+            Transactions::start(producer, (renew, Stateful::default()), Duration::from_secs(3600), timeout).unwrap();
+        let sent = crate::topics::bus::as_held(async {
+            tokio::time::advance(hold_budget(timeout) + Duration::from_millis(1)).await;
+            transactions.send(FutureRecord::to("t").key(&b"k"[..]).payload(&b"late"[..]), timeout).await
+        })
+        .await;
+        let Err(BusError::Aborted { reason, rejected: None }) = sent else { panic!("sent: {sent:?}") };
+        assert!(reason.contains("kafka.transaction_timeout_ms"), "{reason}");
+        assert!(transactions.broken.lock().unwrap().is_some(), "the transaction goes on as if the hold were short");
+    }
+
     /// Finding 4 of issue 74: every hold inside a transaction is timed, and the longest is shown, so
     /// that one near `kafka.transaction_timeout_ms` (the broker then aborts) is seen before it costs.
     #[tokio::test]
