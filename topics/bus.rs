@@ -218,13 +218,19 @@ pub enum BusError {
 pub struct Hold(pub Box<dyn Send>);
 
 tokio::task_local! {
-    /// Set while a task runs [`atomically`]: its publishes need no hold of their own.
-    static HOLDING: ();
+    /// Set while a task runs [`atomically`], to when its hold began: its publishes need no hold of
+    /// their own, and a bus with transactions bounds the whole hold, not each publish alone.
+    static HOLDING: tokio::time::Instant;
 }
 
 /// Whether the running task holds a [`Hold`].
 pub fn holding_now() -> bool {
-    HOLDING.try_with(|_| ()).is_ok()
+    held_since().is_some()
+}
+
+/// When the running task's [`Hold`] began, if it holds one.
+pub fn held_since() -> Option<tokio::time::Instant> {
+    HOLDING.try_with(|since| *since).ok()
 }
 
 /// Runs `work` (publishes, then the acknowledgement) so that its effects commit together. Inside
@@ -246,7 +252,7 @@ pub async fn atomically<F: std::future::Future>(bus: &dyn Bus, work: F) -> F::Ou
 
 /// Runs `work` as a task holding a [`Hold`] from now: what [`atomically`] does once it has one.
 pub(crate) async fn as_held<F: std::future::Future>(work: F) -> F::Output {
-    HOLDING.scope((), work).await
+    HOLDING.scope(tokio::time::Instant::now(), work).await
 }
 
 #[async_trait]

@@ -86,3 +86,46 @@ impl Gate {
         self.opened.notify_waiters();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Finding 4 of issue 74: every hold inside a transaction is timed, and the longest is shown, so
+    /// that one near `kafka.transaction_timeout_ms` (the broker then aborts) is seen before it costs.
+    #[tokio::test]
+    async fn a_hold_inside_a_transaction_is_timed_and_the_longest_kept() {
+        let gate = Arc::new(Gate::default());
+        let histogram = crate::metrics::METRICS.transaction_hold_seconds.with_label_values(&["event"]);
+        let before = histogram.get_sample_count();
+        let pass = gate.enter().await;
+        std::thread::sleep(Duration::from_millis(60));
+        drop(pass);
+        assert!(histogram.get_sample_count() > before);
+        let longest = crate::metrics::METRICS.transaction_longest_hold_seconds.with_label_values(&["event"]).get();
+        assert!(longest >= 0.06, "{longest}");
+        held("event", Duration::from_millis(10));
+        assert!(crate::metrics::METRICS.transaction_longest_hold_seconds.with_label_values(&["event"]).get() >= 0.06);
+        assert_eq!(hold_budget(Duration::from_secs(10)), Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn a_commit_waits_for_holders_and_keeps_new_ones_out() {
+        let gate = Arc::new(Gate::default());
+        let held = gate.enter().await;
+        let closer = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                gate.close();
+                std::thread::sleep(Duration::from_millis(50));
+                gate.open();
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!closer.is_finished(), "the commit waits for the pass held");
+        drop(held);
+        let entered = tokio::time::timeout(Duration::from_secs(5), gate.enter()).await;
+        assert!(entered.is_ok(), "a new pass is given once the commit is done");
+        closer.join().unwrap();
+    }
+}
