@@ -22,20 +22,55 @@ pub fn brokers() -> String {
 pub struct OwnBroker {
     port: String,
     controller_port: String,
+    nodes: u16,
 }
 
 impl OwnBroker {
     pub fn start() -> OwnBroker {
-        // Both listeners bound at once, so the two ports differ; released before the broker binds them.
-        let client = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let controller = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let broker = OwnBroker {
-            port: client.local_addr().unwrap().port().to_string(),
-            controller_port: controller.local_addr().unwrap().port().to_string(),
-        };
-        drop((client, controller));
+        let [client, controller] = super::free_ports();
+        let broker = OwnBroker { port: client.to_string(), controller_port: controller.to_string(), nodes: 1 };
         broker.run(&["start"]);
         broker
+    }
+
+    /// Three combined nodes on `port`, `port` + 2 and `port` + 4 (their controllers one above), every
+    /// internal topic replicated three times with `min.insync.replicas=2`.
+    pub fn start_three(port: u16) -> OwnBroker {
+        let broker = OwnBroker { port: port.to_string(), controller_port: String::new(), nodes: 3 };
+        let status =
+            Command::new("scripts/kafka.sh").args(["start", "--nodes", "3", "--port", &broker.port]).status().unwrap();
+        assert!(status.success(), "scripts/kafka.sh start --nodes 3");
+        broker
+    }
+
+    /// `scripts/kafka.sh COMMAND --node NODE` on a cluster of three: `restart --crash`, `kill`, `resume`.
+    pub fn run_node(&self, command: &[&str], node: i32) {
+        let status = Command::new("scripts/kafka.sh")
+            .args(command)
+            .args(["--node", &node.to_string(), "--port", &self.port])
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/kafka.sh {command:?} --node {node}");
+    }
+
+    /// The node coordinating the transactions of the first transactional id that starts with
+    /// `prefix` (Kafka's TransactionsCommand), once one is listed.
+    pub fn transaction_coordinator(&self, prefix: &str) -> i32 {
+        let started = std::time::Instant::now();
+        loop {
+            let out = Command::new("scripts/kafka.sh").args(["transactions", "--port", &self.port]).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let found = text.lines().find_map(|line| {
+                let mut columns = line.split_whitespace();
+                let id = columns.next()?;
+                id.starts_with(prefix).then(|| columns.next()?.parse().ok())?
+            });
+            if let Some(node) = found {
+                return node;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(60), "no transactional id {prefix}*: {text}");
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
     }
 
     /// `scripts/kafka.sh COMMAND...` on its ports, which must succeed: `start` (fresh storage),
@@ -51,9 +86,10 @@ impl OwnBroker {
         assert!(status.success(), "scripts/kafka.sh {command:?}");
     }
 
-    /// Its address, for `kafka.brokers`.
+    /// Its address, for `kafka.brokers` (every node's).
     pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        let first: u16 = self.port.parse().unwrap();
+        (0..self.nodes).map(|i| format!("127.0.0.1:{}", first + 2 * i)).collect::<Vec<_>>().join(",")
     }
 }
 
@@ -259,7 +295,7 @@ pub fn answer_ids(path: &Path) -> Vec<String> {
 
 /// A port free now, for a process to bind in a moment.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    super::free_ports::<1>()[0]
 }
 
 /// The body of `/metrics` on `port`.
@@ -280,7 +316,7 @@ fn get(port: u16, path: &str) -> Option<String> {
 }
 
 /// A consumer's configuration for reading topics raw, as `isolation` reads them, committing nothing.
-fn raw_reader(settings: &Settings, isolation: &str) -> rdkafka::ClientConfig {
+pub fn raw_reader(settings: &Settings, isolation: &str) -> rdkafka::ClientConfig {
     let mut config = rdkafka::ClientConfig::new();
     config
         .set("bootstrap.servers", &settings.kafka.brokers)

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod disrupted;
 pub mod fake_llm;
 pub mod fake_meili;
 pub mod faulty_bus;
@@ -12,6 +13,7 @@ pub mod scripted;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use lacuna::actors::clients::{LlmClient, Reranker, TantivySearch};
 use lacuna::config::Settings;
@@ -176,4 +178,26 @@ pub async fn start_query_gen(
 ) -> lacuna::actors::runner::RunningStage {
     let stage = lacuna::pipelines::PipelineKind::Migres.stage("query_gen").unwrap();
     stage.start(bus.clone(), settings, &lacuna::pipelines::parts::Parts::default()).await.unwrap()
+}
+
+/// `N` ports free on 127.0.0.1 now, for servers a test starts in processes of their own. Drawn below
+/// Linux's ephemeral range (32768 on), where a port the kernel handed back by `bind(0)` could be
+/// taken by an outgoing connection's source port before the server binds it (a stage once failed
+/// to start with "Address already in use" that way).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let spread = (std::process::id() as u16 % 100) * 100;
+    let mut held = Vec::new();
+    let mut ports = [0; N];
+    for port in &mut ports {
+        loop {
+            let candidate = 20_000 + (spread + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000;
+            if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", candidate)) {
+                held.push(listener);
+                *port = candidate;
+                break;
+            }
+        }
+    }
+    ports
 }
