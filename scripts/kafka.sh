@@ -14,6 +14,8 @@
 #   kill     --node I: KILL node I and leave it down (its data stays); `resume --node I` starts it again
 #   status   exit 0 when every node's broker port answers
 #   pid      --node I: prints node I's PID
+#   transactions  lists the transactional ids with their coordinator's node id (Kafka's
+#            TransactionsCommand), for a test that kills the node coordinating a process's transactions
 # Ports: a cluster is named by its first broker port N. Node I listens on N+2(I-1) (clients) and,
 # for three nodes, N+2(I-1)+1 (its controller).
 #
@@ -219,5 +221,9 @@ case "$CMD" in
     resume) need_node; NODES=$(cluster_nodes); start_node "$NODE"; wait_node "$NODE"; wait_ready; log "node $NODE resumed" ;;
     status) for i in $(seq 1 "$(cluster_nodes)"); do node_pid "$i" > /dev/null && port_open "$(client_port "$i")" || exit 1; done ;;
     pid) need_node; node_pid "$NODE" ;;
-    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    # Kafka's own TransactionsCommand: the transactional ids, each with its coordinator's node id.
+    transactions)
+        "$(java_home)/bin/java" -Xmx256m -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
+            -cp "$LIBS/*" org.apache.kafka.tools.TransactionsCommand --bootstrap-server "127.0.0.1:$PORT" list ;;
+    *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -23,6 +23,7 @@ use lacuna::topics::{
 };
 use serde_json::json;
 use support::cluster::{Cluster, answer_ids, bus, settings, write_questions};
+use support::disrupted::{answering_llm, repeats, run_disrupted_with, run_prepared};
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 
 /// The broker tests run one at a time: several clusters of processes at once would only measure
@@ -243,17 +244,6 @@ async fn a_rebalance_lets_in_flight_work_finish_instead_of_redoing_it() {
     two.drain().await;
 }
 
-fn answering_llm() -> impl Fn(&str) -> Reply {
-    |prompt| match prompt_kind(prompt) {
-        Prompt::Main => Reply::Json(
-            json!({"answerable": true, "answer": "x", "confidence": 3, "explanation": "e", "missing_information": ""}),
-        ),
-        Prompt::Leaf => Reply::Json(json!({"facts": []})),
-        Prompt::Knowledge => Reply::Text("I don't know.".into()),
-        _ => Reply::Status(400),
-    }
-}
-
 /// Publishes one `missing` record for each key.
 async fn publish_keys(bus: &KafkaBus, keys: &[String]) {
     for key in keys {
@@ -392,62 +382,6 @@ fn run_disrupted(test: &str, count: usize, disrupt: impl FnOnce(&mut Cluster)) -
     (expected, written)
 }
 
-/// [`run_disrupted`] with an LLM of its own (`script`) and more environment for every process; also
-/// returns the cluster's settings.
-fn run_disrupted_with(
-    test: &str,
-    count: usize,
-    (script, env): (impl Fn(&str) -> Reply + Send + Sync + 'static, &[(&str, &str)]),
-    disrupt: impl FnOnce(&mut Cluster),
-) -> (BTreeSet<String>, Vec<String>, Settings) {
-    run_prepared(test, count, (script, env), |_| {}, disrupt)
-}
-
-/// [`run_disrupted_with`], with `prepare` run on the cluster's topics before any stage starts.
-fn run_prepared(
-    test: &str,
-    count: usize,
-    (script, env): (impl Fn(&str) -> Reply + Send + Sync + 'static, &[(&str, &str)]),
-    prepare: impl FnOnce(&Settings),
-    disrupt: impl FnOnce(&mut Cluster),
-) -> (BTreeSet<String>, Vec<String>, Settings) {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let llm = runtime.block_on(FakeLlm::start(script));
-    let settings = settings(test, &llm.base_url);
-    runtime.block_on(bus(&settings));
-    prepare(&settings);
-    let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, env);
-    let dir = support::scratch_dir(test);
-    let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
-    let _ = std::fs::remove_file(&answers);
-    let expected = write_questions(&questions, count);
-
-    let mut sink = cluster
-        .command(&[
-            "answers",
-            "--out",
-            answers.to_str().unwrap(),
-            "--expect",
-            &count.to_string(),
-            "--idle-timeout-s",
-            "180",
-        ])
-        .spawn()
-        .unwrap();
-    let status = cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap();
-    assert!(status.success());
-
-    let started = Instant::now();
-    while answer_ids(&answers).len() < count / 4 {
-        assert!(started.elapsed() < Duration::from_secs(300), "a quarter of the answers within 5 minutes");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    disrupt(&mut cluster);
-    let status = sink.wait().unwrap();
-    assert!(status.success());
-    (expected, answer_ids(&answers), settings)
-}
-
 /// Kills the leaf with SIGKILL while it works (the `leaf` LLM calls are in flight, their outputs
 /// partly published) and restarts it, under `delivery`, with no dedupe anywhere in the stages.
 /// Returns the question ids and the raw answers topic's keys, read `read_committed`.
@@ -460,11 +394,6 @@ fn sigkill_without_dedupe(test: &str, delivery: &str) -> (BTreeSet<String>, Vec<
     });
     assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected, "no question lost");
     (expected, support::cluster::raw_answer_keys(&settings, "read_committed"))
-}
-
-/// How many records each question has on the raw topic, beyond its first.
-fn repeats(keys: &[String]) -> usize {
-    keys.len() - keys.iter().collect::<BTreeSet<_>>().len()
 }
 
 #[test]

@@ -1,0 +1,355 @@
+//! The failure matrix of issue 74, on Apache Kafka with exactly-once on and no dedupe anywhere in
+//! the stages. Each row runs `LACUNA_MATRIX_RUNS` times (5) with `LACUNA_MATRIX_QUESTIONS` questions
+//! (200) through the six `lacuna stage` processes, disrupted once a quarter of them are answered;
+//! then every topic is read `read_committed`: each question must end in exactly one record on the
+//! answers topic, and no record may repeat on any topic. Each run's figures go to
+//! `LACUNA_MATRIX_OUT` as a JSON line. The rows are ignored by `cargo test`: `scripts/matrix.sh`
+//! runs them and prints the table docs/kafka.md keeps. One three-node failover runs in CI, once.
+#![allow(clippy::await_holding_lock)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use lacuna::config::Settings;
+use lacuna::pipelines::PipelineKind;
+use serde_json::json;
+use support::cluster::{Cluster, OwnBroker, answer_ids, raw_answer_keys};
+use support::disrupted::{answering_llm, repeats, run_on, topic_repeats};
+use support::fake_llm::{Prompt, Reply, prompt_kind};
+
+/// Exactly-once, and nothing that would hide a repeat.
+const EXACTLY_ONCE: [(&str, &str); 2] =
+    [("LACUNA__BUS__DELIVERY", "exactly_once"), ("LACUNA__BUS__DEDUPE_WINDOW", "0")];
+/// Where a three-node cluster listens (6 ports from here; none of the shared broker's or the soak's).
+const THREE_NODES_PORT: u16 = 19592;
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn from_env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+/// Every LLM reply `ms` late, so that work is in flight when the disruption comes.
+fn slow(ms: u64) -> impl Fn(&str) -> Reply + Send + Sync + 'static {
+    let answering = answering_llm();
+    move |prompt| Reply::Delayed(Duration::from_millis(ms), Box::new(answering(prompt)))
+}
+
+/// One run's outcome: (question ids, ids the sink wrote, settings), as `run_on` returns it.
+type Outcome = (BTreeSet<String>, Vec<String>, Settings);
+
+/// Runs a row `runs` times with `count` questions, records each run, and fails if any lost or
+/// repeated.
+fn row(scenario: &str, (runs, count): (usize, usize), mut run: impl FnMut(&str, usize) -> Outcome) {
+    let mut failures = Vec::new();
+    for n in 1..=runs {
+        let test = format!("m-{scenario}-{n}");
+        let (expected, written, settings) = run(&test, count);
+        let raw = raw_answer_keys(&settings, "read_committed");
+        let topics = topic_repeats(&settings, "read_committed");
+        let answered: BTreeSet<String> = raw.iter().cloned().collect();
+        let lost = expected.difference(&answered).count();
+        let sink_lost = expected.difference(&written.iter().cloned().collect()).count();
+        let duplicates = repeats(&raw);
+        let elsewhere: usize = topics.iter().filter(|(topic, _)| **topic != "answers").map(|(_, (_, r))| r).sum();
+        let line = json!({
+            "scenario": scenario, "run": n, "questions": expected.len(), "answer_records": raw.len(),
+            "duplicates": duplicates, "lost": lost, "lost_in_sink": sink_lost,
+            "repeats_on_other_topics": elsewhere, "topics": topics,
+        });
+        eprintln!("matrix: {line}");
+        if let Ok(path) = std::env::var("LACUNA_MATRIX_OUT") {
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+            writeln!(file, "{line}").unwrap();
+        }
+        if lost + sink_lost + duplicates + elsewhere > 0 {
+            failures.push(line);
+        }
+    }
+    assert!(failures.is_empty(), "{scenario}: runs that lost or repeated: {failures:#?}");
+}
+
+/// The matrix's runs and questions a row: `LACUNA_MATRIX_RUNS` (5), `LACUNA_MATRIX_QUESTIONS` (200).
+fn runs() -> (usize, usize) {
+    (from_env("LACUNA_MATRIX_RUNS", 5), from_env("LACUNA_MATRIX_QUESTIONS", 200))
+}
+
+/// Sends `signal` to `name` once it has work in flight (or after 20 s without: a stage the stream
+/// has passed by is disrupted all the same), and waits for it to exit if the signal ends it.
+fn signal_busy(cluster: &mut Cluster, name: &str, signal: &str) {
+    let started = Instant::now();
+    while cluster.in_flight(name).unwrap_or(0) == 0 && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    cluster.signal(name, signal).wait().unwrap();
+}
+
+fn wait_ready(cluster: &Cluster, name: &str) {
+    let started = Instant::now();
+    while !cluster.ready(name) {
+        assert!(started.elapsed() < Duration::from_secs(120), "{name} was not ready again within 2 minutes");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts again, as a Deployment would, any stage that exits until the run's answers are all in
+/// (at most 5 minutes); says which exited.
+fn supervise(cluster: &mut Cluster, test: &str, count: usize, names: &[&str]) {
+    let answers = support::scratch_dir(test).join("answers.jsonl");
+    let started = Instant::now();
+    while answer_ids(&answers).len() < count && started.elapsed() < Duration::from_secs(300) {
+        for name in names {
+            if cluster.restart_if_exited(name) {
+                eprintln!("matrix: {test}: {name} exited and was started again");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn stages() -> Vec<&'static str> {
+    PipelineKind::Migres.stages().iter().map(|stage| stage.name).collect()
+}
+
+#[test]
+#[ignore = "the failure matrix: scripts/matrix.sh"]
+fn matrix_sigkill_of_each_stage_with_work_in_flight() {
+    let _serial = serial();
+    row("sigkill-each-stage", runs(), |test, count| {
+        run_on(
+            |_| {},
+            test,
+            count,
+            (slow(200), &EXACTLY_ONCE),
+            |_| {},
+            |cluster| {
+                for name in stages() {
+                    signal_busy(cluster, name, "-KILL");
+                    cluster.spawn(name);
+                    wait_ready(cluster, name);
+                }
+                supervise(cluster, test, count, &stages());
+            },
+        )
+    });
+}
+
+#[test]
+#[ignore = "the failure matrix: scripts/matrix.sh"]
+fn matrix_a_broker_restart() {
+    let _serial = serial();
+    let broker = OwnBroker::start();
+    row("broker-restart", runs(), |test, count| {
+        run_on(
+            |s| s.kafka.brokers = broker.address(),
+            test,
+            count,
+            (slow(200), &EXACTLY_ONCE),
+            |_| {},
+            |cluster| {
+                let started = Instant::now();
+                while cluster.in_flight("leaf").unwrap_or(0) == 0 && started.elapsed() < Duration::from_secs(20) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                broker.run(&["restart", "--crash"]);
+                supervise(cluster, test, count, &stages());
+            },
+        )
+    });
+}
+
+#[test]
+#[ignore = "the failure matrix: scripts/matrix.sh"]
+fn matrix_a_stage_paused_past_its_session_timeout() {
+    let _serial = serial();
+    row("zombie", runs(), |test, count| {
+        run_on(
+            |_| {},
+            test,
+            count,
+            (slow(300), &EXACTLY_ONCE),
+            |_| {},
+            |cluster| {
+                cluster.spawn_replica("leaf", "leaf-b", "replica-1");
+                wait_ready(cluster, "leaf-b");
+                let started = Instant::now();
+                while cluster.in_flight("leaf").unwrap_or(0) == 0 && started.elapsed() < Duration::from_secs(20) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                cluster.send("leaf", "-STOP");
+                // Past session.timeout.ms (6 s): the group hands its partitions to leaf-b.
+                std::thread::sleep(Duration::from_secs(12));
+                cluster.send("leaf", "-CONT");
+                let mut names = stages();
+                names.push("leaf-b");
+                supervise(cluster, test, count, &names);
+            },
+        )
+    });
+}
+
+#[test]
+#[ignore = "the failure matrix: scripts/matrix.sh"]
+fn matrix_a_record_over_its_topics_size_limit() {
+    let _serial = serial();
+    row("record-too-large", runs(), |test, count| {
+        let big = support::cluster::questions(count)[7].question.clone();
+        let answering = answering_llm();
+        let llm = move |prompt: &str| match prompt_kind(prompt) {
+            Prompt::Leaf if prompt.contains(&big) => {
+                Reply::Json(json!({"facts": [{"fact": "A fact far too long. ".repeat(20_000), "passages": [1]}]}))
+            }
+            _ => answering(prompt),
+        };
+        run_on(
+            |_| {},
+            test,
+            count,
+            (llm, &EXACTLY_ONCE),
+            shrink_facts,
+            |cluster| supervise(cluster, test, count, &stages()),
+        )
+    });
+}
+
+/// `facts` takes records of at most 200 KB.
+fn shrink_facts(settings: &Settings) {
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        lacuna::topics::kafka::client_config(&settings.kafka).unwrap().create().unwrap();
+    let topic = format!("{}facts", settings.kafka.topic_prefix);
+    let config = rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic(&topic))
+        .set("max.message.bytes", "200000");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let results = runtime.block_on(admin.alter_configs(&[config], &rdkafka::admin::AdminOptions::new())).unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+}
+
+#[test]
+#[ignore = "the failure matrix: scripts/matrix.sh"]
+fn matrix_a_rolling_restart_of_every_stage_during_slow_llm_calls() {
+    let _serial = serial();
+    row("rolling-restart", runs(), |test, count| {
+        run_on(
+            |_| {},
+            test,
+            count,
+            (slow(1000), &EXACTLY_ONCE),
+            |_| {},
+            |cluster| {
+                for name in stages() {
+                    cluster.signal(name, "-TERM").wait().unwrap();
+                    cluster.spawn(name);
+                    wait_ready(cluster, name);
+                }
+                supervise(cluster, test, count, &stages());
+            },
+        )
+    });
+}
+
+#[test]
+#[ignore = "the failure matrix: scripts/matrix.sh"]
+fn matrix_three_rebalances_during_one_records_life() {
+    let _serial = serial();
+    row("three-rebalances", runs(), |test, count| {
+        // Ten questions whose leaf call takes 20 s: in flight through all three rebalances.
+        let slow_ones: BTreeSet<String> =
+            support::cluster::questions(count)[60..70].iter().map(|q| q.question.clone()).collect();
+        let answering = answering_llm();
+        let llm = move |prompt: &str| {
+            let pause = match prompt_kind(prompt) {
+                Prompt::Leaf if slow_ones.iter().any(|q| prompt.contains(q.as_str())) => 20_000,
+                _ => 200,
+            };
+            Reply::Delayed(Duration::from_millis(pause), Box::new(answering(prompt)))
+        };
+        let mut env = EXACTLY_ONCE.to_vec();
+        env.push(("LACUNA__STAGES__LEAF__LLM_CONCURRENCY", "16"));
+        run_on(
+            |_| {},
+            test,
+            count,
+            (llm, &env),
+            |_| {},
+            |cluster| {
+                cluster.spawn_replica("leaf", "leaf-b", "replica-1");
+                wait_ready(cluster, "leaf-b");
+                cluster.signal("leaf-b", "-TERM").wait().unwrap();
+                cluster.spawn("leaf-b");
+                wait_ready(cluster, "leaf-b");
+                let mut names = stages();
+                names.push("leaf-b");
+                supervise(cluster, test, count, &names);
+            },
+        )
+    });
+}
+
+/// On three nodes, `kill` names the node to SIGKILL (and start again on its data) once the leaf has
+/// work in flight; every topic replicated three times with `min.insync.replicas=2`.
+fn on_three_nodes(scenario: &str, runs: (usize, usize), kill: impl Fn(&OwnBroker, &Settings) -> i32) {
+    let broker = OwnBroker::start_three(THREE_NODES_PORT);
+    let mut env = EXACTLY_ONCE.to_vec();
+    env.push(("LACUNA__KAFKA__REPLICATION_FACTOR", "3"));
+    row(scenario, runs, |test, count| {
+        let configure = |s: &mut Settings| {
+            s.kafka.brokers = broker.address();
+            s.kafka.replication_factor = 3;
+        };
+        let settings = std::cell::OnceCell::new();
+        let remember = |s: &Settings| drop(settings.set(s.clone()));
+        run_on(configure, test, count, (slow(200), &env), remember, |cluster| {
+            let started = Instant::now();
+            while cluster.in_flight("leaf").unwrap_or(0) == 0 && started.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let node = kill(&broker, settings.get().unwrap());
+            eprintln!("matrix: {test}: node {node} killed (SIGKILL) and started again");
+            broker.run_node(&["restart", "--crash"], node);
+            supervise(cluster, test, count, &stages());
+        })
+    });
+}
+
+/// The node that leads partition 0 of the answers topic.
+fn answers_leader(_: &OwnBroker, settings: &Settings) -> i32 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = lacuna::topics::kafka::client_config(&settings.kafka).unwrap().create().unwrap();
+    let topic = format!("{}answers", settings.kafka.topic_prefix);
+    let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).unwrap();
+    metadata.topics()[0].partitions().iter().find(|p| p.id() == 0).unwrap().leader()
+}
+
+/// The node coordinating the leaf process's transactions.
+fn leaf_coordinator(broker: &OwnBroker, settings: &Settings) -> i32 {
+    broker.transaction_coordinator(&format!("{}leaf.", settings.kafka.topic_prefix))
+}
+
+#[test]
+#[ignore = "the failure matrix: scripts/matrix.sh"]
+fn matrix_three_nodes_losing_the_answers_leader() {
+    let _serial = serial();
+    on_three_nodes("3-nodes-answers-leader", runs(), answers_leader);
+}
+
+#[test]
+#[ignore = "the failure matrix: scripts/matrix.sh"]
+fn matrix_three_nodes_losing_the_transaction_coordinator() {
+    let _serial = serial();
+    on_three_nodes("3-nodes-transaction-coordinator", runs(), leaf_coordinator);
+}
+
+/// The failover CI runs: once, 100 questions, on three nodes, the leader of the answers partition
+/// killed with work in flight. Nothing lost or repeated on any topic.
+#[test]
+fn three_nodes_losing_the_answers_leader_lose_and_repeat_nothing() {
+    let _serial = serial();
+    on_three_nodes("3-nodes-answers-leader-ci", (1, 100), answers_leader);
+}

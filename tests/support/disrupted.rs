@@ -1,0 +1,145 @@
+//! A stream of questions through the six `lacuna stage` processes, a disruption once a quarter of
+//! them are answered, and what reached the broker: the broker tests' and the failure matrix's
+//! harness.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use lacuna::config::Settings;
+use lacuna::topics::Topic;
+use serde_json::json;
+
+use super::cluster::{Cluster, answer_ids, bus, settings, write_questions};
+use super::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
+
+/// Every question answered at its first iteration, with no facts.
+pub fn answering_llm() -> impl Fn(&str) -> Reply {
+    |prompt| match prompt_kind(prompt) {
+        Prompt::Main => Reply::Json(
+            json!({"answerable": true, "answer": "x", "confidence": 3, "explanation": "e", "missing_information": ""}),
+        ),
+        Prompt::Leaf => Reply::Json(json!({"facts": []})),
+        Prompt::Knowledge => Reply::Text("I don't know.".into()),
+        _ => Reply::Status(400),
+    }
+}
+
+/// [`run_prepared`] with nothing prepared.
+pub fn run_disrupted_with(
+    test: &str,
+    count: usize,
+    (script, env): (impl Fn(&str) -> Reply + Send + Sync + 'static, &[(&str, &str)]),
+    disrupt: impl FnOnce(&mut Cluster),
+) -> (BTreeSet<String>, Vec<String>, Settings) {
+    run_prepared(test, count, (script, env), |_| {}, disrupt)
+}
+
+/// [`run_on`] the shared broker.
+pub fn run_prepared(
+    test: &str,
+    count: usize,
+    (script, env): (impl Fn(&str) -> Reply + Send + Sync + 'static, &[(&str, &str)]),
+    prepare: impl FnOnce(&Settings),
+    disrupt: impl FnOnce(&mut Cluster),
+) -> (BTreeSet<String>, Vec<String>, Settings) {
+    run_on(|_| {}, test, count, (script, env), prepare, disrupt)
+}
+
+/// Submits `count` questions to a cluster of stage processes (on the settings `configure` leaves:
+/// another broker, say) whose LLM answers with `script`, every process with `env` besides, runs
+/// `prepare` on the topics before any stage starts and `disrupt` once a quarter of the answers are
+/// in, and returns the question ids, the ids in the answers file once the sink has them all, and
+/// the settings.
+pub fn run_on(
+    configure: impl FnOnce(&mut Settings),
+    test: &str,
+    count: usize,
+    (script, env): (impl Fn(&str) -> Reply + Send + Sync + 'static, &[(&str, &str)]),
+    prepare: impl FnOnce(&Settings),
+    disrupt: impl FnOnce(&mut Cluster),
+) -> (BTreeSet<String>, Vec<String>, Settings) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let llm = runtime.block_on(FakeLlm::start(script));
+    let mut settings = settings(test, &llm.base_url);
+    configure(&mut settings);
+    runtime.block_on(bus(&settings));
+    prepare(&settings);
+    let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, env);
+    let dir = super::scratch_dir(test);
+    let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
+    let _ = std::fs::remove_file(&answers);
+    let expected = write_questions(&questions, count);
+
+    let mut sink = cluster
+        .command(&[
+            "answers",
+            "--out",
+            answers.to_str().unwrap(),
+            "--expect",
+            &count.to_string(),
+            "--idle-timeout-s",
+            "180",
+        ])
+        .spawn()
+        .unwrap();
+    let status = cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap();
+    assert!(status.success());
+
+    let started = Instant::now();
+    while answer_ids(&answers).len() < count / 4 {
+        assert!(started.elapsed() < Duration::from_secs(300), "a quarter of the answers within 5 minutes");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    disrupt(&mut cluster);
+    let status = sink.wait().unwrap();
+    assert!(status.success());
+    (expected, answer_ids(&answers), settings)
+}
+
+/// How many records each question has on the raw topic, beyond its first.
+pub fn repeats(keys: &[String]) -> usize {
+    keys.len() - keys.iter().collect::<BTreeSet<_>>().len()
+}
+
+/// Per topic of the pipeline's stream (not `progress`, which is outside every transaction, nor the
+/// tables, where a key is written again on purpose): its records from start to end as `isolation`
+/// reads them, and how many of them repeat an earlier one, key and payload alike. The fake LLM is
+/// deterministic, so work done twice publishes the same bytes twice.
+pub fn topic_repeats(settings: &Settings, isolation: &str) -> BTreeMap<&'static str, (usize, usize)> {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::KafkaError;
+    let consumer: BaseConsumer =
+        super::cluster::raw_reader(settings, isolation).set("enable.partition.eof", "true").create().unwrap();
+    let mut counts = BTreeMap::new();
+    for topic in Topic::ALL.iter().filter(|topic| **topic != Topic::Progress && !topic.is_table()) {
+        let name = format!("{}{}", settings.kafka.topic_prefix, topic.name());
+        let metadata = consumer.fetch_metadata(Some(&name), Duration::from_secs(10)).unwrap();
+        let partitions = metadata.topics().first().map_or(0, |topic| topic.partitions().len()) as i32;
+        let mut list = rdkafka::TopicPartitionList::new();
+        for partition in 0..partitions {
+            list.add_partition_offset(&name, partition, rdkafka::Offset::Beginning).unwrap();
+        }
+        consumer.assign(&list).unwrap();
+        let (mut seen, mut records, mut ended) = (BTreeSet::new(), 0, BTreeSet::new());
+        let started = Instant::now();
+        while ended.len() < partitions as usize {
+            assert!(started.elapsed() < Duration::from_secs(60), "{name} has no end in 60 s");
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(message)) => {
+                    records += 1;
+                    seen.insert((
+                        message.key().unwrap_or_default().to_vec(),
+                        message.payload().unwrap_or_default().to_vec(),
+                    ));
+                }
+                Some(Err(KafkaError::PartitionEOF(partition))) => {
+                    ended.insert(partition);
+                }
+                _ => {}
+            }
+        }
+        counts.insert(topic.name(), (records, records - seen.len()));
+    }
+    counts
+}
