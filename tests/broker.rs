@@ -22,7 +22,7 @@ use lacuna::topics::{
     AnswerRecord, Bus, Event, MissingEvent, Record, SCHEMA_VERSION, Subscription, Topic, VersionedAnswer,
 };
 use serde_json::json;
-use support::cluster::{Cluster, answer_ids, bus, settings, write_questions};
+use support::cluster::{Cluster, answer_ids, bus, settings};
 use support::disrupted::{answering_llm, repeats, run_disrupted_with, run_prepared};
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 
