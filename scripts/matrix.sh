@@ -53,14 +53,15 @@ rows = collections.OrderedDict()
 for line in open(sys.argv[1]):
     run = json.loads(line)
     rows.setdefault(run["scenario"], []).append(run)
-print("| scenario | runs | questions | answer records | duplicates | lost | repeated on other topics |")
-print("|---|---|---|---|---|---|---|")
+print("| scenario | runs | questions | answer records | duplicates | lost | repeated on other topics | signals to a stage (with work in flight) | stage processes that exited on their own |")
+print("|---|---|---|---|---|---|---|---|---|")
 for scenario, runs in rows.items():
     if scenario == "chaos":
         passed = sum(r["passed"] for r in runs)
-        print(f"| chaos (tests/chaos.rs: 100 questions, faults, kills, poison) | {len(runs)} | {100 * len(runs)} | passed {passed} of {len(runs)} | | | |")
+        print(f"| chaos (tests/chaos.rs: 100 questions, faults, kills, poison) | {len(runs)} | {100 * len(runs)} | passed {passed} of {len(runs)} | | | | | |")
         continue
     total = lambda key: sum(r[key] for r in runs)
     lost = total("lost") + total("lost_in_sink")
-    print(f"| {scenario} | {len(runs)} | {total('questions')} | {total('answer_records')} | {total('duplicates')} | {lost} | {total('repeats_on_other_topics')} |")
+    signals = f"{total('signals')} ({total('signals_at_work')})" if total("signals") else ""
+    print(f"| {scenario} | {len(runs)} | {total('questions')} | {total('answer_records')} | {total('duplicates')} | {lost} | {total('repeats_on_other_topics')} | {signals} | {total('exits')} |")
 EOF

@@ -11,6 +11,7 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lacuna::config::Settings;
@@ -20,13 +21,24 @@ use support::cluster::{Cluster, OwnBroker, answer_ids, raw_answer_keys};
 use support::disrupted::{answering_llm, repeats, run_on, topic_repeats};
 use support::fake_llm::{Prompt, Reply, prompt_kind};
 
-/// Exactly-once, and nothing that would hide a repeat.
-const EXACTLY_ONCE: [(&str, &str); 2] =
-    [("LACUNA__BUS__DELIVERY", "exactly_once"), ("LACUNA__BUS__DEDUPE_WINDOW", "0")];
+/// Exactly-once (`LACUNA_MATRIX_DELIVERY=at_least_once` for the control that shows the counts can
+/// see repeats), and nothing that would hide a repeat.
+fn delivery() -> Vec<(&'static str, &'static str)> {
+    let delivery = match std::env::var("LACUNA_MATRIX_DELIVERY").as_deref() {
+        Ok("at_least_once") => "at_least_once",
+        _ => "exactly_once",
+    };
+    vec![("LACUNA__BUS__DELIVERY", delivery), ("LACUNA__BUS__DEDUPE_WINDOW", "0")]
+}
 /// Where a three-node cluster listens (6 ports from here; none of the shared broker's or the soak's).
 const THREE_NODES_PORT: u16 = 19592;
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// This run's signals sent to a stage, how many found it with work in flight, and the stage
+/// processes that exited on their own (started again by `supervise`).
+static SIGNALS: AtomicUsize = AtomicUsize::new(0);
+static SIGNALS_AT_WORK: AtomicUsize = AtomicUsize::new(0);
+static EXITS: AtomicUsize = AtomicUsize::new(0);
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -51,6 +63,9 @@ fn row(scenario: &str, (runs, count): (usize, usize), mut run: impl FnMut(&str, 
     let mut failures = Vec::new();
     for n in 1..=runs {
         let test = format!("m-{scenario}-{n}");
+        for counter in [&SIGNALS, &SIGNALS_AT_WORK, &EXITS] {
+            counter.store(0, Ordering::SeqCst);
+        }
         let (expected, written, settings) = run(&test, count);
         let raw = raw_answer_keys(&settings, "read_committed");
         let topics = topic_repeats(&settings, "read_committed");
@@ -63,6 +78,8 @@ fn row(scenario: &str, (runs, count): (usize, usize), mut run: impl FnMut(&str, 
             "scenario": scenario, "run": n, "questions": expected.len(), "answer_records": raw.len(),
             "duplicates": duplicates, "lost": lost, "lost_in_sink": sink_lost,
             "repeats_on_other_topics": elsewhere, "topics": topics,
+            "signals": SIGNALS.load(Ordering::SeqCst), "signals_at_work": SIGNALS_AT_WORK.load(Ordering::SeqCst),
+            "exits": EXITS.load(Ordering::SeqCst),
         });
         eprintln!("matrix: {line}");
         if let Ok(path) = std::env::var("LACUNA_MATRIX_OUT") {
@@ -81,14 +98,24 @@ fn runs() -> (usize, usize) {
     (from_env("LACUNA_MATRIX_RUNS", 5), from_env("LACUNA_MATRIX_QUESTIONS", 200))
 }
 
-/// Sends `signal` to `name` once it has work in flight (or after 20 s without: a stage the stream
-/// has passed by is disrupted all the same), and waits for it to exit if the signal ends it.
+/// Sends `signal` to `name` once it has work in flight (or after 10 s without: a stage the stream
+/// has passed by is disrupted all the same, and counted apart), and waits for it to exit.
 fn signal_busy(cluster: &mut Cluster, name: &str, signal: &str) {
-    let started = Instant::now();
-    while cluster.in_flight(name).unwrap_or(0) == 0 && started.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_for_work(cluster, name);
     cluster.signal(name, signal).wait().unwrap();
+}
+
+/// Returns once `name` has work in flight, or after 10 s; counts the disruption about to come.
+fn wait_for_work(cluster: &Cluster, name: &str) {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        if cluster.in_flight(name).unwrap_or(0) > 0 {
+            SIGNALS_AT_WORK.fetch_add(1, Ordering::SeqCst);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    SIGNALS.fetch_add(1, Ordering::SeqCst);
 }
 
 fn wait_ready(cluster: &Cluster, name: &str) {
@@ -107,6 +134,7 @@ fn supervise(cluster: &mut Cluster, test: &str, count: usize, names: &[&str]) {
     while answer_ids(&answers).len() < count && started.elapsed() < Duration::from_secs(300) {
         for name in names {
             if cluster.restart_if_exited(name) {
+                EXITS.fetch_add(1, Ordering::SeqCst);
                 eprintln!("matrix: {test}: {name} exited and was started again");
             }
         }
@@ -127,7 +155,7 @@ fn matrix_sigkill_of_each_stage_with_work_in_flight() {
             |_| {},
             test,
             count,
-            (slow(200), &EXACTLY_ONCE),
+            (slow(500), &delivery()),
             |_| {},
             |cluster| {
                 for name in stages() {
@@ -151,13 +179,10 @@ fn matrix_a_broker_restart() {
             |s| s.kafka.brokers = broker.address(),
             test,
             count,
-            (slow(200), &EXACTLY_ONCE),
+            (slow(200), &delivery()),
             |_| {},
             |cluster| {
-                let started = Instant::now();
-                while cluster.in_flight("leaf").unwrap_or(0) == 0 && started.elapsed() < Duration::from_secs(20) {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
+                wait_for_work(cluster, "leaf");
                 broker.run(&["restart", "--crash"]);
                 supervise(cluster, test, count, &stages());
             },
@@ -174,15 +199,12 @@ fn matrix_a_stage_paused_past_its_session_timeout() {
             |_| {},
             test,
             count,
-            (slow(300), &EXACTLY_ONCE),
+            (slow(300), &delivery()),
             |_| {},
             |cluster| {
                 cluster.spawn_replica("leaf", "leaf-b", "replica-1");
                 wait_ready(cluster, "leaf-b");
-                let started = Instant::now();
-                while cluster.in_flight("leaf").unwrap_or(0) == 0 && started.elapsed() < Duration::from_secs(20) {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
+                wait_for_work(cluster, "leaf");
                 cluster.send("leaf", "-STOP");
                 // Past session.timeout.ms (6 s): the group hands its partitions to leaf-b.
                 std::thread::sleep(Duration::from_secs(12));
@@ -212,7 +234,7 @@ fn matrix_a_record_over_its_topics_size_limit() {
             |_| {},
             test,
             count,
-            (llm, &EXACTLY_ONCE),
+            (llm, &delivery()),
             shrink_facts,
             |cluster| supervise(cluster, test, count, &stages()),
         )
@@ -240,11 +262,11 @@ fn matrix_a_rolling_restart_of_every_stage_during_slow_llm_calls() {
             |_| {},
             test,
             count,
-            (slow(1000), &EXACTLY_ONCE),
+            (slow(1000), &delivery()),
             |_| {},
             |cluster| {
                 for name in stages() {
-                    cluster.signal(name, "-TERM").wait().unwrap();
+                    signal_busy(cluster, name, "-TERM");
                     cluster.spawn(name);
                     wait_ready(cluster, name);
                 }
@@ -259,9 +281,13 @@ fn matrix_a_rolling_restart_of_every_stage_during_slow_llm_calls() {
 fn matrix_three_rebalances_during_one_records_life() {
     let _serial = serial();
     row("three-rebalances", runs(), |test, count| {
-        // Ten questions whose leaf call takes 20 s: in flight through all three rebalances.
-        let slow_ones: BTreeSet<String> =
-            support::cluster::questions(count)[60..70].iter().map(|q| q.question.clone()).collect();
+        // A twentieth of the questions (10 of 200), from 30% on, whose leaf call takes 20 s: in
+        // flight through all three rebalances.
+        let from = count * 3 / 10;
+        let slow_ones: BTreeSet<String> = support::cluster::questions(count)[from..from + (count / 20).max(1)]
+            .iter()
+            .map(|q| q.question.clone())
+            .collect();
         let answering = answering_llm();
         let llm = move |prompt: &str| {
             let pause = match prompt_kind(prompt) {
@@ -270,7 +296,7 @@ fn matrix_three_rebalances_during_one_records_life() {
             };
             Reply::Delayed(Duration::from_millis(pause), Box::new(answering(prompt)))
         };
-        let mut env = EXACTLY_ONCE.to_vec();
+        let mut env = delivery();
         env.push(("LACUNA__STAGES__LEAF__LLM_CONCURRENCY", "16"));
         run_on(
             |_| {},
@@ -296,7 +322,7 @@ fn matrix_three_rebalances_during_one_records_life() {
 /// work in flight; every topic replicated three times with `min.insync.replicas=2`.
 fn on_three_nodes(scenario: &str, runs: (usize, usize), kill: impl Fn(&OwnBroker, &Settings) -> i32) {
     let broker = OwnBroker::start_three(THREE_NODES_PORT);
-    let mut env = EXACTLY_ONCE.to_vec();
+    let mut env = delivery();
     env.push(("LACUNA__KAFKA__REPLICATION_FACTOR", "3"));
     row(scenario, runs, |test, count| {
         let configure = |s: &mut Settings| {
@@ -306,10 +332,7 @@ fn on_three_nodes(scenario: &str, runs: (usize, usize), kill: impl Fn(&OwnBroker
         let settings = std::cell::OnceCell::new();
         let remember = |s: &Settings| drop(settings.set(s.clone()));
         run_on(configure, test, count, (slow(200), &env), remember, |cluster| {
-            let started = Instant::now();
-            while cluster.in_flight("leaf").unwrap_or(0) == 0 && started.elapsed() < Duration::from_secs(20) {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            wait_for_work(cluster, "leaf");
             let node = kill(&broker, settings.get().unwrap());
             eprintln!("matrix: {test}: node {node} killed (SIGKILL) and started again");
             broker.run_node(&["restart", "--crash"], node);
