@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lacuna::config::Settings;
+use lacuna::config::{DeliveryGuarantee, Settings};
 use lacuna::topics::dead_letter::DeadLetter;
 use lacuna::topics::in_process::InProcessBus;
 use lacuna::topics::{AnswerRecord, Bus, Event, MissingEvent, Record, SCHEMA_VERSION, Topic, VersionedAnswer};
@@ -93,8 +93,20 @@ async fn an_llm_that_keeps_failing_ends_in_an_error_record_after_retries() {
 /// the next iteration and a question asked anew.
 #[actix::test]
 async fn an_event_the_stage_already_finished_is_skipped_not_redone() {
+    repeats_are_skipped(DeliveryGuarantee::AtLeastOnce).await;
+}
+
+/// `bus.delivery` is Kafka's: the in-process bus has no transactions, and its stages keep
+/// skipping repeats under exactly-once (the default) as under at-least-once.
+#[actix::test]
+async fn an_event_finished_in_process_is_skipped_whatever_the_kafka_delivery() {
+    repeats_are_skipped(DeliveryGuarantee::ExactlyOnce).await;
+}
+
+async fn repeats_are_skipped(delivery: DeliveryGuarantee) {
     let llm = FakeLlm::start(|_| Reply::Json(json!({"queries": ["Where is the place of FC Cartagena?"]}))).await;
-    let settings: Settings = support::settings(&llm.base_url);
+    let mut settings: Settings = support::settings(&llm.base_url);
+    settings.bus.delivery = delivery;
     let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
     let mut queries = bus.subscribe(&[Topic::Queries], "t").await.unwrap();
     let running = support::start_query_gen(&bus, &settings).await;
