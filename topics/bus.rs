@@ -270,6 +270,13 @@ pub trait Bus: Send + Sync + 'static {
         None
     }
 
+    /// Whether outputs and consumed positions commit together (Kafka with `bus.delivery =
+    /// "exactly_once"`): a record then comes again only when its outputs were aborted, and must
+    /// not be skipped as finished.
+    fn transactional(&self) -> bool {
+        false
+    }
+
     /// `stage`, in this process, keeps state in memory beside what it publishes (the join): a bus
     /// that rewinds after an aborted transaction cannot rewind that state, and ends the process
     /// instead, whose restart rebuilds it.

@@ -188,12 +188,8 @@ impl RunnerSettings {
             retry: settings.retry.clone(),
             max_event_bytes: settings.bus.max_event_bytes,
             budget: settings.budget.clone(),
-            // Exactly-once delivers a record again only when the transaction of its outputs was
-            // aborted: skipped as finished, its outputs would be lost with that transaction.
-            dedupe_window: match settings.bus.delivery {
-                crate::config::DeliveryGuarantee::ExactlyOnce => 0,
-                crate::config::DeliveryGuarantee::AtLeastOnce => settings.bus.dedupe_window,
-            },
+            // Off on a bus with transactions ([`crate::topics::Bus::transactional`]), at spawn.
+            dedupe_window: settings.bus.dedupe_window,
             progress: settings.bus.progress_timeout(),
             provenance: None,
         }

@@ -104,6 +104,9 @@ async fn an_event_finished_in_process_is_skipped_whatever_the_kafka_delivery() {
 }
 
 async fn repeats_are_skipped(delivery: DeliveryGuarantee) {
+    // One at a time: both count on the process's one `duplicates_skipped` counter.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = ONE_AT_A_TIME.lock().await;
     let llm = FakeLlm::start(|_| Reply::Json(json!({"queries": ["Where is the place of FC Cartagena?"]}))).await;
     let mut settings: Settings = support::settings(&llm.base_url);
     settings.bus.delivery = delivery;

@@ -449,6 +449,10 @@ impl Bus for KafkaBus {
         Some(Hold(Box::new(self.transactions.get()?.pass().await)))
     }
 
+    fn transactional(&self) -> bool {
+        self.exactly_once
+    }
+
     fn keeps_state(&self, stage: &'static str) {
         self.stateful.lock().unwrap().push(stage);
     }
