@@ -18,7 +18,7 @@ use lacuna::config::Settings;
 use lacuna::pipelines::PipelineKind;
 use serde_json::json;
 use support::cluster::{Cluster, OwnBroker, answer_ids, raw_answer_keys};
-use support::disrupted::{answering_llm, repeats, run_on, topic_repeats};
+use support::disrupted::{answering_llm, one_fact_too_large, repeats, run_on, shrink_facts, topic_repeats};
 use support::fake_llm::{Prompt, Reply, prompt_kind};
 
 /// Exactly-once (`LACUNA_MATRIX_DELIVERY=at_least_once` for the control that shows the counts can
@@ -240,14 +240,7 @@ fn matrix_a_stage_paused_past_its_session_timeout() {
 fn matrix_a_record_over_its_topics_size_limit() {
     let _serial = serial();
     row("record-too-large", runs(), |test, count| {
-        let big = support::cluster::questions(count)[7].question.clone();
-        let answering = answering_llm();
-        let llm = move |prompt: &str| match prompt_kind(prompt) {
-            Prompt::Leaf if prompt.contains(&big) => {
-                Reply::Json(json!({"facts": [{"fact": "A fact far too long. ".repeat(20_000), "passages": [1]}]}))
-            }
-            _ => answering(prompt),
-        };
+        let llm = one_fact_too_large(support::cluster::questions(count)[7].question.clone());
         run_on(
             |_| {},
             test,
@@ -257,18 +250,6 @@ fn matrix_a_record_over_its_topics_size_limit() {
             |cluster| supervise(cluster, test, count, &stages()),
         )
     });
-}
-
-/// `facts` takes records of at most 200 KB.
-fn shrink_facts(settings: &Settings) {
-    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
-        lacuna::topics::kafka::client_config(&settings.kafka).unwrap().create().unwrap();
-    let topic = format!("{}facts", settings.kafka.topic_prefix);
-    let config = rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic(&topic))
-        .set("max.message.bytes", "200000");
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let results = runtime.block_on(admin.alter_configs(&[config], &rdkafka::admin::AdminOptions::new())).unwrap();
-    assert!(results.iter().all(Result::is_ok), "{results:?}");
 }
 
 #[test]

@@ -24,6 +24,30 @@ pub fn answering_llm() -> impl Fn(&str) -> Reply {
     }
 }
 
+/// [`answering_llm`], but the leaf's reply for the question `big` holds one fact of about 420 KB:
+/// a record over the `facts` topic's limit once [`shrink_facts`] set it.
+pub fn one_fact_too_large(big: String) -> impl Fn(&str) -> Reply + Send + Sync + 'static {
+    let answering = answering_llm();
+    move |prompt| match prompt_kind(prompt) {
+        Prompt::Leaf if prompt.contains(&big) => {
+            Reply::Json(json!({"facts": [{"fact": "A fact far too long. ".repeat(20_000), "passages": [1]}]}))
+        }
+        _ => answering(prompt),
+    }
+}
+
+/// `facts` takes records of at most 200 KB (`max.message.bytes`).
+pub fn shrink_facts(settings: &Settings) {
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        lacuna::topics::kafka::client_config(&settings.kafka).unwrap().create().unwrap();
+    let topic = format!("{}facts", settings.kafka.topic_prefix);
+    let config = rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic(&topic))
+        .set("max.message.bytes", "200000");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let results = runtime.block_on(admin.alter_configs(&[config], &rdkafka::admin::AdminOptions::new())).unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+}
+
 /// [`run_prepared`] with nothing prepared.
 pub fn run_disrupted_with(
     test: &str,
