@@ -330,8 +330,12 @@ fn on_three_nodes(scenario: &str, runs: (usize, usize), kill: impl Fn(&OwnBroker
             wait_for_work(cluster, "leaf");
             let node = kill(&broker, settings.get().unwrap());
             eprintln!("matrix: {test}: node {node} killed (SIGKILL) and started again");
-            broker.run_node(&["restart", "--crash"], node);
-            supervise(cluster, test, count, &stages());
+            // The node can take minutes to come back: stages that exit meanwhile are started
+            // again all the same (a run once stalled, its exited stage waiting on the restart).
+            std::thread::scope(|scope| {
+                scope.spawn(|| broker.run_node(&["restart", "--crash"], node));
+                supervise(cluster, test, count, &stages());
+            });
         })
     });
 }
