@@ -223,7 +223,9 @@ case "$CMD" in
     pid) need_node; node_pid "$NODE" ;;
     # Kafka's own TransactionsCommand: the transactional ids, each with its coordinator's node id.
     transactions)
+        # Its log beside the cluster's (our log4j2 configuration writes to ${kafka.logs.dir}), not
+        # into a folder named after the unset property in the working directory.
         "$(java_home)/bin/java" -Xmx256m -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
-            -cp "$LIBS/*" org.apache.kafka.tools.TransactionsCommand --bootstrap-server "127.0.0.1:$PORT" list ;;
+            -Dkafka.logs.dir="$RUN" -cp "$LIBS/*" org.apache.kafka.tools.TransactionsCommand --bootstrap-server "127.0.0.1:$PORT" list ;;
     *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

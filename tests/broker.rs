@@ -741,10 +741,7 @@ fn a_record_that_keeps_crashing_its_stage_ends_in_an_error_record_not_a_crash_lo
     let lines: Vec<String> = asked.iter().map(|(id, q)| json!({"id": id, "question": q}).to_string()).collect();
     std::fs::write(&questions, lines.join("\n")).unwrap();
     let expected: BTreeSet<String> = asked.into_iter().map(|(id, _)| id).collect();
-    let mut sink = cluster
-        .command(&["answers", "--out", answers.to_str().unwrap(), "--expect", "21", "--idle-timeout-s", "240"])
-        .spawn()
-        .unwrap();
+    let mut sink = cluster.sink(&answers, 21, 240);
     assert!(cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap().success());
     let started = Instant::now();
     while sink.try_wait().unwrap().is_none() {

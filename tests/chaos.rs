@@ -115,18 +115,7 @@ fn chaos_loses_nothing_and_changes_no_answer() {
     let _ = std::fs::remove_file(&answers);
     let expected = write_questions(&questions_file, QUESTIONS);
     let total = QUESTIONS + POISON;
-    let mut sink = cluster
-        .command(&[
-            "answers",
-            "--out",
-            answers.to_str().unwrap(),
-            "--expect",
-            &total.to_string(),
-            "--idle-timeout-s",
-            "180",
-        ])
-        .spawn()
-        .unwrap();
+    let mut sink = cluster.sink(&answers, total, 180);
     assert!(cluster.command(&["submit", "--questions", questions_file.to_str().unwrap()]).status().unwrap().success());
     runtime.block_on(async {
         for record in poison() {

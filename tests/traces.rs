@@ -42,9 +42,7 @@ impl Traced {
         let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
         let _ = std::fs::remove_file(&answers);
         let expected = write_questions(&questions, QUESTIONS);
-        let expect = QUESTIONS.to_string();
-        let sink_args = ["answers", "--out", answers.to_str().unwrap(), "--expect", &expect, "--idle-timeout-s", "180"];
-        let sink = cluster.command(&sink_args).spawn().unwrap();
+        let sink = cluster.sink(&answers, QUESTIONS, 180);
         let submitted = cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap();
         assert!(submitted.success());
         Traced { cluster, sink, answers, expected }

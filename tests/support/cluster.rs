@@ -174,6 +174,14 @@ impl Cluster {
         command
     }
 
+    /// `lacuna answers` into `out`, exiting once `expect` questions have their record, or after
+    /// `idle_s` seconds with no new one.
+    pub fn sink(&self, out: &Path, expect: usize, idle_s: u32) -> Child {
+        let (expect, idle_s) = (expect.to_string(), idle_s.to_string());
+        let args = ["answers", "--out", out.to_str().unwrap(), "--expect", &expect, "--idle-timeout-s", &idle_s];
+        self.command(&args).spawn().unwrap()
+    }
+
     /// The stage `name` (again, if it ran before: the same replica).
     pub fn spawn(&mut self, name: &str) {
         let (stage, instance) =

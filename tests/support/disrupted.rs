@@ -94,18 +94,7 @@ pub fn run_on(
     let _ = std::fs::remove_file(&answers);
     let expected = write_questions(&questions, count);
 
-    let mut sink = cluster
-        .command(&[
-            "answers",
-            "--out",
-            answers.to_str().unwrap(),
-            "--expect",
-            &count.to_string(),
-            "--idle-timeout-s",
-            "180",
-        ])
-        .spawn()
-        .unwrap();
+    let mut sink = cluster.sink(&answers, count, 180);
     let status = cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap();
     assert!(status.success());
 

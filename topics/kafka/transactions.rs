@@ -149,11 +149,11 @@ impl Transactions {
     pub(super) async fn send(&self, record: FutureRecord<'_, [u8], [u8]>, wait: Duration) -> Result<(), BusError> {
         let since = held_since();
         let _pass = if since.is_some() { None } else { Some(self.gate.enter().await) };
-        let left = hold_budget(self.timeout).saturating_sub(since.map_or(Duration::ZERO, |since| since.elapsed()));
+        let held_for = since.map_or(Duration::ZERO, |since| since.elapsed());
+        let left = hold_budget(self.timeout).saturating_sub(held_for);
         if left.is_zero() {
             let reason = format!(
-                "an event held the open transaction for {:?} of its publishes, past half of kafka.transaction_timeout_ms ({:?})",
-                since.map(|since| since.elapsed()).unwrap_or_default(),
+                "an event held the open transaction for {held_for:?} of its publishes, past half of kafka.transaction_timeout_ms ({:?})",
                 self.timeout
             );
             self.broken.lock().unwrap().get_or_insert_with(|| reason.clone());
