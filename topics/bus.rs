@@ -213,6 +213,22 @@ pub enum BusError {
     Aborted { reason: String, rejected: Option<String> },
 }
 
+/// One transaction of an exactly-once bus, as its outputs' publishers hold it: aborted once the bus
+/// gave it up (what it held is undone and redone from the last commit), committed otherwise.
+#[derive(Clone, Debug, Default)]
+pub struct Transaction(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Transaction {
+    pub fn aborted(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The bus aborted it: work finished in it is no longer done.
+    pub fn abort(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// Held while a stage publishes what one event or tick produced and acknowledges the event: a bus
 /// with transactions commits none meanwhile, so no transaction holds part of one event's outputs.
 pub struct Hold(pub Box<dyn Send>);
@@ -270,11 +286,11 @@ pub trait Bus: Send + Sync + 'static {
         None
     }
 
-    /// Whether outputs and consumed positions commit together (Kafka with `bus.delivery =
-    /// "exactly_once"`): a record then comes again only when its outputs were aborted, and must
-    /// not be skipped as finished.
-    fn transactional(&self) -> bool {
-        false
+    /// The transaction that publishes join now (Kafka with `bus.delivery = "exactly_once"`), asked
+    /// while holding a [`Hold`], so none commits or aborts meanwhile. A record comes again when the
+    /// transaction of its outputs was aborted: what remembers it as finished asks this one.
+    fn open_transaction(&self) -> Option<Transaction> {
+        None
     }
 
     /// `stage`, in this process, keeps state in memory beside what it publishes (the join): a bus

@@ -50,7 +50,7 @@ pub mod trace;
 pub mod verified;
 
 pub use answer::{AnswerRecord, Answered, ErrorRecord, Outcome, VersionedAnswer};
-pub use bus::{Bus, BusError, Delivery, Record, Subscription};
+pub use bus::{Bus, BusError, Delivery, Record, Subscription, Transaction};
 pub use evidence::EvidenceEvent;
 pub use facts::{CandidateFact, FactsEvent};
 pub use joins::{JoinEvent, JoinedEvent};

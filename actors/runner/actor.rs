@@ -153,7 +153,6 @@ pub async fn spawn_stage<S: Stage>(
     let arbiter = Arbiter::new();
     let (max_in_flight, max_attempts) = (runner.max_in_flight, runner.retry.max_attempts);
     let (actor_bus, actor_counters, actor_health) = (bus.clone(), counters.clone(), health.clone());
-    let transactional = bus.transactional();
     let addr = StageActor::start_in_arbiter(&arbiter.handle(), move |ctx: &mut Context<StageActor<S>>| {
         // The feeder holds a slot per event it sends, so the mailbox never holds more than
         // max_in_flight of them: that is the one bound (actix's default, 16, would be a second). Set
@@ -162,9 +161,7 @@ pub async fn spawn_stage<S: Stage>(
         StageActor {
             stage: Rc::new(stage),
             bus: actor_bus,
-            // A transactional bus delivers a record again only when the transaction of its outputs
-            // was aborted: skipped as finished, its outputs would be lost with that transaction.
-            finished: Rc::new(Window::new(if transactional { 0 } else { runner.dedupe_window })),
+            finished: Rc::new(Window::new(runner.dedupe_window)),
             key_order: KeyOrder::default(),
             runner,
             counters: actor_counters,

@@ -11,18 +11,21 @@
 //! Duplicates that get through still end in one record per question in `lacuna answers`' output
 //! (the sink keeps the first per id); the answers topic itself may hold two.
 //!
+//! On an exactly-once bus a record also comes again when the transaction of its outputs was aborted:
+//! each fingerprint keeps that transaction, and one aborted no longer counts as finished.
+//!
 //! A fingerprint is the event without its `trace` and `usage` (timings and token counts differ
 //! between two runs of the same work) plus its topic and key. An LLM that samples (temperature
 //! above 0, no response cache) writes different outputs on a re-run, which are then not duplicates.
 //! A question asked again carries a new `submission`, so it is never mistaken for a repeat.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::topics::Record;
+use crate::topics::{Record, Transaction};
 
 /// What identifies a finished event, whatever its timings.
 pub fn fingerprint(record: &Record) -> Option<u128> {
@@ -50,10 +53,11 @@ fn strip_run_details(value: &mut Value) {
     }
 }
 
-/// The fingerprints of the last `capacity` events a stage finished.
+/// The fingerprints of the last `capacity` events a stage finished, each with the transaction its
+/// outputs went into on an exactly-once bus.
 pub struct Window {
     capacity: usize,
-    seen: Mutex<(HashSet<u128>, VecDeque<u128>)>,
+    seen: Mutex<(HashMap<u128, Option<Transaction>>, VecDeque<u128>)>,
 }
 
 impl Window {
@@ -62,18 +66,20 @@ impl Window {
         (capacity > 0).then(|| Window { capacity, seen: Mutex::default() })
     }
 
+    /// Whether an event with this fingerprint was finished, in a transaction not aborted since.
     pub fn contains(&self, fingerprint: u128) -> bool {
-        self.seen.lock().unwrap().0.contains(&fingerprint)
+        let seen = &self.seen.lock().unwrap().0;
+        seen.get(&fingerprint).is_some_and(|transaction| !transaction.as_ref().is_some_and(Transaction::aborted))
     }
 
-    pub fn insert(&self, fingerprint: u128) {
-        let (set, order) = &mut *self.seen.lock().unwrap();
-        if set.insert(fingerprint) {
+    pub fn insert(&self, fingerprint: u128, transaction: Option<Transaction>) {
+        let (seen, order) = &mut *self.seen.lock().unwrap();
+        if seen.insert(fingerprint, transaction).is_none() {
             order.push_back(fingerprint);
             if order.len() > self.capacity
                 && let Some(oldest) = order.pop_front()
             {
-                set.remove(&oldest);
+                seen.remove(&oldest);
             }
         }
     }
@@ -103,8 +109,24 @@ mod tests {
     #[test]
     fn the_window_forgets_the_oldest_beyond_its_capacity() {
         let window = Window::new(2).unwrap();
-        (1..=3).for_each(|n| window.insert(n));
+        (1..=3).for_each(|n| window.insert(n, None));
         assert_eq!((window.contains(1), window.contains(2), window.contains(3)), (false, true, true));
         assert!(Window::new(0).is_none());
+    }
+
+    /// Exactly-once: an event finished in a transaction the bus then aborted comes again from the
+    /// last commit and must run again, its outputs having been thrown away; one finished in a
+    /// transaction that committed (or is still open) is a repeat.
+    #[test]
+    fn an_event_whose_transaction_was_aborted_is_no_longer_finished() {
+        let window = Window::new(4).unwrap();
+        let (committed, aborted) = (Transaction::default(), Transaction::default());
+        window.insert(1, Some(committed));
+        window.insert(2, Some(aborted.clone()));
+        assert!(window.contains(1) && window.contains(2), "finished while their transactions are open");
+        aborted.abort();
+        assert_eq!((window.contains(1), window.contains(2)), (true, false));
+        window.insert(2, Some(Transaction::default()));
+        assert!(window.contains(2), "redone in the next transaction, it is finished again");
     }
 }

@@ -186,7 +186,8 @@ async fn finish<S: Stage>(
                 // must run again.
                 None => {
                     if let (Some(window), Some(fingerprint)) = (context.finished, fingerprint) {
-                        window.insert(fingerprint);
+                        // Asked inside the hold: the transaction these outputs went into.
+                        window.insert(fingerprint, context.bus.open_transaction());
                     }
                 }
             }

@@ -68,7 +68,7 @@ pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER, TRACEPARENT_HEADER, TRACESTATE_H
 use wire::{publish_error, transport};
 
 use super::Topic;
-use super::bus::{Bus, BusError, Hold, Record, Subscription};
+use super::bus::{Bus, BusError, Hold, Record, Subscription, Transaction};
 use crate::config::{BusSettings, DeliveryGuarantee, KafkaSettings};
 
 /// How long reading a topic's identity may take, leaders' elections included.
@@ -449,8 +449,8 @@ impl Bus for KafkaBus {
         Some(Hold(Box::new(self.transactions.get()?.pass().await)))
     }
 
-    fn transactional(&self) -> bool {
-        self.exactly_once
+    fn open_transaction(&self) -> Option<Transaction> {
+        Some(self.transactions.get()?.open())
     }
 
     fn keeps_state(&self, stage: &'static str) {

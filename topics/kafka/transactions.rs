@@ -35,7 +35,7 @@ use super::gate::{Gate, Pass, held, hold_budget};
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, Transacting};
 use super::wire::{publish_error, transport};
-use crate::topics::bus::{BusError, held_since};
+use crate::topics::bus::{BusError, Transaction, held_since};
 
 /// How a commit's metadata names the offsets done beyond its position.
 const DONE_PREFIX: &str = "lacuna-done:";
@@ -67,6 +67,8 @@ pub struct Transactions {
     dirty: std::sync::atomic::AtomicBool,
     /// Why the open transaction cannot commit (a record in it failed), once something failed.
     broken: Mutex<Option<String>>,
+    /// The open transaction, as the work finished in it remembers it: marked aborted at an abort.
+    open: Mutex<Transaction>,
     /// Stages of this process that keep state in memory, which an abort would leave ahead of what
     /// the bus holds: with one, the process cannot go on after an abort and exits instead.
     stateful: Stateful,
@@ -111,6 +113,7 @@ impl Transactions {
             committing: Mutex::default(),
             dirty: Default::default(),
             broken: Mutex::default(),
+            open: Mutex::default(),
             stateful,
             timeout,
         });
@@ -134,6 +137,11 @@ impl Transactions {
 
     pub(super) async fn pass(&self) -> Pass {
         self.gate.enter().await
+    }
+
+    /// The transaction publishes join now: stable while a pass is held.
+    pub(super) fn open(&self) -> Transaction {
+        self.open.lock().unwrap().clone()
     }
 
     /// Publishes within the open transaction (with a pass of its own unless the task holds one). A
@@ -231,6 +239,7 @@ impl Transactions {
         }
         crate::metrics::METRICS.transactions.with_label_values::<&str>(&[]).inc();
         last.extend(sent);
+        *self.open.lock().unwrap() = Transaction::default();
         producer.begin_transaction()
     }
 
@@ -242,6 +251,8 @@ impl Transactions {
     /// memory cannot rebuild it here, and exits to resume from the last commit.
     fn recover(&self, cause: &'static str, reason: &str) {
         crate::metrics::METRICS.transaction_aborts.with_label_values(&[cause]).inc();
+        // What finished in it is undone: remembered as finished, its redo would be skipped.
+        std::mem::take(&mut *self.open.lock().unwrap()).abort();
         if let Some(stage) = self.stateful.lock().unwrap().first() {
             tracing::error!(
                 cause,
