@@ -42,6 +42,8 @@ const DONE_PREFIX: &str = "lacuna-done:";
 /// Kafka keeps at most 4 KiB of metadata per committed offset by default.
 const MAX_METADATA: usize = 4000;
 
+type Alive = Arc<StreamConsumer<TrackingContext>>;
+
 /// A consumer whose positions each commit carries: its offsets, what an earlier owner did beyond
 /// them, and how to wake its poller to seek back after an abort.
 pub(super) struct Tracked {
@@ -188,20 +190,27 @@ impl Transactions {
         self.commit_then(&|| {});
     }
 
-    fn commit_closed(&self, last: &mut Positions) -> Result<(), KafkaError> {
+    fn commit_closed(&self, last: &mut Positions, alive: &mut Vec<Alive>) -> Result<(), KafkaError> {
         let started = std::time::Instant::now();
-        let outcome = self.commit_within(last, started + hold_budget(self.timeout));
+        let outcome = self.commit_within(last, alive, started + hold_budget(self.timeout));
         held("commit", started.elapsed());
         outcome
     }
 
-    /// [`Self::commit_closed`], its broker calls all done by `deadline`.
-    fn commit_within(&self, last: &mut Positions, deadline: std::time::Instant) -> Result<(), KafkaError> {
+    /// [`Self::commit_closed`], its broker calls all done by `deadline`. The consumers it reads stay
+    /// in `alive`: see [`Transacting::commit_then`].
+    fn commit_within(
+        &self,
+        last: &mut Positions,
+        alive: &mut Vec<Alive>,
+        deadline: std::time::Instant,
+    ) -> Result<(), KafkaError> {
         let left = || deadline.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
         let producer = self.producer.read().unwrap().clone();
         let mut sent = Vec::new();
         for tracked in self.consumers.lock().unwrap().iter() {
             let Some(consumer) = tracked.consumer.upgrade() else { continue };
+            alive.push(consumer.clone());
             let Some(metadata) = consumer.group_metadata() else { continue };
             let group = consumer.context().group.clone();
             let mut list = TopicPartitionList::new();
@@ -442,19 +451,27 @@ impl Transacting for Transactions {
     /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
     /// revocation forgets its partitions there). A transaction that cannot commit is aborted and
     /// every consumer rewound instead.
+    ///
+    /// The consumers the commit read are let go only after the commit lock: where one of them was
+    /// the last reference (its stage stopped meanwhile), dropping it closes the consumer, and its
+    /// close revokes its partitions, which commits (here) again. Dropped under the lock, it waited
+    /// on itself, and every commit of the process with it (tests/prometheus.rs hung on stopping).
     fn commit_then(&self, then: &dyn Fn()) {
+        let mut alive = Vec::new();
         let mut last = self.committing.lock().unwrap();
         self.gate.close();
         let broken = self.broken.lock().unwrap().clone();
         let outcome = match broken {
             Some(reason) => Err(("publish_failed", reason)),
-            None => self.commit_closed(&mut last).map_err(|error| ("commit_failed", error.to_string())),
+            None => self.commit_closed(&mut last, &mut alive).map_err(|error| ("commit_failed", error.to_string())),
         };
         if let Err((cause, reason)) = outcome {
             self.recover(cause, &reason);
         }
         then();
         self.gate.open();
+        drop(last);
+        drop(alive);
     }
 
     /// The group gave this consumer's partitions to another member while it was away (a pause past
