@@ -156,20 +156,24 @@ impl KafkaBus {
         };
         let producer = producer(&self.base, &self.settings, self.max_event_bytes, Some((&id, timeout)))?;
         let interval = Duration::from_millis(self.settings.transaction_interval_ms);
-        let started =
-            Transactions::start(producer, (self.renew(group, topic), self.stateful.clone()), interval, timeout)?;
+        let renew = self.renew(group, topic);
+        let started = Transactions::start((id.clone(), producer), (renew, self.stateful.clone()), interval, timeout)?;
         tracing::info!(transactional_id = %id, "exactly-once: transactional producer ready");
         Ok(Some(self.transactions.get_or_init(|| started).clone()))
     }
 
-    /// How the process's transactional producer is replaced after it was fenced or hit a fatal
-    /// error: under a new transactional id, taken as at start (kept in the replica's lineage where
-    /// `kafka.instance_id` names it), its transactions initialised.
+    /// How the process's transactional producer is replaced after it was fenced, hit a fatal error
+    /// or could not abort: the id it leaves is settled first (re-initialised: a commit under way
+    /// finishes, an open transaction is aborted), before a new id is kept in the replica's lineage
+    /// (where `kafka.instance_id` names it); then a producer under the new id, initialised.
     fn renew(&self, group: &str, topic: &str) -> transactions::Renew {
         let (base, settings, max_event_bytes) = (self.base.clone(), self.settings.clone(), self.max_event_bytes);
         let (group, topic) = (group.to_string(), topic.to_string());
-        Box::new(move || {
+        Box::new(move |left| {
             let timeout = Duration::from_millis(settings.transaction_timeout_ms);
+            let settling = producer(&base, &settings, max_event_bytes, Some((left, timeout)))?;
+            transactions::init_transactions(&settling, timeout)?;
+            drop(settling);
             let id = match settings.instance_id.as_str() {
                 "" => lineage::fresh_id(&format!("{}{group}.{}", settings.topic_prefix, std::process::id())),
                 instance => {
@@ -181,8 +185,8 @@ impl KafkaBus {
             };
             let fresh = producer(&base, &settings, max_event_bytes, Some((&id, timeout)))?;
             transactions::init_transactions(&fresh, timeout)?;
-            tracing::warn!(transactional_id = %id, "exactly-once: a new transactional producer replaces the one that failed");
-            Ok(fresh)
+            tracing::warn!(transactional_id = %id, left, "exactly-once: a new transactional producer replaces the one that failed");
+            Ok((id, fresh))
         })
     }
 

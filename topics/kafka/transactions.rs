@@ -54,11 +54,14 @@ pub(super) struct Tracked {
 }
 
 /// Makes a transactional producer under a new transactional id, its transactions initialised: what
-/// replaces one that is fenced or hit a fatal error.
-pub(super) type Renew = Box<dyn Fn() -> Result<FutureProducer, BusError> + Send + Sync>;
+/// replaces one that is fenced, hit a fatal error, or could not abort. It first settles the
+/// transaction of the id it is given, the one left behind (see [`Transactions::begin_again`]).
+pub(super) type Renew = Box<dyn Fn(&str) -> Result<(String, FutureProducer), BusError> + Send + Sync>;
 
 pub struct Transactions {
     producer: RwLock<FutureProducer>,
+    /// The producer's transactional id.
+    id: Mutex<String>,
     renew: Renew,
     gate: Arc<Gate>,
     /// The consumers whose positions each commit carries.
@@ -100,7 +103,7 @@ type Positions = HashMap<(String, String, i32), (i64, String)>;
 impl Transactions {
     /// Makes the producer, begins its first transaction, and starts committing every `interval`.
     pub(super) fn start(
-        producer: FutureProducer,
+        (id, producer): (String, FutureProducer),
         (renew, stateful): (Renew, Stateful),
         interval: Duration,
         timeout: Duration,
@@ -109,6 +112,7 @@ impl Transactions {
         producer.begin_transaction().map_err(transport)?;
         let transactions = Arc::new(Transactions {
             producer: RwLock::new(producer),
+            id: Mutex::new(id),
             renew,
             gate: Arc::default(),
             consumers: Mutex::default(),
@@ -301,16 +305,27 @@ impl Transactions {
     }
 
     /// Aborts and begins the next transaction, or replaces a producer that cannot: fenced, fatal, or
-    /// refused the abort. Its open transaction is then the broker's to abort: re-initialising the
-    /// replica's lineage does at once, a timeout otherwise (`kafka.transaction_timeout_ms`).
+    /// refused the abort.
+    ///
+    /// A producer left so may still have a commit under way: a commit that timed out here is not
+    /// one that failed, and the broker finishes a commit it has taken (a refused abort says
+    /// "Conflicting commit_transaction API call is already in progress"). Were the work redone
+    /// from the positions read now, that commit could land after it and commit the work twice (the
+    /// failure matrix saw one question answered twice so, its transaction coordinator's node
+    /// killed). So the left id is settled first: re-initialised, which the broker answers only once
+    /// a commit under way has finished, and which aborts a transaction still open and fences its
+    /// producer; then the positions the rewind reads are final. Settling that cannot be done in
+    /// `kafka.transaction_timeout_ms` ends the process (its restart settles the replica's lineage).
     fn begin_again(&self) -> Result<(), BusError> {
         if self.abort_or_leave() && self.producer.read().unwrap().begin_transaction().is_ok() {
             return Ok(());
         }
-        let fresh = (self.renew)()?;
+        let left = self.id.lock().unwrap().clone();
+        let (id, fresh) = (self.renew)(&left)?;
         fresh.begin_transaction().map_err(transport)?;
         crate::metrics::METRICS.producer_renewals.with_label_values::<&str>(&[]).inc();
         *self.producer.write().unwrap() = fresh;
+        *self.id.lock().unwrap() = id;
         Ok(())
     }
 }
@@ -504,9 +519,9 @@ mod tests {
             .set("transactional.id", "no-transactions")
             .create()
             .unwrap();
-        let renew: Renew = Box::new(|| Err(BusError::Transport("not renewed".into())));
+        let renew: Renew = Box::new(|_| Err(BusError::Transport("not renewed".into())));
         let started = Transactions::start(
-            producer,
+            ("no-transactions".into(), producer),
             (renew, Stateful::default()),
             Duration::from_millis(100),
             Duration::from_secs(5),
@@ -530,10 +545,15 @@ mod tests {
             .set("transactional.id", "a-long-hold")
             .create()
             .unwrap();
-        let renew: Renew = Box::new(|| Err(BusError::Transport("not renewed".into())));
+        let renew: Renew = Box::new(|_| Err(BusError::Transport("not renewed".into())));
         let timeout = Duration::from_secs(10);
-        let transactions =
-            Transactions::start(producer, (renew, Stateful::default()), Duration::from_secs(3600), timeout).unwrap();
+        let transactions = Transactions::start(
+            ("a-long-hold".into(), producer),
+            (renew, Stateful::default()),
+            Duration::from_secs(3600),
+            timeout,
+        )
+        .unwrap();
         let sent = crate::topics::bus::as_held(async {
             tokio::time::advance(hold_budget(timeout) + Duration::from_millis(1)).await;
             transactions.send(FutureRecord::to("t").key(&b"k"[..]).payload(&b"late"[..]), timeout).await
