@@ -61,4 +61,39 @@ mod tests {
         assert_eq!(RUNS.load(Ordering::SeqCst), 11);
         assert!(run_exit_hooks().is_empty(), "a hook runs once");
     }
+
+    /// A process that decided to end (status 75, to be restarted) ends, with that status, even when
+    /// what must end first never returns. On three Kafka nodes a stage logged its exit and was still
+    /// there 5 minutes later: not ready, consuming nothing, and restarted by nothing. Run as a child
+    /// process of this very test, which the exit ends.
+    #[test]
+    fn a_hook_that_never_returns_does_not_keep_an_exiting_process_alive() {
+        const NAME: &str = "telemetry::exit::tests::a_hook_that_never_returns_does_not_keep_an_exiting_process_alive";
+        if std::env::var_os("LACUNA_EXIT_PROBE").is_some() {
+            at_exit("stuck", || {
+                loop {
+                    std::thread::park();
+                }
+            });
+            exit(75);
+        }
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads", "1"])
+            .env("LACUNA_EXIT_PROBE", "1")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                child.kill().unwrap();
+                panic!("the process was still there a minute after it decided to exit");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        assert_eq!(status.code(), Some(75), "{status:?}");
+    }
 }
