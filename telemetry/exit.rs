@@ -32,8 +32,18 @@ pub fn run_exit_hooks() -> Vec<&'static str> {
     hooks.into_iter().map(|(name, _)| name).collect()
 }
 
-/// Runs the hooks, then ends the process with `code`.
+/// How long the hooks and the C runtime's exit handlers get before the process ends without them.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs the hooks, then ends the process with `code`. A hook or a library's exit handler that never
+/// returns would keep a process that decided to end alive, not ready and consuming nothing, which
+/// no restart policy restarts: past [`GRACE`] a watchdog ends it at once, with the same status.
 pub fn exit(code: i32) -> ! {
+    let _ = std::thread::Builder::new().name("exit-watchdog".into()).spawn(move || {
+        std::thread::sleep(GRACE);
+        // SAFETY: _exit ends the process without running anything more, which is the point.
+        unsafe { libc::_exit(code) }
+    });
     run_exit_hooks();
     std::process::exit(code)
 }
