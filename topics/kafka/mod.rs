@@ -19,6 +19,7 @@
 //! - `identity`: the cluster's and a topic's ids, kept beside offsets stored outside Kafka.
 //! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
 //! - `transactions`: exactly-once: a process's outputs and consumed positions in one transaction.
+//! - `done_ledger`: exactly-once: the offsets done beyond a committed position, in its metadata.
 //! - `gate`: what a commit closes: events hold passes, a commit waits for them; every hold timed.
 //! - `lineage`: exactly-once across a replica's restarts: a transactional id per process, the last one kept.
 //! - `wire`: what every file here shares: our records' headers, librdkafka errors as `BusError`s, and
@@ -42,6 +43,7 @@ mod catch_up;
 mod claims;
 mod config;
 mod documents;
+mod done_ledger;
 mod follow;
 mod gate;
 mod identity;
@@ -57,13 +59,14 @@ mod wire;
 pub use catch_up::CatchUp;
 pub use config::client_config;
 pub use documents::{Change, Changelog, RejectedDocument, Span};
+use done_ledger::DoneBefore;
 pub use identity::TopicIdentity;
 use lineage::Lineage;
 use offsets::OffsetTracker;
 use poller::{KafkaSubscription, Refusals, Shared, poll};
 use rebalance::TrackingContext;
 use table::read_whole_topic;
-use transactions::{DoneBefore, Tracked, Transactions};
+use transactions::{Tracked, Transactions};
 pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use wire::{publish_error, transport};
 

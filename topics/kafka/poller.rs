@@ -14,9 +14,10 @@ use tokio::sync::mpsc;
 
 use super::catch_up::CatchUp;
 use super::claims::Claims;
+use super::done_ledger::DoneBefore;
 use super::offsets::{OffsetTracker, STALE};
 use super::rebalance::{TrackingContext, is_no_offset};
-use super::transactions::{DoneBefore, Transactions};
+use super::transactions::Transactions;
 use super::wire::{ATTEMPT_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER, transport};
 use crate::telemetry::TraceHeaders;
 use crate::topics::Topic;

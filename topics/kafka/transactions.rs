@@ -22,7 +22,7 @@
 //!   fenced or fatally failed producer is replaced by one under a new transactional id. Only a
 //!   process with a stage that keeps state in memory (the join) exits instead, to rebuild it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -31,16 +31,12 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::done_ledger::{DoneBefore, encode_done, listed_done};
 use super::gate::{Gate, Pass, held, hold_budget};
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, Transacting};
 use super::wire::{publish_error, transport};
 use crate::topics::bus::{BusError, Transaction, held_since};
-
-/// How a commit's metadata names the offsets done beyond its position.
-const DONE_PREFIX: &str = "lacuna-done:";
-/// Kafka keeps at most 4 KiB of metadata per committed offset by default.
-const MAX_METADATA: usize = 4000;
 
 type Alive = Arc<StreamConsumer<TrackingContext>>;
 
@@ -330,138 +326,6 @@ impl Transactions {
     }
 }
 
-/// Offsets as inclusive ranges, start to end: a ledger costs its number of ranges, however many
-/// offsets they span (a first record stuck for an hour leaves one range of everything after it).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Ranges(BTreeMap<i64, i64>);
-
-impl Ranges {
-    /// Ranges of sorted offsets.
-    fn of_sorted(offsets: impl IntoIterator<Item = i64>) -> Ranges {
-        let mut ranges = Ranges::default();
-        for offset in offsets {
-            ranges.push(offset, offset);
-        }
-        ranges
-    }
-
-    /// Adds `start..=end`, which starts at or after every range held; it joins the last one where
-    /// they touch or overlap.
-    fn push(&mut self, start: i64, end: i64) {
-        if let Some((_, last)) = self.0.iter_mut().next_back()
-            && start <= *last + 1
-        {
-            *last = (*last).max(end);
-            return;
-        }
-        self.0.insert(start, end);
-    }
-
-    fn contains(&self, offset: &i64) -> bool {
-        self.0.range(..=*offset).next_back().is_some_and(|(_, end)| offset <= end)
-    }
-
-    /// The ranges cut to the offsets at or after `position`.
-    fn at_or_after(&self, position: i64) -> impl Iterator<Item = (i64, i64)> + '_ {
-        self.0.iter().filter(move |(_, end)| **end >= position).map(move |(start, end)| ((*start).max(position), *end))
-    }
-}
-
-/// `lacuna-done:7-9,12`: offsets done beyond a committed position, as ranges. Empty when none.
-/// Longer than Kafka keeps: the later ones are left out, and their records redone after a crash.
-fn encode_done(done: &Ranges) -> String {
-    let mut note = String::new();
-    for (&start, &end) in &done.0 {
-        let range = if start == end { start.to_string() } else { format!("{start}-{end}") };
-        if DONE_PREFIX.len() + note.len() + range.len() + 1 > MAX_METADATA {
-            tracing::warn!("too many records done out of order to list: those left out are redone after a crash");
-            break;
-        }
-        if !note.is_empty() {
-            note.push(',');
-        }
-        note.push_str(&range);
-    }
-    if note.is_empty() { note } else { format!("{DONE_PREFIX}{note}") }
-}
-
-/// The offsets a commit at `position` lists as done beyond it: this process's (`own`, sorted), and
-/// those an earlier owner listed that this process has not reached yet. Left out, those would be
-/// redone after a crash, though their outputs are committed.
-fn listed_done(own: Vec<i64>, inherited: &Ranges, position: i64) -> Ranges {
-    let own = Ranges::of_sorted(own.into_iter().filter(|offset| *offset >= position));
-    let mut all: Vec<(i64, i64)> = own.at_or_after(position).chain(inherited.at_or_after(position)).collect();
-    all.sort_unstable();
-    let mut listed = Ranges::default();
-    for (start, end) in all {
-        listed.push(start, end);
-    }
-    listed
-}
-
-/// The offsets a commit's metadata says were done beyond its position. Ranges that do not parse, or
-/// run backwards, are not ours: skipped, so those records are redone (at least once, never lost).
-pub(super) fn decode_done(metadata: &str) -> Ranges {
-    let Some(list) = metadata.strip_prefix(DONE_PREFIX) else { return Ranges::default() };
-    let mut ranges: Vec<(i64, i64)> = list
-        .split(',')
-        .filter_map(|range| {
-            let (start, end) = range.split_once('-').unwrap_or((range, range));
-            Some((start.parse::<i64>().ok()?, end.parse::<i64>().ok()?)).filter(|(start, end)| start <= end)
-        })
-        .collect();
-    ranges.sort_unstable();
-    let mut done = Ranges::default();
-    for (start, end) in ranges {
-        done.push(start, end);
-    }
-    done
-}
-
-/// Which offsets of each partition an earlier owner finished beyond its committed position, read
-/// from the committed metadata once per assignment of the partition.
-#[derive(Default)]
-pub(super) struct DoneBefore {
-    partitions: Mutex<HashMap<(String, i32), (u64, Ranges)>>,
-}
-
-impl DoneBefore {
-    /// What the earlier owner listed for this partition, as read in this assignment (empty before).
-    fn inherited(&self, topic: &str, partition: i32) -> Ranges {
-        let partitions = self.partitions.lock().unwrap();
-        partitions.get(&(topic.to_string(), partition)).map(|(_, done)| done.clone()).unwrap_or_default()
-    }
-
-    pub(super) fn contains(
-        &self,
-        consumer: &StreamConsumer<TrackingContext>,
-        (topic, partition, offset): (&str, i32, i64),
-        assignment: u64,
-    ) -> bool {
-        let key = (topic.to_string(), partition);
-        if let Some((_, done)) = self.partitions.lock().unwrap().get(&key).filter(|(seen, _)| *seen == assignment) {
-            return done.contains(&offset);
-        }
-        // Read without the lock: every commit needs it (`inherited`), with the gate closed.
-        let mut list = TopicPartitionList::new();
-        let _ = list.add_partition(topic, partition);
-        let done = match consumer.committed_offsets(list, Duration::from_secs(10)) {
-            Ok(committed) => committed
-                .find_partition(topic, partition)
-                .map(|element| decode_done(element.metadata()))
-                .unwrap_or_default(),
-            Err(error) => {
-                // Redone then: at-least-once for these few, never lost.
-                tracing::warn!(%error, topic, partition, "cannot read which records were done: redoing them");
-                Ranges::default()
-            }
-        };
-        let found = done.contains(&offset);
-        self.partitions.lock().unwrap().insert(key, (assignment, done));
-        found
-    }
-}
-
 impl Transacting for Transactions {
     /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
     /// revocation forgets its partitions there). A transaction that cannot commit is aborted and
@@ -562,51 +426,5 @@ mod tests {
         let Err(BusError::Aborted { reason, rejected: None }) = sent else { panic!("sent: {sent:?}") };
         assert!(reason.contains("kafka.transaction_timeout_ms"), "{reason}");
         assert!(transactions.broken.lock().unwrap().is_some(), "the transaction goes on as if the hold were short");
-    }
-
-    #[test]
-    fn offsets_done_out_of_order_survive_their_encoding_as_ranges() {
-        let done = Ranges::of_sorted([7, 8, 9, 12, 14, 15]);
-        let note = encode_done(&done);
-        assert_eq!(note, "lacuna-done:7-9,12,14-15");
-        assert_eq!(decode_done(&note), done);
-        assert_eq!(encode_done(&Ranges::default()), "");
-        assert_eq!((decode_done(""), decode_done("3:1,4:2")), (Ranges::default(), Ranges::default()), "not ours");
-    }
-
-    /// A process that resumed at 10 inherited 11, 15 and 20 as done by the owner before it, and has
-    /// fetched only up to 13 so far: its commit must still list 15 and 20, or a crash before it
-    /// fetches them would have the next owner redo them (their outputs are already committed).
-    #[test]
-    fn a_commit_keeps_listing_what_an_earlier_owner_did_beyond_what_was_fetched() {
-        let inherited = Ranges::of_sorted([11, 15, 20]);
-        assert_eq!(
-            listed_done(vec![11, 13], &inherited, 12),
-            Ranges::of_sorted([13, 15, 20]),
-            "11 is behind the position now"
-        );
-        assert_eq!(listed_done(vec![], &inherited, 21), Ranges::default());
-        let long = decode_done("lacuna-done:5-150000");
-        assert_eq!(encode_done(&listed_done(vec![150_001], &long, 100)), "lacuna-done:100-150001", "cut, joined");
-    }
-
-    /// A first record stuck (an LLM outage) while 150,001 later ones finish: one range in the commit's
-    /// metadata, and every offset of it must be skipped on resume, or its outputs are committed twice.
-    #[test]
-    fn a_long_range_done_out_of_order_is_read_back_whole() {
-        let done: Vec<i64> = (1..=150_001).collect();
-        let note = encode_done(&Ranges::of_sorted(done.iter().copied()));
-        assert_eq!(note, "lacuna-done:1-150001");
-        let read = decode_done(&note);
-        assert!(done.iter().all(|offset| read.contains(offset)), "offsets past 100,001 of a range were dropped");
-        assert!(!read.contains(&0) && !read.contains(&150_002));
-    }
-
-    #[test]
-    fn a_list_longer_than_kafka_keeps_is_cut_not_refused() {
-        let done: Vec<i64> = (0..4000).map(|i| i * 2).collect();
-        let note = encode_done(&Ranges::of_sorted(done.iter().copied()));
-        assert!(note.len() <= MAX_METADATA);
-        assert!(decode_done(&note).0.iter().all(|(start, end)| (*start..=*end).all(|o| done.contains(&o))));
     }
 }
