@@ -8,7 +8,8 @@
 #   start    formats fresh KRaft storage and starts the cluster, then waits until it serves metadata
 #            --nodes 1|3   one combined broker/controller (default), or three with static voters
 #            --controller-port C   the single node's controller port (default N+1)
-#   stop     TERM every node by PID, KILL after 30 s; deletes the cluster's data
+#   stop     TERM every node by PID, KILL after 30 s; deletes the cluster's data, keeping each node's
+#            server.log in $LACUNA_CACHE/run/kafka-N.logs/ (the last stopped cluster's)
 #   restart  --node I [--crash]: stops node I (TERM; --crash: KILL, as a crash) and starts it again on
 #            its data
 #   kill     --node I: KILL node I and leave it down (its data stays); `resume --node I` starts it again
@@ -211,6 +212,12 @@ case "$CMD" in
         for i in $(seq 1 "$(cluster_nodes)"); do stop_node "$i" & done
         wait
         log "stopped the cluster at 127.0.0.1:$PORT"
+        # The nodes' logs outlive their cluster: a test that stalled (a node slow to come back, a
+        # coordinator that does not move) is read after the test stopped it.
+        keep="$RUN.logs"; rm -rf "$keep"; mkdir -p "$keep"
+        for dir in "$RUN"/node-*; do
+            if [ -f "$dir/server.log" ]; then cp "$dir/server.log" "$keep/$(basename "$dir").log"; fi
+        done
         rm -rf "$RUN" ;;
     restart)
         need_node; NODES=$(cluster_nodes)
