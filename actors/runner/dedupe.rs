@@ -57,8 +57,11 @@ fn strip_run_details(value: &mut Value) {
 /// outputs went into on an exactly-once bus.
 pub struct Window {
     capacity: usize,
-    seen: Mutex<(HashMap<u128, Option<Transaction>>, VecDeque<u128>)>,
+    seen: Mutex<Seen>,
 }
+
+/// Each fingerprint with its transaction, and the fingerprints oldest first.
+type Seen = (HashMap<u128, Option<Transaction>>, VecDeque<u128>);
 
 impl Window {
     /// `None` when `capacity` is 0: no skipping.

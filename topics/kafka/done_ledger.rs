@@ -88,7 +88,7 @@ pub(super) fn listed_done(own: Vec<i64>, inherited: &Ranges, position: i64) -> R
 
 /// The offsets a commit's metadata says were done beyond its position. Ranges that do not parse, or
 /// run backwards, are not ours: skipped, so those records are redone (at least once, never lost).
-pub(super) fn decode_done(metadata: &str) -> Ranges {
+fn decode_done(metadata: &str) -> Ranges {
     let Some(list) = metadata.strip_prefix(DONE_PREFIX) else { return Ranges::default() };
     let mut ranges: Vec<(i64, i64)> = list
         .split(',')

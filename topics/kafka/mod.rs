@@ -122,6 +122,20 @@ fn producer(
         .map_err(transport)
 }
 
+/// Settles the transactions written under `id`: re-initialising it, which the broker answers only
+/// once a commit under way has finished, aborts a transaction still open and fences the producer
+/// that wrote it. What a crashed predecessor left (`succeed`) and a producer left behind (`renew`).
+fn settle(
+    base: &ClientConfig,
+    settings: &KafkaSettings,
+    max_event_bytes: usize,
+    id: &str,
+    timeout: Duration,
+) -> Result<(), BusError> {
+    let settling = producer(base, settings, max_event_bytes, Some((id, timeout)))?;
+    transactions::init_transactions(&settling, timeout)
+}
+
 impl KafkaBus {
     pub fn new(settings: KafkaSettings, bus: &BusSettings) -> Result<Self, BusError> {
         // Only Kafka carries records to other builds, so only it checks the version it is to write.
@@ -174,9 +188,7 @@ impl KafkaBus {
         let (group, topic) = (group.to_string(), topic.to_string());
         Box::new(move |left| {
             let timeout = Duration::from_millis(settings.transaction_timeout_ms);
-            let settling = producer(&base, &settings, max_event_bytes, Some((left, timeout)))?;
-            transactions::init_transactions(&settling, timeout)?;
-            drop(settling);
+            settle(&base, &settings, max_event_bytes, left, timeout)?;
             let id = match settings.instance_id.as_str() {
                 "" => lineage::fresh_id(&format!("{}{group}.{}", settings.topic_prefix, std::process::id())),
                 instance => {
@@ -200,9 +212,7 @@ impl KafkaBus {
     fn succeed(&self, stable: &str, topic: &str, timeout: Duration) -> Result<String, BusError> {
         let lineage = Lineage::new(&self.base, stable, topic)?;
         let last = lineage.last()?.unwrap_or_else(|| stable.to_string());
-        let predecessor = producer(&self.base, &self.settings, self.max_event_bytes, Some((&last, timeout)))?;
-        transactions::init_transactions(&predecessor, timeout)?;
-        drop(predecessor);
+        settle(&self.base, &self.settings, self.max_event_bytes, &last, timeout)?;
         let id = lineage::fresh_id(stable);
         lineage.record(&id)?;
         Ok(id)
