@@ -3,11 +3,14 @@
 # broker our users run, resolved from Maven Central with scripts/kafka/pom.xml (no tarball is served
 # here) into $LACUNA_CACHE, every jar checked against scripts/kafka/jars.sha256.
 #
-# Usage: scripts/kafka.sh install|start|stop|restart|kill|resume|status|pid [--port N] [options]
+# Usage: scripts/kafka.sh install|start|stop|restart|kill|resume|status|pid|transactions|groups|hanging
+#        [--port N] [options]
 #   install  resolves the jars (once: a second run checks the hashes and resolves nothing)
 #   start    formats fresh KRaft storage and starts the cluster, then waits until it serves metadata
 #            --nodes 1|3   one combined broker/controller (default), or three with static voters
 #            --controller-port C   the single node's controller port (default N+1)
+#            --secure [--users a,b]   one node over SASL_SSL with SCRAM-SHA-512 and the StandardAuthorizer
+#                          (scripts/kafka/secure.sh): users admin (super) and a, b, passwords <user>-secret
 #   stop     TERM every node by PID, KILL after 30 s; deletes the cluster's data, keeping each node's
 #            server.log in $LACUNA_CACHE/run/kafka-N.logs/ (the last stopped cluster's)
 #   restart  --node I [--crash]: stops node I (TERM; --crash: KILL, as a crash) and starts it again on
@@ -17,6 +20,9 @@
 #   pid      --node I: prints node I's PID
 #   transactions  lists the transactional ids with their coordinator's node id (Kafka's
 #            TransactionsCommand), for a test that kills the node coordinating a process's transactions
+#   acls add|remove FILE   (--secure) adds or removes a table of ACLs, as `lacuna acls` prints it
+#   groups   every consumer group's offsets and lag by partition; hanging: transactions open past
+#            their timeout on each node (both read after a stalled test)
 # Ports: a cluster is named by its first broker port N. Node I listens on N+2(I-1) (clients) and,
 # for three nodes, N+2(I-1)+1 (its controller).
 #
@@ -33,6 +39,9 @@ NODES=1
 NODE=""
 CONTROLLER_PORT=""
 CRASH=0
+SECURE=0
+USERS=""
+ARGS=()
 CMD="${1:-}"; shift || true
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -41,13 +50,19 @@ while [ $# -gt 0 ]; do
         --node) NODE=$2; shift 2 ;;
         --controller-port) CONTROLLER_PORT=$2; shift 2 ;;
         --crash) CRASH=1; shift ;;
-        *) echo "kafka: unknown argument $1" >&2; exit 2 ;;
+        --secure) SECURE=1; shift ;;
+        --users) USERS=$2; shift 2 ;;
+        --*) echo "kafka: unknown argument $1" >&2; exit 2 ;;
+        *) ARGS+=("$1"); shift ;;
     esac
 done
 RUN="$CACHE/run/kafka-$PORT"
+[ "${#ARGS[@]}" = 0 ] || [ "$CMD" = acls ] || { echo "kafka: unknown argument ${ARGS[0]}" >&2; exit 2; }
 
 log() { echo "kafka: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=kafka/secure.sh
+. "$HERE/kafka/secure.sh"
 
 # Java 17: Kafka 4.x runs on 17 and later, but the tests pin one (a Temurin 25 JDK is installed too).
 java_home() {
@@ -109,11 +124,14 @@ write_config() {
     cat > "$dir/server.properties" <<EOF
 process.roles=broker,controller
 node.id=$node
+$(if [ -f "$RUN/secure" ]; then secure_config; else cat <<PLAIN
 listeners=PLAINTEXT://127.0.0.1:$(client_port "$node"),CONTROLLER://127.0.0.1:$(controller_port "$node")
 advertised.listeners=PLAINTEXT://127.0.0.1:$(client_port "$node")
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
+PLAIN
+fi)
 $(if [ "$NODES" = 1 ]; then echo "controller.quorum.bootstrap.servers=127.0.0.1:$(controller_port 1)"; else echo "controller.quorum.voters=$voters"; fi)
 log.dirs=$dir/data
 num.partitions=1
@@ -150,12 +168,13 @@ wait_node() {
 # Waits until the cluster answers an admin call (the controllers have a leader and every broker has
 # registered): an open port alone can still refuse metadata for a moment.
 wait_ready() {
-    local java; java=$(java_home)/bin/java
+    local java config; java=$(java_home)/bin/java
+    mapfile -t config < <(admin_config)
     for _ in $(seq 1 60); do
         local brokers
         brokers=$("$java" -Xmx128m -cp "$LIBS/*" -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
             -Dkafka.logs.dir="$RUN" org.apache.kafka.tools.BrokerApiVersionsCommand \
-            --bootstrap-server "127.0.0.1:$PORT" 2>/dev/null | grep -c '^127.0.0.1:' || true)
+            --bootstrap-server "127.0.0.1:$PORT" "${config[@]}" 2>/dev/null | grep -c '^127.0.0.1:' || true)
         [ "$brokers" -ge "$(cluster_nodes)" ] && return 0
         sleep 1
     done
@@ -171,12 +190,23 @@ stop_node() {
     rm -f "$RUN/node-$node/pid"
 }
 
+# One of Kafka's admin tools (a class under org.apache.kafka.tools) against the cluster, its log
+# beside the cluster's (our log4j2 configuration writes to ${kafka.logs.dir}), not into a folder
+# named after the unset property in the working directory.
+tool() {
+    local class=$1 config; shift
+    mapfile -t config < <(admin_config)
+    "$(java_home)/bin/java" -Xmx256m -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
+        -Dkafka.logs.dir="$RUN" -cp "$LIBS/*" "org.apache.kafka.tools.$class" --bootstrap-server "127.0.0.1:$PORT" "${config[@]}" "$@"
+}
+
 need_node() { [ -n "$NODE" ] && [ -d "$RUN/node-$NODE" ] || die "--node I names a node of the cluster at port $PORT"; }
 
 case "$CMD" in
     install) install; echo "$LIBS" ;;
     start)
         case "$NODES" in 1|3) ;; *) die "--nodes is 1 or 3" ;; esac
+        [ "$SECURE" = 0 ] || [ "$NODES" = 1 ] || die "--secure starts one node"
         install
         if [ -f "$RUN/nodes" ] && node_pid 1 > /dev/null; then log "already running at 127.0.0.1:$PORT"; exit 0; fi
         for i in $(seq 1 "$NODES"); do
@@ -185,6 +215,8 @@ case "$CMD" in
             done
         done
         rm -rf "$RUN"; mkdir -p "$RUN"; echo "$NODES" > "$RUN/nodes"
+        scram=()
+        if [ "$SECURE" = 1 ]; then secure_material; mapfile -t scram < <(secure_users); fi
         # A fresh cluster id and storage every start: nothing of an earlier run is seen.
         # Not starting with '-', which the storage tool would read as an option (Kafka's own
         # Uuid.randomUuid() rejects those ids for the same reason).
@@ -199,13 +231,14 @@ case "$CMD" in
             standalone=(); [ "$NODES" = 1 ] && standalone=(--standalone)
             "$java" -Xmx256m -cp "$LIBS/*" -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
                 -Dkafka.logs.dir="$RUN/node-$i" kafka.tools.StorageTool format --cluster-id "$cluster_id" \
-                "${standalone[@]}" -c "$RUN/node-$i/server.properties" > "$RUN/node-$i/format.log" 2>&1 ||
+                "${standalone[@]}" "${scram[@]}" -c "$RUN/node-$i/server.properties" > "$RUN/node-$i/format.log" 2>&1 ||
                 { cat "$RUN/node-$i/format.log" >&2; die "formatting node $i's storage failed"; }
         done
         for i in $(seq 1 "$NODES"); do start_node "$i"; done
         for i in $(seq 1 "$NODES"); do wait_node "$i"; done
         wait_ready
-        log "Apache Kafka $VERSION running: $NODES node(s), 127.0.0.1:$PORT (pids $(for i in $(seq 1 "$NODES"); do node_pid "$i"; done | tr '\n' ' '))" ;;
+        log "Apache Kafka $VERSION running: $NODES node(s), 127.0.0.1:$PORT (pids $(for i in $(seq 1 "$NODES"); do node_pid "$i"; done | tr '\n' ' '))"
+        [ "$SECURE" = 0 ] || log "over SASL_SSL (SCRAM-SHA-512, StandardAuthorizer): trust $RUN/tls/ca.crt; users admin${USERS:+,$USERS}, password <user>-secret" ;;
     stop)
         [ -d "$RUN" ] || exit 0
         # Every node at once: stopped one by one, the last ones wait for a quorum that is gone.
@@ -229,10 +262,16 @@ case "$CMD" in
     status) for i in $(seq 1 "$(cluster_nodes)"); do node_pid "$i" > /dev/null && port_open "$(client_port "$i")" || exit 1; done ;;
     pid) need_node; node_pid "$NODE" ;;
     # Kafka's own TransactionsCommand: the transactional ids, each with its coordinator's node id.
-    transactions)
-        # Its log beside the cluster's (our log4j2 configuration writes to ${kafka.logs.dir}), not
-        # into a folder named after the unset property in the working directory.
+    transactions) tool TransactionsCommand list ;;
+    # Every group's committed offsets, log end offsets and lag, partition by partition, and the
+    # transactions open past their timeout on each node: what a stalled stream is read from.
+    groups) tool consumer.group.ConsumerGroupCommand --describe --all-groups ;;
+    # A table of ACLs (`lacuna acls` prints one) added or removed as the super user, on a --secure node.
+    acls)
+        [ -f "$RUN/secure" ] || die "acls: the cluster at port $PORT was not started with --secure"
+        [ "${#ARGS[@]}" = 2 ] || die "acls add|remove FILE (- for stdin)"
         "$(java_home)/bin/java" -Xmx256m -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
-            -Dkafka.logs.dir="$RUN" -cp "$LIBS/*" org.apache.kafka.tools.TransactionsCommand --bootstrap-server "127.0.0.1:$PORT" list ;;
-    *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+            -Dkafka.logs.dir="$RUN" -cp "$LIBS/*" "$HERE/kafka/Acls.java" "$RUN/admin.properties" "${ARGS[@]}" ;;
+    hanging) for i in $(seq 1 "$(cluster_nodes)"); do tool TransactionsCommand find-hanging --broker-id "$i"; done ;;
+    *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
