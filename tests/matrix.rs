@@ -154,7 +154,17 @@ fn wait_ready(cluster: &Cluster, name: &str) {
 fn supervise(cluster: &mut Cluster, test: &str, count: usize, names: &[&str]) {
     let answers = support::scratch_dir(test).join("answers.jsonl");
     let started = Instant::now();
-    while answer_ids(&answers).len() < count && started.elapsed() < Duration::from_secs(300) {
+    let (mut answered, mut since, mut printed) = (0, Instant::now(), false);
+    while answered < count && started.elapsed() < Duration::from_secs(300) {
+        // A stall is read before the sink gives up (180 s without an answer) and the stages stop.
+        let now = answer_ids(&answers).len();
+        if now > answered {
+            (answered, since) = (now, Instant::now());
+        } else if since.elapsed() > Duration::from_secs(120) && !printed {
+            eprintln!("matrix: {test}: no answer for 120 s with {answered} of {count}");
+            cluster.print_stall();
+            printed = true;
+        }
         for name in names {
             if cluster.restart_if_exited(name) {
                 EXITS.fetch_add(1, Ordering::SeqCst);

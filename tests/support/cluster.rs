@@ -43,6 +43,34 @@ impl OwnBroker {
         broker
     }
 
+    /// One node over SASL_SSL with SCRAM-SHA-512 and the StandardAuthorizer (`start --secure`):
+    /// `users` and the super user `admin`, each with the password `<user>-secret`.
+    pub fn start_secure(users: &[&str]) -> OwnBroker {
+        let [client, controller] = super::free_ports();
+        let broker = OwnBroker { port: client.to_string(), controller_port: controller.to_string(), nodes: 1 };
+        broker.run(&["start", "--secure", "--users", &users.join(",")]);
+        broker
+    }
+
+    /// The librdkafka properties of a client of a `--secure` node, but for its `sasl.username`.
+    pub fn sasl_properties(&self) -> String {
+        let cache = std::env::var("LACUNA_CACHE")
+            .unwrap_or_else(|_| format!("{}/.cache/lacuna", std::env::var("HOME").unwrap()));
+        let ca = format!("{cache}/run/kafka-{}/tls/ca.crt", self.port);
+        format!("security.protocol=SASL_SSL;sasl.mechanisms=SCRAM-SHA-512;ssl.ca.location={ca}")
+    }
+
+    /// Adds (`add`) or removes (`remove`) ACLs, as `lacuna acls` prints them, on a `--secure` node.
+    pub fn acls(&self, action: &str, table: &str) {
+        let file = std::env::temp_dir().join(format!("lacuna-acls-{}-{}", self.port, std::process::id()));
+        std::fs::write(&file, table).unwrap();
+        let status = Command::new("scripts/kafka.sh")
+            .args(["acls", action, file.to_str().unwrap(), "--port", &self.port])
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/kafka.sh acls {action}");
+    }
+
     /// `scripts/kafka.sh COMMAND --node NODE` on a cluster of three: `restart --crash`, `kill`, `resume`.
     pub fn run_node(&self, command: &[&str], node: i32) {
         let status = Command::new("scripts/kafka.sh")
@@ -132,6 +160,8 @@ pub struct Cluster {
     metrics_ports: std::collections::HashMap<String, u16>,
     /// Each name's stage and `kafka.instance_id`, so a restart runs the same replica again.
     replicas: std::collections::HashMap<String, (String, String)>,
+    /// On a `--secure` node ([`OwnBroker::sasl_properties`]): every process a principal of its own.
+    sasl: Option<String>,
 }
 
 impl Cluster {
@@ -141,6 +171,11 @@ impl Cluster {
 
     /// [`Cluster::start`] with more environment for every process.
     pub fn start_with_env(settings: &Settings, llm_url: &str, extra: &[(&str, &str)]) -> Cluster {
+        Self::start_as(Self::environment(settings, llm_url, extra), None)
+    }
+
+    /// What every process of the cluster runs with.
+    fn environment(settings: &Settings, llm_url: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = vec![
             ("LACUNA__KAFKA__BROKERS".into(), settings.kafka.brokers.clone()),
             ("LACUNA__KAFKA__TOPIC_PREFIX".into(), settings.kafka.topic_prefix.clone()),
@@ -160,8 +195,19 @@ impl Cluster {
         ];
         env.extend(super::ANSWER_CHECKS_OFF.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env
+    }
+
+    /// The stages on a `--secure` node, each as the principal named after it (`User:retrieve`, with
+    /// the password `retrieve-secret`); `submit` and `answers` as `User:submit` and
+    /// `User:answers`, any other command as `User:admin`.
+    pub fn start_secure(settings: &Settings, llm_url: &str, sasl: String) -> Cluster {
+        Self::start_as(Self::environment(settings, llm_url, &[]), Some(sasl))
+    }
+
+    fn start_as(env: Vec<(String, String)>, sasl: Option<String>) -> Cluster {
         let mut cluster =
-            Cluster { env, stages: Vec::new(), metrics_ports: Default::default(), replicas: Default::default() };
+            Cluster { env, stages: Vec::new(), metrics_ports: Default::default(), replicas: Default::default(), sasl };
         for stage in PipelineKind::Migres.stages() {
             cluster.spawn(stage.name);
         }
@@ -171,6 +217,18 @@ impl Cluster {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_lacuna"));
         command.args(args).envs(self.env.iter().cloned());
+        if let Some(sasl) = &self.sasl {
+            let principal = match args {
+                ["stage", stage, ..] => *stage,
+                ["submit", ..] => "submit",
+                ["answers", ..] => "answers",
+                _ => "admin",
+            };
+            command
+                .env("LACUNA__KAFKA__PROPERTIES", format!("{sasl};sasl.username={principal}"))
+                .env("LACUNA__KAFKA__SECRET_PROPERTIES", "sasl.password=LACUNA_TEST_SASL_PASSWORD")
+                .env("LACUNA_TEST_SASL_PASSWORD", format!("{principal}-secret"));
+        }
         command
     }
 
@@ -243,6 +301,32 @@ impl Cluster {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         self.signal(name, signal)
+    }
+
+    /// Prints what a stalled run is read from: each stage's readiness and the metrics that say
+    /// whether it holds work, waits on paused partitions or lags, then the broker's own view (every
+    /// group's lag by partition, the transactions open past their timeout) through `scripts/kafka.sh`.
+    pub fn print_stall(&self) {
+        const SERIES: [&str; 6] = [
+            "lacuna_stage_in_flight",
+            "lacuna_kafka_paused_partitions",
+            "lacuna_kafka_consumer_lag",
+            "lacuna_kafka_waiting_records",
+            "lacuna_kafka_transaction_aborts_total",
+            "lacuna_kafka_producer_renewals_total",
+        ];
+        for (name, _) in &self.stages {
+            eprintln!("stall: {name} ready={}", self.ready(name));
+            let text = self.metrics(name).unwrap_or_default();
+            for line in text.lines().filter(|line| SERIES.iter().any(|series| line.starts_with(series))) {
+                eprintln!("stall: {name} {line}");
+            }
+        }
+        let brokers = self.env.iter().find(|(key, _)| key == "LACUNA__KAFKA__BROKERS").map(|(_, value)| value.as_str());
+        let port = brokers.and_then(|all| all.split(',').next()?.rsplit(':').next()).unwrap_or_default();
+        for command in ["groups", "hanging"] {
+            let _ = Command::new("scripts/kafka.sh").args([command, "--port", port]).status();
+        }
     }
 
     /// Whether the stage's `/readyz` answers 200.

@@ -105,6 +105,9 @@ pub fn run_on(
     }
     disrupt(&mut cluster);
     let status = sink.wait().unwrap();
+    if !status.success() {
+        cluster.print_stall();
+    }
     assert!(status.success());
     (expected, answer_ids(&answers), settings)
 }
