@@ -59,6 +59,7 @@ pub struct Metrics {
     pub answer_passages: HistogramVec,
     pub queue_depth: IntGaugeVec,
     pub paused_partitions: IntGaugeVec,
+    pub missing_acls: IntGaugeVec,
     pub waiting_records: IntGaugeVec,
     pub consumer_lag: IntGaugeVec,
     pub join_pending: IntGaugeVec,
@@ -263,6 +264,14 @@ impl Metrics {
                 &["group"],
             )
             .expect("a valid gauge"),
+            missing_acls: IntGaugeVec::new(
+                Opts::new(
+                    "lacuna_kafka_missing_acls",
+                    "1 for each ACL the cluster does not grant a stage that waits, unready, for it.",
+                ),
+                &["stage", "operation", "resource", "name", "principal"],
+            )
+            .expect("a valid gauge"),
             waiting_records: IntGaugeVec::new(
                 Opts::new(
                     "lacuna_kafka_waiting_records",
@@ -450,6 +459,7 @@ impl Metrics {
             Box::new(self.answer_passages.clone()),
             Box::new(self.queue_depth.clone()),
             Box::new(self.paused_partitions.clone()),
+            Box::new(self.missing_acls.clone()),
             Box::new(self.waiting_records.clone()),
             Box::new(self.consumer_lag.clone()),
             Box::new(self.join_pending.clone()),

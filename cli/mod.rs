@@ -12,12 +12,14 @@
 //! - `sink`: the answers sink behind `lacuna answers`, one JSONL record per question, across restarts.
 //! - `dlq`: dead letters replayed to the topic they came from, once the cause is fixed.
 //! - `topics`: creates a pipeline's Kafka topics and prints who writes and reads each.
+//! - `acls`: the Kafka ACLs each of a pipeline's processes needs, for an authorizer.
 //! - `graph`: a pipeline's topology from its declaration (the README's diagrams, the Helm chart's lists).
 //! - `eval`: scores a pipeline on a dataset folder, or compares earlier runs.
 //! - `calibrate`: the re-ranker threshold, by the paper's recipe.
 //! - `recall`: recall@5/20/50 of gold passages and indexing time, per dataset and backend.
 //! - `bench`: throughput figures and ratios for a pipeline, the re-ranker and document freshness.
 
+mod acls;
 mod ask;
 mod bench;
 mod calibrate;
@@ -90,6 +92,8 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Create a pipeline's Kafka topics (idempotent).
     Topics(topics::TopicsArgs),
+    /// Print the Kafka ACLs each process of a pipeline needs, one rule a line.
+    Acls(acls::AclsArgs),
     /// Print a pipeline's stages and topics: text, Mermaid, DOT, JSON, or the Helm chart's list.
     Graph(graph::GraphArgs),
     /// Find the re-ranker threshold that keeps a passage for 80% of a dataset's questions.
@@ -117,6 +121,7 @@ impl Command {
             Command::Dlq(_) => "dlq",
             Command::Eval(_) => "eval",
             Command::Topics(_) => "topics",
+            Command::Acls(_) => "acls",
             Command::Graph(_) => "graph",
             Command::Calibrate(_) => "calibrate",
             Command::Recall(_) => "recall",
@@ -152,6 +157,7 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Dlq(args) => dlq::dlq(&settings, args).await,
         Command::Eval(args) => eval::eval(&settings, cli.config.as_deref(), cli.profile, args).await,
         Command::Topics(args) => topics::topics(&settings, args).await,
+        Command::Acls(args) => acls::acls(&settings, args),
         Command::Graph(args) => graph::graph(args),
         Command::Calibrate(args) => calibrate::calibrate_command(&settings, args).await,
         Command::Recall(args) => recall::recall(&settings, args).await,

@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Args;
 
 use crate::actors::runner::RunningStage;
-use crate::config::Settings;
-use crate::pipelines::PipelineKind;
+use crate::config::{KafkaSettings, Settings};
 use crate::pipelines::parts::Part;
 use crate::pipelines::parts::{Parts, check_llm};
 use crate::pipelines::startup::{follow_documents, while_following};
+use crate::pipelines::{PipelineKind, acls};
+use crate::topics::kafka::KafkaBus;
 
 #[derive(Args)]
 pub struct StageArgs {
@@ -26,6 +27,7 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let stage = args.pipeline.stage(&args.name)?;
     let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     let who = format!("stage {}", args.name);
+    wait_for_acls(settings, args.pipeline, &args.name).await?;
     let mut materialiser = follow_documents(settings, stage.needs(Part::Search), &who).await?;
     let mut parts = Parts::load_for(settings, args.pipeline, [stage])?;
     if stage.needs(Part::Llm) {
@@ -58,6 +60,57 @@ pub async fn run_until_stopped(running: RunningStage, ready: Arc<AtomicBool>) ->
     running.drain().await;
     eprintln!("stage {name}: stopped");
     Ok(())
+}
+
+/// How often a stage that lacks an ACL asks again.
+const ACLS_AGAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits, unready, until the cluster grants every topic and group ACL the stage needs
+/// (`lacuna acls`), naming each that is missing (operation, resource, principal) until it is
+/// granted. Started without them, a stage would exit on its first refusal and be restarted into
+/// it again, or take records it cannot send on. A cluster without an authorizer grants all; a
+/// cluster that cannot be asked is not waited for.
+async fn wait_for_acls(settings: &Settings, pipeline: PipelineKind, name: &str) -> anyhow::Result<()> {
+    let principal = principal(&settings.kafka);
+    let needed = acls::needed(settings, pipeline, name, &principal).unwrap_or_default();
+    let bus = KafkaBus::new(pipeline.kafka_settings(&settings.kafka), &settings.bus)?;
+    loop {
+        let gauge = &crate::metrics::METRICS.missing_acls;
+        gauge.reset();
+        match bus.missing_acls(needed.clone()).await {
+            Ok(missing) if missing.is_empty() => return Ok(()),
+            Ok(missing) => {
+                for acl in &missing {
+                    gauge.with_label_values(&[name, acl.operation, acl.resource, &acl.name, &acl.principal]).set(1);
+                }
+                let missing: Vec<String> = missing.iter().map(ToString::to_string).collect();
+                tracing::error!(
+                    stage = name,
+                    missing = %missing.join("; "),
+                    "the cluster does not grant this stage an ACL it needs: it stays unready and asks again every {}s \
+                     (`lacuna acls --only {name}` lists them all)",
+                    ACLS_AGAIN.as_secs()
+                );
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot ask the cluster which ACLs it grants this stage: starting without knowing");
+                return Ok(());
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ACLS_AGAIN) => {}
+            _ = wait_for_shutdown_signal() => anyhow::bail!("stage {name} stopped while it lacked ACLs"),
+        }
+    }
+}
+
+/// The principal the cluster knows this client as, for messages: `User:<sasl.username>` with SASL.
+fn principal(kafka: &KafkaSettings) -> String {
+    let username = kafka.properties.iter().find_map(|p| p.strip_prefix("sasl.username=").map(str::trim));
+    match username {
+        Some(name) => format!("User:{name}"),
+        None => "this client's principal".to_string(),
+    }
 }
 
 pub(crate) async fn wait_for_shutdown_signal() {

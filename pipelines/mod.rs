@@ -3,7 +3,9 @@
 //! off those declarations and `render` draws it, `kind` names the pipelines, `runner` runs one in
 //! this process. Before it does, `startup` loads the `parts` its stages need (index, models) with the
 //! `provenance` of their answers, and follows the documents topic; `input` checks the questions.
+//! `acls` lists the Kafka ACLs each of a pipeline's processes needs.
 
+pub mod acls;
 pub mod declaration;
 pub mod graph;
 pub mod input;

@@ -17,6 +17,7 @@
 //! - `leaders`: a topic's partitions, watermarks and offsets by time, asked again while leaders are elected.
 //! - `documents`: the corpus's changelog: one compacted documents topic, a record per whole document.
 //! - `identity`: the cluster's and a topic's ids, kept beside offsets stored outside Kafka.
+//! - `grants`: which of the ACLs a process needs the cluster's authorizer does not grant it.
 //! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
 //! - `transactions`: exactly-once: a process's outputs and consumed positions in one transaction.
 //! - `done_ledger`: exactly-once: the offsets done beyond a committed position, in its metadata.
@@ -46,6 +47,7 @@ mod documents;
 mod done_ledger;
 mod follow;
 mod gate;
+mod grants;
 mod identity;
 mod leaders;
 mod lineage;
@@ -60,6 +62,7 @@ pub use catch_up::CatchUp;
 pub use config::client_config;
 pub use documents::{Change, Changelog, RejectedDocument, Span};
 use done_ledger::DoneBefore;
+pub use grants::Acl;
 pub use identity::TopicIdentity;
 use lineage::Lineage;
 use offsets::OffsetTracker;
@@ -250,6 +253,35 @@ impl KafkaBus {
         tokio::task::spawn_blocking(move || identity::identify(consumer.client(), &name, IDENTIFY_TIMEOUT))
             .await
             .map_err(transport)?
+    }
+
+    /// Of `needed`, the topic and group rules the cluster's authorizer does not grant this
+    /// client's principal ([`grants`]).
+    /// A transactional id rule has no such question: it is asked by initialising a producer under
+    /// `<name>acl-check` (a prefixed rule's name ends with its `.`), as exactly-once initialises its own.
+    pub async fn missing_acls(&self, needed: Vec<Acl>) -> Result<Vec<Acl>, BusError> {
+        let consumer: rdkafka::consumer::BaseConsumer = self.base.create().map_err(transport)?;
+        let (base, settings, max_event_bytes) = (self.base.clone(), self.settings.clone(), self.max_event_bytes);
+        let timeout = Duration::from_millis(self.settings.transaction_timeout_ms);
+        tokio::task::spawn_blocking(move || {
+            let mut missing = grants::missing(consumer.client(), &needed, IDENTIFY_TIMEOUT)?;
+            for acl in needed.iter().filter(|acl| acl.resource == "TRANSACTIONAL_ID") {
+                let id = if acl.pattern == "PREFIXED" { format!("{}acl-check", acl.name) } else { acl.name.clone() };
+                let probe = producer(&base, &settings, max_event_bytes, Some((&id, timeout)))?;
+                match probe.init_transactions(timeout) {
+                    Err(error)
+                        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed) =>
+                    {
+                        missing.push(acl.clone())
+                    }
+                    Err(error) => return Err(transport(error)),
+                    Ok(()) => {}
+                }
+            }
+            Ok(missing)
+        })
+        .await
+        .map_err(transport)?
     }
 
     /// [`Self::identify`], blocking the calling thread (a follower's own).
