@@ -298,10 +298,26 @@ impl KafkaBus {
         Topic::ALL.into_iter().find(|t| self.topic_name(*t) == name)
     }
 
-    /// Creates those of `topics` that do not exist yet, with the configured partitions.
+    /// Creates those of `topics` that do not exist yet, with the configured partitions. Only those
+    /// this client does not see are asked for: under an authorizer a stage may describe its own
+    /// topics but not create them, and Kafka refuses to create one it may not, existing or not.
+    /// A topic it may not create either is left to the ACL check ([`Self::missing_acls`]) or to
+    /// the stage that reads it.
     pub async fn ensure_topics(&self, topics: &[Topic]) -> Result<(), BusError> {
         let admin: AdminClient<DefaultClientContext> = self.base.create().map_err(transport)?;
-        let names: Vec<String> = topics.iter().map(|t| self.topic_name(*t)).collect();
+        let lister: rdkafka::consumer::BaseConsumer = self.base.create().map_err(transport)?;
+        let seen = tokio::task::spawn_blocking(move || {
+            let metadata = lister.fetch_metadata(None, Duration::from_secs(30))?;
+            Ok::<_, rdkafka::error::KafkaError>(
+                metadata.topics().iter().map(|t| t.name().to_string()).collect::<Vec<_>>(),
+            )
+        });
+        let seen = seen.await.map_err(transport)?.map_err(transport)?;
+        let names: Vec<String> =
+            topics.iter().map(|t| self.topic_name(*t)).filter(|name| !seen.contains(name)).collect();
+        if names.is_empty() {
+            return Ok(());
+        }
         let topics: Vec<NewTopic> = names
             .iter()
             .map(|name| {
@@ -322,6 +338,9 @@ impl KafkaBus {
         for result in admin.create_topics(&topics, &options).await.map_err(transport)? {
             match result {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, RDKafkaErrorCode::TopicAuthorizationFailed)) => {
+                    tracing::debug!(topic = %name, "not authorized to create (or describe) the topic: left as it is");
+                }
                 Err((name, code)) => return Err(BusError::Transport(format!("cannot create topic {name}: {code}"))),
             }
         }
