@@ -10,9 +10,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lacuna::pipelines::PipelineKind;
-use support::cluster::{Cluster, OwnBroker, answer_ids, settings, write_questions};
-use support::disrupted::answering_llm;
-use support::fake_llm::FakeLlm;
+use support::cluster::{Cluster, OwnBroker, answer_ids, raw_answer_keys, settings};
+use support::disrupted::{answering_llm, submit, wait_for_answers};
+use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 
 /// One rule of each kind a stage needs, each withheld from another stage: Read on an input topic,
 /// Write on an output topic, Read on its group, Read on the groups it keeps notes in (prefixed), and
@@ -43,21 +43,54 @@ fn lacuna_as_admin(broker: &OwnBroker, prefix: &str, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// One secure node with a user per process, the fake LLM answering with `script`, the pipeline's
+/// topics made by the admin, and the table `lacuna acls` prints for every process.
+struct Secure {
+    broker: OwnBroker,
+    llm: FakeLlm,
+    settings: lacuna::config::Settings,
+    stages: Vec<&'static str>,
+    table: String,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Secure {
+    fn start(test: &str, script: impl Fn(&str) -> Reply + Send + Sync + 'static) -> Secure {
+        let stages: Vec<&str> = PipelineKind::Migres.stages().iter().map(|s| s.name).collect();
+        let users: Vec<&str> = stages.iter().copied().chain(["submit", "answers"]).collect();
+        let broker = OwnBroker::start_secure(&users);
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let llm = runtime.block_on(FakeLlm::start(script));
+        let mut settings = settings(test, &llm.base_url);
+        settings.kafka.brokers = broker.address();
+        let prefix = settings.kafka.topic_prefix.clone();
+        lacuna_as_admin(&broker, &prefix, &["topics"]);
+        let table = lacuna_as_admin(&broker, &prefix, &["acls", "--only", &users.join(",")]);
+        Secure { broker, llm, settings, stages, table, _runtime: runtime }
+    }
+
+    /// The answers topic's keys, read `read_committed` as the admin.
+    fn raw_answer_keys(&self) -> Vec<String> {
+        let mut settings = self.settings.clone();
+        settings.kafka.properties = self.broker.sasl_properties().split(';').map(String::from).collect();
+        settings.kafka.properties.extend(["sasl.username=admin".into(), "sasl.password=admin-secret".into()]);
+        raw_answer_keys(&settings, "read_committed")
+    }
+}
+
+/// One test at a time: each starts a node and eight processes on two cores.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn every_process_runs_with_exactly_its_acls_and_a_stage_lacking_one_waits_unready_naming_it() {
-    let stages: Vec<&str> = PipelineKind::Migres.stages().iter().map(|s| s.name).collect();
-    let users: Vec<&str> = stages.iter().copied().chain(["submit", "answers"]).collect();
-    let broker = OwnBroker::start_secure(&users);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let llm = runtime.block_on(FakeLlm::start(answering_llm()));
-    let mut settings = settings("authorizer", &llm.base_url);
-    settings.kafka.brokers = broker.address();
+    let _serial = serial();
+    let secure = Secure::start("authorizer", answering_llm());
+    let (broker, settings, table, stages) = (&secure.broker, &secure.settings, &secure.table, &secure.stages);
     let prefix = settings.kafka.topic_prefix.clone();
-
-    // The pipeline's topics, created by the admin; then every process's table but the withheld rules.
-    lacuna_as_admin(&broker, &prefix, &["topics"]);
-    let only = users.join(",");
-    let table = lacuna_as_admin(&broker, &prefix, &["acls", "--only", &only]);
+    // Every process's table but the withheld rules.
     let withheld = withheld(&prefix);
     let lines: Vec<String> = withheld
         .iter()
@@ -71,15 +104,9 @@ fn every_process_runs_with_exactly_its_acls_and_a_stage_lacking_one_waits_unread
     let granted: Vec<&str> = table.lines().filter(|l| !lines.iter().any(|w| w == l)).collect();
     broker.acls("add", &granted.join("\n"));
 
-    let cluster = Cluster::start_secure(&settings, &llm.base_url, broker.sasl_properties());
-    let dir = support::scratch_dir("authorizer");
-    let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
-    let _ = std::fs::remove_file(&answers);
+    let cluster = Cluster::start_secure(settings, &secure.llm.base_url, broker.sasl_properties());
     let count = 20;
-    let expected = write_questions(&questions, count);
-    let mut sink = cluster.sink(&answers, count, 240);
-    let status = cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap();
-    assert!(status.success(), "submit, as User:submit");
+    let (expected, answers, mut sink) = submit(&cluster, "authorizer", count, 240);
 
     // Each stage that lacks a rule says which, in its metrics (and its log), and stays unready.
     let started = Instant::now();
@@ -106,7 +133,43 @@ fn every_process_runs_with_exactly_its_acls_and_a_stage_lacking_one_waits_unread
     let written = answer_ids(&answers);
     assert_eq!(written.iter().cloned().collect::<BTreeSet<_>>(), expected, "no question lost");
     assert_eq!(written.len(), count, "one record each");
-    for stage in &stages {
+    for stage in stages {
         assert!(cluster.ready(stage), "{stage} ready once granted");
     }
+}
+
+/// Issue 74's denied topic: the leaf loses Write on `facts` while it works, and gets it back. Each
+/// question the leaf could not send on ends in one `publish_rejected` error record (the broker
+/// refuses, a retry in the same transaction cannot help), the rest in their answers; none is lost
+/// and no answer record repeats.
+#[test]
+fn a_topic_denied_while_a_stage_works_ends_each_question_once_and_loses_none() {
+    let _serial = serial();
+    // The leaf is the slow stage, so it has work in flight when its Write goes.
+    let script = answering_llm();
+    let secure = Secure::start("denied-topic", move |prompt| match prompt_kind(prompt) {
+        Prompt::Leaf => Reply::Delayed(Duration::from_millis(1500), Box::new(script(prompt))),
+        _ => script(prompt),
+    });
+    let (broker, settings) = (&secure.broker, &secure.settings);
+    broker.acls("add", &secure.table);
+    let cluster = Cluster::start_secure(settings, &secure.llm.base_url, broker.sasl_properties());
+    let count = 40;
+    let (expected, answers, mut sink) = submit(&cluster, "denied-topic", count, 180);
+    wait_for_answers(&answers, count / 4);
+    let denied = format!("User:leaf TOPIC LITERAL {}facts WRITE", settings.kafka.topic_prefix);
+    broker.acls("remove", &denied);
+    std::thread::sleep(Duration::from_secs(6));
+    broker.acls("add", &denied);
+
+    let status = sink.wait().unwrap();
+    assert!(status.success(), "every question ended");
+    let written = answer_ids(&answers);
+    assert_eq!(written.iter().cloned().collect::<BTreeSet<_>>(), expected, "no question lost");
+    let keys = secure.raw_answer_keys();
+    assert_eq!(keys.len(), count, "one committed record a question on the answers topic: {keys:?}");
+    let records = std::fs::read_to_string(&answers).unwrap();
+    let rejected = records.lines().filter(|line| line.contains("publish_rejected")).count();
+    eprintln!("denied topic: {rejected} of {count} questions ended in publish_rejected");
+    assert!(rejected > 0, "the leaf published while it was denied");
 }

@@ -415,6 +415,12 @@ pub fn raw_reader(settings: &Settings, isolation: &str) -> rdkafka::ClientConfig
         .set("group.id", format!("{}raw-reader", settings.kafka.topic_prefix))
         .set("enable.auto.commit", "false")
         .set("isolation.level", isolation);
+    // A secured cluster's client properties (the raw reader is the test's, so a password may be plain).
+    for property in &settings.kafka.properties {
+        if let Some((key, value)) = property.split_once('=') {
+            config.set(key, value);
+        }
+    }
     config
 }
 

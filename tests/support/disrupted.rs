@@ -3,6 +3,8 @@
 //! harness.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use lacuna::config::Settings;
@@ -89,20 +91,8 @@ pub fn run_on(
     runtime.block_on(bus(&settings));
     prepare(&settings);
     let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, env);
-    let dir = super::scratch_dir(test);
-    let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
-    let _ = std::fs::remove_file(&answers);
-    let expected = write_questions(&questions, count);
-
-    let mut sink = cluster.sink(&answers, count, 180);
-    let status = cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap();
-    assert!(status.success());
-
-    let started = Instant::now();
-    while answer_ids(&answers).len() < count / 4 {
-        assert!(started.elapsed() < Duration::from_secs(300), "a quarter of the answers within 5 minutes");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let (expected, answers, mut sink) = submit(&cluster, test, count, 180);
+    wait_for_answers(&answers, count / 4);
     disrupt(&mut cluster);
     let status = sink.wait().unwrap();
     if !status.success() {
@@ -110,6 +100,28 @@ pub fn run_on(
     }
     assert!(status.success());
     (expected, answer_ids(&answers), settings)
+}
+
+/// Submits `count` questions through `cluster` with the sink (`lacuna answers`) already waiting,
+/// giving up after `idle_s` seconds without an answer: the question ids, the answers file, the sink.
+pub fn submit(cluster: &Cluster, test: &str, count: usize, idle_s: u32) -> (BTreeSet<String>, PathBuf, Child) {
+    let dir = super::scratch_dir(test);
+    let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
+    let _ = std::fs::remove_file(&answers);
+    let expected = write_questions(&questions, count);
+    let sink = cluster.sink(&answers, count, idle_s);
+    let status = cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap();
+    assert!(status.success(), "lacuna submit");
+    (expected, answers, sink)
+}
+
+/// Waits until the answers file holds `count` answers (5 minutes at most).
+pub fn wait_for_answers(answers: &Path, count: usize) {
+    let started = Instant::now();
+    while answer_ids(answers).len() < count {
+        assert!(started.elapsed() < Duration::from_secs(300), "{count} answers within 5 minutes");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// How many records each question has on the raw topic, beyond its first.
