@@ -349,4 +349,30 @@ mod tests {
         assert!(error.as_ref().is_some_and(|e| e.contains("1 of 2")), "{error:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A subscription whose feed ended (its consumer fenced, say) has nothing more to give.
+    struct Ended;
+
+    #[async_trait::async_trait]
+    impl Subscription for Ended {
+        async fn next(&mut self) -> Option<crate::topics::Delivery> {
+            None
+        }
+    }
+
+    /// A feed that ends is no idle stream: the sink fails at once and says its feed ended, so what
+    /// restarts it (a Deployment, a script) does so, and nobody reads "no answer for 180 s" into
+    /// a stream that stopped. Its positions are committed: the restart loses and repeats nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_sink_whose_feed_ended_fails_at_once_saying_so() {
+        let dir = std::env::temp_dir().join(format!("lacuna-sink-ended-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut file = AnswerFile::open(&dir.join("answers.jsonl")).unwrap();
+        let started = tokio::time::Instant::now();
+        let outcome = drain(&mut Ended, &mut file, Some(2), Duration::from_secs(180)).await;
+        let error = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("feed ended"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(1), "at once, not after the idle timeout");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
