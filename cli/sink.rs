@@ -175,7 +175,19 @@ pub async fn drain(
     idle: Duration,
 ) -> anyhow::Result<()> {
     while expect.is_none_or(|expect| file.len() < expect) {
-        let Ok(Some(delivery)) = tokio::time::timeout(idle, subscription.next()).await else {
+        let next = tokio::time::timeout(idle, subscription.next()).await;
+        if let Ok(None) = next {
+            // Its consumer stopped (fenced, say): what was written is committed where it still
+            // can be, and a restart goes on from the last commit (the file skips what it holds).
+            if let Err(error) = subscription.commit().await {
+                tracing::warn!(%error, "the ended feed's positions could not be committed: a restart reads them again");
+            }
+            anyhow::bail!(
+                "the answers feed ended with {} records written: its consumer stopped (see the log)",
+                file.len()
+            );
+        }
+        let Ok(Some(delivery)) = next else {
             subscription.commit().await?;
             return match expect {
                 Some(expect) => Err(anyhow::anyhow!(
