@@ -27,7 +27,10 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let stage = args.pipeline.stage(&args.name)?;
     let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     let who = format!("stage {}", args.name);
-    wait_for_acls(settings, args.pipeline, &args.name).await?;
+    if !wait_for_acls(settings, args.pipeline, &args.name).await? {
+        eprintln!("stage {}: stopped before it started (it lacked ACLs)", args.name);
+        return Ok(());
+    }
     let mut materialiser = follow_documents(settings, stage.needs(Part::Search), &who).await?;
     let mut parts = Parts::load_for(settings, args.pipeline, [stage])?;
     if stage.needs(Part::Llm) {
@@ -69,8 +72,8 @@ const ACLS_AGAIN: std::time::Duration = std::time::Duration::from_secs(5);
 /// (`lacuna acls`), naming each that is missing (operation, resource, principal) until it is
 /// granted. Started without them, a stage would exit on its first refusal and be restarted into
 /// it again, or take records it cannot send on. A cluster without an authorizer grants all; a
-/// cluster that cannot be asked is not waited for.
-async fn wait_for_acls(settings: &Settings, pipeline: PipelineKind, name: &str) -> anyhow::Result<()> {
+/// cluster that cannot be asked is not waited for. False when SIGTERM came first.
+async fn wait_for_acls(settings: &Settings, pipeline: PipelineKind, name: &str) -> anyhow::Result<bool> {
     let principal = principal(&settings.kafka);
     let needed = acls::needed(settings, pipeline, name, &principal).unwrap_or_default();
     let bus = KafkaBus::new(pipeline.kafka_settings(&settings.kafka), &settings.bus)?;
@@ -78,7 +81,7 @@ async fn wait_for_acls(settings: &Settings, pipeline: PipelineKind, name: &str) 
         let gauge = &crate::metrics::METRICS.missing_acls;
         gauge.reset();
         match bus.missing_acls(needed.clone()).await {
-            Ok(missing) if missing.is_empty() => return Ok(()),
+            Ok(missing) if missing.is_empty() => return Ok(true),
             Ok(missing) => {
                 for acl in &missing {
                     gauge.with_label_values(&[name, acl.operation, acl.resource, &acl.name, &acl.principal]).set(1);
@@ -94,12 +97,12 @@ async fn wait_for_acls(settings: &Settings, pipeline: PipelineKind, name: &str) 
             }
             Err(error) => {
                 tracing::warn!(%error, "cannot ask the cluster which ACLs it grants this stage: starting without knowing");
-                return Ok(());
+                return Ok(true);
             }
         }
         tokio::select! {
             _ = tokio::time::sleep(ACLS_AGAIN) => {}
-            _ = wait_for_shutdown_signal() => anyhow::bail!("stage {name} stopped while it lacked ACLs"),
+            _ = wait_for_shutdown_signal() => return Ok(false),
         }
     }
 }
