@@ -104,9 +104,9 @@ fn every_process_runs_with_exactly_its_acls_and_a_stage_lacking_one_waits_unread
     let granted: Vec<&str> = table.lines().filter(|l| !lines.iter().any(|w| w == l)).collect();
     broker.acls("add", &granted.join("\n"));
 
-    let cluster = Cluster::start_secure(settings, &secure.llm.base_url, broker.sasl_properties());
+    let mut cluster = Cluster::start_secure(settings, &secure.llm.base_url, broker.sasl_properties());
     let count = 20;
-    let (expected, answers, mut sink) = submit(&cluster, "authorizer", count, 240);
+    let (expected, answers) = submit(&mut cluster, "authorizer", count, 240);
 
     // Each stage that lacks a rule says which, in its metrics (and its log), and stays unready.
     let started = Instant::now();
@@ -128,7 +128,7 @@ fn every_process_runs_with_exactly_its_acls_and_a_stage_lacking_one_waits_unread
 
     // Granted, every stage starts, and every question ends in its answer, once.
     broker.acls("add", &lines.join("\n"));
-    let status = sink.wait().unwrap();
+    let status = cluster.wait_sink();
     assert!(status.success(), "the sink, as User:answers, had every answer");
     let written = answer_ids(&answers);
     assert_eq!(written.iter().cloned().collect::<BTreeSet<_>>(), expected, "no question lost");
@@ -153,16 +153,16 @@ fn a_topic_denied_while_a_stage_works_ends_each_question_once_and_loses_none() {
     });
     let (broker, settings) = (&secure.broker, &secure.settings);
     broker.acls("add", &secure.table);
-    let cluster = Cluster::start_secure(settings, &secure.llm.base_url, broker.sasl_properties());
+    let mut cluster = Cluster::start_secure(settings, &secure.llm.base_url, broker.sasl_properties());
     let count = 40;
-    let (expected, answers, mut sink) = submit(&cluster, "denied-topic", count, 180);
+    let (expected, answers) = submit(&mut cluster, "denied-topic", count, 180);
     wait_for_answers(&answers, count / 4);
     let denied = format!("User:leaf TOPIC LITERAL {}facts WRITE", settings.kafka.topic_prefix);
     broker.acls("remove", &denied);
     std::thread::sleep(Duration::from_secs(6));
     broker.acls("add", &denied);
 
-    let status = sink.wait().unwrap();
+    let status = cluster.wait_sink();
     assert!(status.success(), "every question ended");
     let written = answer_ids(&answers);
     assert_eq!(written.iter().cloned().collect::<BTreeSet<_>>(), expected, "no question lost");

@@ -165,6 +165,10 @@ fn supervise(cluster: &mut Cluster, test: &str, count: usize, names: &[&str]) {
             cluster.print_stall();
             printed = true;
         }
+        if cluster.restart_sink_if_failed() {
+            EXITS.fetch_add(1, Ordering::SeqCst);
+            eprintln!("matrix: {test}: the sink exited and was started again");
+        }
         for name in names {
             if cluster.restart_if_exited(name) {
                 EXITS.fetch_add(1, Ordering::SeqCst);
@@ -380,11 +384,12 @@ fn matrix_three_nodes_losing_the_transaction_coordinator() {
 }
 
 /// The failover meant for CI: once, 100 questions, on three nodes, the leader of the answers
-/// partition killed with work in flight. Nothing lost or repeated on any topic. Ignored until it
-/// holds: it passed in one full test run, and in the next the stream stalled past the sink's 180 s
-/// after the node's restart (as the matrix's answers-leader row did in its second run).
+/// partition killed with work in flight. Nothing lost or repeated on any topic. One stall it showed
+/// was the sink fenced by itself after its session timed out (librdkafka#3437), exiting; it is now
+/// supervised and started again, as the stages are. Still ignored: in 1 run of 8 after that, a
+/// stage kept one event in flight for minutes after an aborted transaction (docs/kafka.md).
 #[test]
-#[ignore = "stalls past the sink's idle timeout in some runs: see docs/kafka.md#the-failure-matrix"]
+#[ignore = "a stage stuck with an event in flight after an abort, now and then: see docs/kafka.md#the-failure-matrix"]
 fn three_nodes_losing_the_answers_leader_lose_and_repeat_nothing() {
     let _serial = serial();
     on_three_nodes("3-nodes-answers-leader-ci", (1, 100), answers_leader);

@@ -2,7 +2,7 @@
 //! each stage as its own `lacuna stage` process.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Arc;
 
@@ -162,6 +162,10 @@ pub struct Cluster {
     replicas: std::collections::HashMap<String, (String, String)>,
     /// On a `--secure` node ([`OwnBroker::sasl_properties`]): every process a principal of its own.
     sasl: Option<String>,
+    /// The supervised sink ([`Cluster::start_sink`]): its process and arguments.
+    sink: Option<(Child, Vec<String>)>,
+    /// How many times the supervised sink exited before it had every answer and was started again.
+    pub sink_restarts: usize,
 }
 
 impl Cluster {
@@ -206,8 +210,15 @@ impl Cluster {
     }
 
     fn start_as(env: Vec<(String, String)>, sasl: Option<String>) -> Cluster {
-        let mut cluster =
-            Cluster { env, stages: Vec::new(), metrics_ports: Default::default(), replicas: Default::default(), sasl };
+        let mut cluster = Cluster {
+            env,
+            stages: Vec::new(),
+            metrics_ports: Default::default(),
+            replicas: Default::default(),
+            sasl,
+            sink: None,
+            sink_restarts: 0,
+        };
         for stage in PipelineKind::Migres.stages() {
             cluster.spawn(stage.name);
         }
@@ -238,6 +249,40 @@ impl Cluster {
         let (expect, idle_s) = (expect.to_string(), idle_s.to_string());
         let args = ["answers", "--out", out.to_str().unwrap(), "--expect", &expect, "--idle-timeout-s", &idle_s];
         self.command(&args).spawn().unwrap()
+    }
+
+    /// [`Cluster::sink`], supervised as a Deployment would: [`Cluster::restart_sink_if_failed`]
+    /// starts it again when it exits before it has every answer (its consumer fenced, say).
+    pub fn start_sink(&mut self, out: &Path, expect: usize, idle_s: u32) {
+        let child = self.sink(out, expect, idle_s);
+        let args = [out.to_str().unwrap().to_string(), expect.to_string(), idle_s.to_string()];
+        self.sink = Some((child, args.to_vec()));
+    }
+
+    /// Starts the supervised sink again if it exited with a failure; whether it did. At most
+    /// twice, so a sink that times out on a stream that really stopped still fails the test.
+    pub fn restart_sink_if_failed(&mut self) -> bool {
+        let Some((child, args)) = &mut self.sink else { return false };
+        let failed = matches!(child.try_wait(), Ok(Some(status)) if !status.success());
+        if !failed || self.sink_restarts >= 2 {
+            return false;
+        }
+        let (out, expect, idle_s) = (PathBuf::from(&args[0]), args[1].parse().unwrap(), args[2].parse().unwrap());
+        self.sink_restarts += 1;
+        eprintln!("cluster: the sink exited before it had every answer and was started again");
+        self.start_sink(&out, expect, idle_s);
+        true
+    }
+
+    /// Waits for the supervised sink to exit with every answer, starting it again as
+    /// [`Cluster::restart_sink_if_failed`] does; its last exit status.
+    pub fn wait_sink(&mut self) -> std::process::ExitStatus {
+        loop {
+            let status = self.sink.as_mut().expect("a supervised sink").0.wait().unwrap();
+            if status.success() || !self.restart_sink_if_failed() {
+                return status;
+            }
+        }
     }
 
     /// The stage `name` (again, if it ran before: the same replica).
@@ -315,11 +360,22 @@ impl Cluster {
             "lacuna_kafka_transaction_aborts_total",
             "lacuna_kafka_producer_renewals_total",
         ];
-        for (name, _) in &self.stages {
+        for (name, child) in &self.stages {
             eprintln!("stall: {name} ready={}", self.ready(name));
             let text = self.metrics(name).unwrap_or_default();
             for line in text.lines().filter(|line| SERIES.iter().any(|series| line.starts_with(series))) {
                 eprintln!("stall: {name} {line}");
+            }
+            // A stage holding an event this long is stuck somewhere: where, every thread's stack says.
+            if self.in_flight(name).unwrap_or(0) > 0 {
+                let out = std::env::temp_dir().join(format!("lacuna-stall-{name}-{}.txt", child.id()));
+                let stacks = Command::new("gdb")
+                    .args(["-p", &child.id().to_string(), "-batch", "-ex", "thread apply all bt"])
+                    .output();
+                if let Ok(stacks) = stacks {
+                    let _ = std::fs::write(&out, &stacks.stdout);
+                    eprintln!("stall: {name} holds an event: its threads' stacks in {}", out.display());
+                }
             }
         }
         let brokers = self.env.iter().find(|(key, _)| key == "LACUNA__KAFKA__BROKERS").map(|(_, value)| value.as_str());
@@ -349,6 +405,10 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if let Some((child, _)) = &mut self.sink {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         for (_, child) in &mut self.stages {
             let _ = child.kill();
             let _ = child.wait();

@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use lacuna::config::Settings;
@@ -91,10 +90,10 @@ pub fn run_on(
     runtime.block_on(bus(&settings));
     prepare(&settings);
     let mut cluster = Cluster::start_with_env(&settings, &llm.base_url, env);
-    let (expected, answers, mut sink) = submit(&cluster, test, count, 180);
+    let (expected, answers) = submit(&mut cluster, test, count, 180);
     wait_for_answers(&answers, count / 4);
     disrupt(&mut cluster);
-    let status = sink.wait().unwrap();
+    let status = cluster.wait_sink();
     if !status.success() {
         cluster.print_stall();
     }
@@ -102,17 +101,18 @@ pub fn run_on(
     (expected, answer_ids(&answers), settings)
 }
 
-/// Submits `count` questions through `cluster` with the sink (`lacuna answers`) already waiting,
-/// giving up after `idle_s` seconds without an answer: the question ids, the answers file, the sink.
-pub fn submit(cluster: &Cluster, test: &str, count: usize, idle_s: u32) -> (BTreeSet<String>, PathBuf, Child) {
+/// Submits `count` questions through `cluster` with its supervised sink (`lacuna answers`) already
+/// waiting, each run giving up after `idle_s` seconds without an answer: the question ids and the
+/// answers file.
+pub fn submit(cluster: &mut Cluster, test: &str, count: usize, idle_s: u32) -> (BTreeSet<String>, PathBuf) {
     let dir = super::scratch_dir(test);
     let (questions, answers) = (dir.join("questions.jsonl"), dir.join("answers.jsonl"));
     let _ = std::fs::remove_file(&answers);
     let expected = write_questions(&questions, count);
-    let sink = cluster.sink(&answers, count, idle_s);
+    cluster.start_sink(&answers, count, idle_s);
     let status = cluster.command(&["submit", "--questions", questions.to_str().unwrap()]).status().unwrap();
     assert!(status.success(), "lacuna submit");
-    (expected, answers, sink)
+    (expected, answers)
 }
 
 /// Waits until the answers file holds `count` answers (5 minutes at most).
