@@ -86,7 +86,7 @@ pub struct KafkaBus {
     /// Brokers and the user's properties and secrets: every client starts from it.
     base: ClientConfig,
     /// The producer, and how many were made before it: one hit by a fatal error is replaced.
-    producer: std::sync::RwLock<(u64, Option<FutureProducer>)>,
+    producer: std::sync::RwLock<(u64, FutureProducer)>,
     /// `bus.write_schema_version`; 0 for this build's.
     write_schema_version: u32,
     /// `bus.delivery = "exactly_once"`.
@@ -146,10 +146,11 @@ impl KafkaBus {
             super::schema::check_write_version(bus.write_schema_version).map_err(BusError::Config)?;
         }
         let base = client_config(&settings)?;
+        let producer = producer(&base, &settings, bus.max_event_bytes, None)?;
         Ok(KafkaBus {
             settings,
             base,
-            producer: std::sync::RwLock::new((0, None)),
+            producer: std::sync::RwLock::new((0, producer)),
             max_event_bytes: bus.max_event_bytes,
             write_schema_version: bus.write_schema_version,
             exactly_once: bus.delivery == DeliveryGuarantee::ExactlyOnce,
@@ -230,11 +231,7 @@ impl KafkaBus {
         if current.0 != broken {
             return; // another publish renewed it already
         }
-        let reason = current
-            .1
-            .as_ref()
-            .and_then(|p| p.client().fatal_error())
-            .map(|(code, reason)| format!("{code:?}: {reason}"));
+        let reason = current.1.client().fatal_error().map(|(code, reason)| format!("{code:?}: {reason}"));
         match producer(&self.base, &self.settings, self.max_event_bytes, None) {
             Ok(fresh) => {
                 tracing::error!(
@@ -242,7 +239,7 @@ impl KafkaBus {
                     "Kafka producer hit a fatal error: replaced"
                 );
                 crate::metrics::METRICS.producer_renewals.with_label_values::<&str>(&[]).inc();
-                *current = (broken + 1, Some(fresh));
+                *current = (broken + 1, fresh);
             }
             Err(error) => tracing::error!(%error, "Kafka producer hit a fatal error and cannot be replaced"),
         }
@@ -484,23 +481,9 @@ impl KafkaBus {
         }
     }
 
-    /// The producer of records outside transactions, made on first use: a process that only reads
-    /// (`lacuna answers`) never asks the cluster for an idempotent producer id, which a principal
-    /// that may write no topic is refused.
-    fn plain_producer(&self) -> Result<(u64, FutureProducer), BusError> {
-        if let (number, Some(producer)) = &*self.producer.read().unwrap() {
-            return Ok((*number, producer.clone()));
-        }
-        let mut current = self.producer.write().unwrap();
-        if current.1.is_none() {
-            current.1 = Some(producer(&self.base, &self.settings, self.max_event_bytes, None)?);
-        }
-        Ok((current.0, current.1.clone().expect("just made")))
-    }
-
     /// Sends one record, replacing the producer when it hit a fatal error.
     async fn send(&self, future: FutureRecord<'_, [u8], [u8]>) -> Result<(), BusError> {
-        let (number, producer) = self.plain_producer()?;
+        let (number, producer) = self.producer.read().unwrap().clone();
         match producer.send(future, Duration::from_millis(self.settings.message_timeout_ms)).await {
             Ok(_) => Ok(()),
             Err((error, _)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) => {
