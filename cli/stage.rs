@@ -27,10 +27,6 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let stage = args.pipeline.stage(&args.name)?;
     let ready = crate::serve::observe::start(&settings.metrics.listen).await?;
     let who = format!("stage {}", args.name);
-    if !wait_for_acls(settings, args.pipeline, &args.name).await? {
-        eprintln!("stage {}: stopped before it started (it lacked ACLs)", args.name);
-        return Ok(());
-    }
     let mut materialiser = follow_documents(settings, stage.needs(Part::Search), &who).await?;
     let mut parts = Parts::load_for(settings, args.pipeline, [stage])?;
     if stage.needs(Part::Llm) {
@@ -38,6 +34,11 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     }
     let kafka = args.pipeline.kafka_settings(&settings.kafka);
     let bus = args.pipeline.kafka_bus(settings).await?;
+    // After the topics were made (where this principal may): one that is still missing is named.
+    if !wait_for_acls(settings, args.pipeline, &args.name).await? {
+        eprintln!("stage {}: stopped before it started (it lacked ACLs)", args.name);
+        return Ok(());
+    }
     let running = stage.start(bus, settings, &parts).await?;
     eprintln!("stage {} running on {} (group {}{})", args.name, kafka.brokers, kafka.topic_prefix, args.name);
     let result = while_following(&mut materialiser, &who, run_until_stopped(running, ready.clone())).await;
