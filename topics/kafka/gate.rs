@@ -3,7 +3,7 @@
 //! transaction never holds part of an event. How long each hold lasts is measured, since the broker
 //! aborts a transaction left open past `kafka.transaction_timeout_ms`.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 /// Commits wait for every holder to leave; holders wait while a commit runs.
@@ -87,6 +87,9 @@ impl Gate {
     }
 }
 
+/// Calls `on_stuck` once the gate has stayed closed longer than `limit`. Not yet watched.
+pub(super) async fn watch(_gate: Weak<Gate>, _limit: Duration, _on_stuck: impl FnOnce(Duration)) {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +130,31 @@ mod tests {
         let entered = tokio::time::timeout(Duration::from_secs(5), gate.enter()).await;
         assert!(entered.is_ok(), "a new pass is given once the commit is done");
         closer.join().unwrap();
+    }
+
+    /// A commit whose librdkafka call outlives every timeout it was given keeps the gate closed,
+    /// and every event of the process waits at it, for good: `send_offsets_to_transaction` waits
+    /// for a group coordinator that is gone (librdkafka#5456, #5511; seen as a three-node run in
+    /// which a stage held one event for minutes after a node was killed). The gate's watch sees the
+    /// gate closed past its limit and says so once; a gate that opens in time is left alone.
+    #[tokio::test(start_paused = true)]
+    async fn a_gate_closed_past_its_limit_is_reported_and_one_that_opens_in_time_is_not() {
+        let limit = Duration::from_secs(40);
+        let gate = Arc::new(Gate::default());
+        let (stuck, mut reported) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(watch(Arc::downgrade(&gate), limit, move |closed| stuck.send(closed).unwrap()));
+
+        gate.close();
+        tokio::time::sleep(limit - Duration::from_secs(5)).await;
+        gate.open();
+        tokio::time::sleep(limit).await;
+        assert!(reported.try_recv().is_err(), "a commit that ended in time is no hang");
+
+        gate.close();
+        tokio::time::sleep(limit + Duration::from_secs(2)).await;
+        let closed = reported.try_recv().expect("reported once the gate stayed closed past the limit");
+        assert!(closed > limit, "{closed:?}");
+        tokio::time::sleep(limit).await;
+        assert!(reported.try_recv().is_err(), "reported once");
     }
 }
