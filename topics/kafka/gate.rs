@@ -18,6 +18,8 @@ pub(super) struct Gate {
 struct GateState {
     holders: usize,
     closed: bool,
+    /// Since when a commit (or a recovery) has kept it closed.
+    closed_at: Option<tokio::time::Instant>,
 }
 
 /// Keeps commits out while it lives; how long it lived is a hold of the open transaction.
@@ -76,19 +78,43 @@ impl Gate {
     pub(super) fn close(&self) {
         let mut state = self.state.lock().unwrap();
         state.closed = true;
+        state.closed_at = Some(tokio::time::Instant::now());
         while state.holders > 0 {
             state = self.drained.wait(state).unwrap();
         }
     }
 
     pub(super) fn open(&self) {
-        self.state.lock().unwrap().closed = false;
+        {
+            let mut state = self.state.lock().unwrap();
+            state.closed = false;
+            state.closed_at = None;
+        }
         self.opened.notify_waiters();
+    }
+
+    /// How long a commit has kept the gate closed, if one does.
+    fn closed_for(&self) -> Option<Duration> {
+        self.state.lock().unwrap().closed_at.map(|at| at.elapsed())
     }
 }
 
-/// Calls `on_stuck` once the gate has stayed closed longer than `limit`. Not yet watched.
-pub(super) async fn watch(_gate: Weak<Gate>, _limit: Duration, _on_stuck: impl FnOnce(Duration)) {}
+/// Calls `on_stuck` once the gate has stayed closed longer than `limit`, then returns; returns
+/// too once the gate is gone. A commit's broker calls are each bounded, so only a librdkafka call
+/// that outlives its own timeout keeps the gate closed that long (librdkafka#5456:
+/// `send_offsets_to_transaction` waits for a group coordinator that is gone), and nothing in the
+/// process can end such a call.
+pub(super) async fn watch(gate: Weak<Gate>, limit: Duration, on_stuck: impl FnOnce(Duration)) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Some(gate) = gate.upgrade() else { return };
+        if let Some(closed) = gate.closed_for().filter(|closed| *closed > limit) {
+            on_stuck(closed);
+            return;
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -119,6 +119,20 @@ impl Transactions {
             stateful,
             timeout,
         });
+        // A commit stuck inside librdkafka past every timeout blocks every event of the process
+        // for good, and no abort can run beside it: the process exits, and its restart settles the
+        // transaction (see `lineage`). The limit leaves room for a recovery's own bounded calls.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let limit = 4 * timeout;
+            runtime.spawn(super::gate::watch(Arc::downgrade(&transactions.gate), limit, move |closed| {
+                tracing::error!(
+                    closed_s = closed.as_secs(),
+                    "a Kafka transaction call has kept the commit closed past every timeout it was given \
+                     (librdkafka#5456): exiting so that a restart settles the transaction"
+                );
+                crate::telemetry::exit::exit(75);
+            }));
+        }
         let weak = Arc::downgrade(&transactions);
         std::thread::Builder::new()
             .name("kafka-commit".into())
