@@ -35,7 +35,7 @@ pub async fn stage(settings: &Settings, args: StageArgs) -> anyhow::Result<()> {
     let kafka = args.pipeline.kafka_settings(&settings.kafka);
     let bus = args.pipeline.kafka_bus(settings).await?;
     // After the topics were made (where this principal may): one that is still missing is named.
-    if !wait_for_acls(settings, args.pipeline, &args.name).await? {
+    if !wait_for_acls(&bus, settings, args.pipeline, &args.name).await? {
         eprintln!("stage {}: stopped before it started (it lacked ACLs)", args.name);
         return Ok(());
     }
@@ -74,10 +74,14 @@ const ACLS_AGAIN: std::time::Duration = std::time::Duration::from_secs(5);
 /// granted. Started without them, a stage would exit on its first refusal and be restarted into
 /// it again, or take records it cannot send on. A cluster without an authorizer grants all; a
 /// cluster that cannot be asked is not waited for. False when SIGTERM came first.
-async fn wait_for_acls(settings: &Settings, pipeline: PipelineKind, name: &str) -> anyhow::Result<bool> {
+async fn wait_for_acls(
+    bus: &KafkaBus,
+    settings: &Settings,
+    pipeline: PipelineKind,
+    name: &str,
+) -> anyhow::Result<bool> {
     let principal = principal(&settings.kafka);
     let needed = acls::needed(settings, pipeline, name, &principal).unwrap_or_default();
-    let bus = KafkaBus::new(pipeline.kafka_settings(&settings.kafka), &settings.bus)?;
     loop {
         let gauge = &crate::metrics::METRICS.missing_acls;
         gauge.reset();
