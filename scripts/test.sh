@@ -24,6 +24,9 @@ eval "$prometheus_env"
 # no other broker stands in.
 scripts/kafka.sh install > /dev/null
 
+# strace, which holds a process's exec for tests/broker.rs, as a loaded machine can (Debian's package).
+command -v strace > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends strace >&2
+
 # Arize Phoenix, the OpenTelemetry backend the trace tests export to (tests/traces.rs): a venv of
 # wheels under the cache, about a minute the first time.
 scripts/phoenix.sh install

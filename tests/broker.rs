@@ -858,6 +858,22 @@ fn publishing_goes_on_after_the_broker_restarts() {
     eprintln!("first publish after the broker restart: {took:?}");
 }
 
+/// `scripts/kafka.sh start` forks a shell that becomes `nohup java ... kafka.Kafka` only at its
+/// exec. On a loaded machine (CI, two cores) that exec can come late, and a start that looked for
+/// `kafka.Kafka` in the new process meanwhile took a node still starting for one that had died.
+/// strace holds the exec of `nohup` for 2 s here, as such a machine can.
+#[test]
+fn a_node_slow_to_exec_java_is_waited_for_not_taken_for_dead() {
+    let _serial = serial();
+    let broker = support::cluster::OwnBroker::unstarted();
+    let nohup =
+        String::from_utf8(Command::new("sh").args(["-c", "command -v nohup"]).output().unwrap().stdout).unwrap();
+    let delay = ["-e", "trace=execve", "-e", "inject=execve:delay_enter=2000000"];
+    let printed =
+        broker.start_traced(&[&["strace", "-f", "-qq", "-o", "/dev/null", "-P", nohup.trim()], &delay[..]].concat());
+    assert!(printed.contains(" running: "), "the node was not waited for:\n{printed}");
+}
+
 #[actix::test]
 async fn the_migres_loop_runs_over_kafka_unchanged() {
     let _serial = serial();

@@ -33,6 +33,40 @@ impl OwnBroker {
         broker
     }
 
+    /// Its ports, not started yet: for a test that runs `scripts/kafka.sh start` its own way.
+    pub fn unstarted() -> OwnBroker {
+        let [client, controller] = super::free_ports();
+        OwnBroker { port: client.to_string(), controller_port: controller.to_string(), nodes: 1 }
+    }
+
+    /// `scripts/kafka.sh start` on its ports with `tracer` (`strace` with a fault to inject)
+    /// in front; returns what the script printed. The tracer stays attached to the node it
+    /// started, so it is stopped (which lets the node go on) once the script printed its last line.
+    pub fn start_traced(&self, tracer: &[&str]) -> String {
+        let out = std::env::temp_dir().join(format!("lacuna-kafka-traced-{}.log", self.port));
+        let file = std::fs::File::create(&out).unwrap();
+        let mut traced = Command::new(tracer[0])
+            .args(&tracer[1..])
+            .args(["scripts/kafka.sh", "start", "--port", &self.port, "--controller-port", &self.controller_port])
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|error| panic!("{}: {error} (scripts/test.sh installs it)", tracer[0]));
+        let started = std::time::Instant::now();
+        let text = loop {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            if text.lines().any(|line| line.starts_with("kafka: "))
+                || started.elapsed() > std::time::Duration::from_secs(120)
+            {
+                break text;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        let _ = traced.kill();
+        let _ = traced.wait();
+        text
+    }
+
     /// Three combined nodes on `port`, `port` + 2 and `port` + 4 (their controllers one above), every
     /// internal topic replicated three times with `min.insync.replicas=2`.
     pub fn start_three(port: u16) -> OwnBroker {
