@@ -155,11 +155,18 @@ start_node() {
     echo $! > "$dir/pid"
 }
 
+# Whether the process start_node began is alive. Not node_pid: the shell it forked becomes
+# `nohup java ... kafka.Kafka` only at its exec, which a loaded machine can run seconds late, and
+# meanwhile its command line is this script's (a start took such a node for dead).
+started_alive() {
+    local pid; pid=$(cat "$RUN/node-$1/pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null
+}
+
 wait_node() {
     local node=$1 port; port=$(client_port "$1")
     for _ in $(seq 1 120); do
         port_open "$port" && return 0
-        node_pid "$node" > /dev/null || { tail -20 "$RUN/node-$node/server.log" >&2 2>/dev/null; die "node $node exited while starting (log: $RUN/node-$node/server.log)"; }
+        started_alive "$node" || { tail -20 "$RUN/node-$node/server.log" "$RUN/node-$node/stdout.log" >&2 2>/dev/null; die "node $node exited while starting (log: $RUN/node-$node/server.log)"; }
         sleep 0.5
     done
     die "node $node's port $port did not open in 60 s (log: $RUN/node-$node/server.log)"
@@ -230,7 +237,7 @@ case "$CMD" in
             write_config "$i"
             standalone=(); [ "$NODES" = 1 ] && standalone=(--standalone)
             "$java" -Xmx256m -cp "$LIBS/*" -Dlog4j2.configurationFile="$HERE/kafka/log4j2.properties" \
-                -Dkafka.logs.dir="$RUN/node-$i" kafka.tools.StorageTool format --cluster-id "$cluster_id" \
+                -Dkafka.logs.dir="$RUN/node-$i/format" kafka.tools.StorageTool format --cluster-id "$cluster_id" \
                 "${standalone[@]}" "${scram[@]}" -c "$RUN/node-$i/server.properties" > "$RUN/node-$i/format.log" 2>&1 ||
                 { cat "$RUN/node-$i/format.log" >&2; die "formatting node $i's storage failed"; }
         done
