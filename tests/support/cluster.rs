@@ -161,6 +161,17 @@ impl Drop for OwnBroker {
     }
 }
 
+/// Copies a stage's log to the test's, each line under `label`: the stages of a cluster log side by
+/// side, and a failure is read by which process said what.
+fn label_lines(log: std::process::ChildStderr, label: String) {
+    use std::io::BufRead;
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(log).lines().map_while(Result::ok) {
+            eprintln!("{label} {line}");
+        }
+    });
+}
+
 /// A topic prefix no other test run uses.
 pub fn prefix(test: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
@@ -332,12 +343,14 @@ impl Cluster {
         // A restarted stage keeps its port: whatever watches it finds it again.
         let port = *self.metrics_ports.entry(name.to_string()).or_insert_with(free_port);
         let listen = format!("127.0.0.1:{port}");
-        let child = self
+        let mut child = self
             .command(&["stage", stage])
             .env("LACUNA__METRICS__LISTEN", listen)
             .env("LACUNA__KAFKA__INSTANCE_ID", instance)
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        label_lines(child.stderr.take().unwrap(), format!("{name}[{}]", child.id()));
         self.replicas.insert(name.to_string(), (stage.to_string(), instance.to_string()));
         self.stages.push((name.to_string(), child));
     }

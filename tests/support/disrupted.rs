@@ -149,17 +149,23 @@ pub fn topic_repeats(settings: &Settings, isolation: &str) -> BTreeMap<&'static 
             list.add_partition_offset(&name, partition, rdkafka::Offset::Beginning).unwrap();
         }
         consumer.assign(&list).unwrap();
-        let (mut seen, mut records, mut ended) = (BTreeSet::new(), 0, BTreeSet::new());
+        let (mut seen, mut records, mut ended) = (BTreeMap::new(), 0, BTreeSet::new());
         let started = Instant::now();
         while ended.len() < partitions as usize {
             assert!(started.elapsed() < Duration::from_secs(60), "{name} has no end in 60 s");
             match consumer.poll(Duration::from_millis(200)) {
                 Some(Ok(message)) => {
                     records += 1;
-                    seen.insert((
-                        message.key().unwrap_or_default().to_vec(),
-                        message.payload().unwrap_or_default().to_vec(),
-                    ));
+                    let record =
+                        (message.key().unwrap_or_default().to_vec(), message.payload().unwrap_or_default().to_vec());
+                    let here = (message.partition(), message.offset(), message.timestamp().to_millis().unwrap_or(-1));
+                    // Where and when each copy was written, to set beside the stages' logs.
+                    if let Some(first) = seen.insert(record, here) {
+                        let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+                        eprintln!(
+                            "repeat on {name}: key {key}, first at partition/offset/written-ms {first:?}, again at {here:?}"
+                        );
+                    }
                 }
                 Some(Err(KafkaError::PartitionEOF(partition))) => {
                     ended.insert(partition);
