@@ -133,10 +133,19 @@ impl DoneBefore {
         let mut list = TopicPartitionList::new();
         let _ = list.add_partition(topic, partition);
         let done = match consumer.committed_offsets(list, Duration::from_secs(10)) {
-            Ok(committed) => committed
-                .find_partition(topic, partition)
-                .map(|element| decode_done(element.metadata()))
-                .unwrap_or_default(),
+            Ok(committed) => {
+                let element = committed.find_partition(topic, partition);
+                let (position, metadata) = element.as_ref().map_or((None, ""), |e| (Some(e.offset()), e.metadata()));
+                tracing::debug!(
+                    topic,
+                    partition,
+                    first_fetched = offset,
+                    ?position,
+                    metadata,
+                    "resuming from the commit"
+                );
+                element.map(|element| decode_done(element.metadata())).unwrap_or_default()
+            }
             Err(error) => {
                 // Redone then: at-least-once for these few, never lost.
                 tracing::warn!(%error, topic, partition, "cannot read which records were done: redoing them");

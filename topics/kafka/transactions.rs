@@ -251,6 +251,8 @@ impl Transactions {
         if sent.is_empty() && !published {
             return Ok(()); // nothing to commit: the open transaction goes on
         }
+        // What a restart resumes from if this commit lands, to set beside what it reads back.
+        tracing::debug!(transactional_id = %self.id.lock().unwrap(), positions = ?sent, "committing");
         // A commit that timed out may be asked again (librdkafka resumes it) while time is left.
         loop {
             match producer.commit_transaction(left()) {
@@ -261,6 +263,7 @@ impl Transactions {
             }
         }
         crate::metrics::METRICS.transactions.with_label_values::<&str>(&[]).inc();
+        tracing::debug!(transactional_id = %self.id.lock().unwrap(), "committed");
         last.extend(sent);
         *self.open.lock().unwrap() = Transaction::default();
         producer.begin_transaction()
