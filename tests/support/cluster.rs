@@ -27,13 +27,12 @@ pub struct OwnBroker {
 
 impl OwnBroker {
     pub fn start() -> OwnBroker {
-        let [client, controller] = super::free_ports();
-        let broker = OwnBroker { port: client.to_string(), controller_port: controller.to_string(), nodes: 1 };
+        let broker = OwnBroker::unstarted();
         broker.run(&["start"]);
         broker
     }
 
-    /// Its ports, not started yet: for a test that runs `scripts/kafka.sh start` its own way.
+    /// One node's ports of its own, not started yet (`start`, `start_secure`, `start_traced`).
     pub fn unstarted() -> OwnBroker {
         let [client, controller] = super::free_ports();
         OwnBroker { port: client.to_string(), controller_port: controller.to_string(), nodes: 1 }
@@ -80,8 +79,7 @@ impl OwnBroker {
     /// One node over SASL_SSL with SCRAM-SHA-512 and the StandardAuthorizer (`start --secure`):
     /// `users` and the super user `admin`, each with the password `<user>-secret`.
     pub fn start_secure(users: &[&str]) -> OwnBroker {
-        let [client, controller] = super::free_ports();
-        let broker = OwnBroker { port: client.to_string(), controller_port: controller.to_string(), nodes: 1 };
+        let broker = OwnBroker::unstarted();
         broker.run(&["start", "--secure", "--users", &users.join(",")]);
         broker
     }

@@ -136,6 +136,7 @@ impl DoneBefore {
             Ok(committed) => {
                 let element = committed.find_partition(topic, partition);
                 let (position, metadata) = element.as_ref().map_or((None, ""), |e| (Some(e.offset()), e.metadata()));
+                // No committed offset reads as no metadata: nothing done beyond it.
                 tracing::debug!(
                     topic,
                     partition,
@@ -144,7 +145,7 @@ impl DoneBefore {
                     metadata,
                     "resuming from the commit"
                 );
-                element.map(|element| decode_done(element.metadata())).unwrap_or_default()
+                decode_done(metadata)
             }
             Err(error) => {
                 // Redone then: at-least-once for these few, never lost.

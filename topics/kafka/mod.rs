@@ -217,7 +217,8 @@ impl KafkaBus {
         let last = lineage.last()?.unwrap_or_else(|| stable.to_string());
         let started = std::time::Instant::now();
         settle(&self.base, &self.settings, self.max_event_bytes, &last, timeout)?;
-        tracing::debug!(transactional_id = %last, took_ms = started.elapsed().as_millis() as u64, "settled what the replica's last process left");
+        let took_ms = started.elapsed().as_millis() as u64;
+        tracing::debug!(transactional_id = %last, took_ms, "settled what the replica's last process left");
         let id = lineage::fresh_id(stable);
         lineage.record(&id)?;
         Ok(id)
