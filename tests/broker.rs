@@ -498,11 +498,7 @@ fn exactly_once_a_stage_paused_past_its_session_timeout_aborts_and_goes_on() {
     let env = [("LACUNA__BUS__DELIVERY", "exactly_once"), ("LACUNA__BUS__DEDUPE_WINDOW", "0")];
     let (expected, written, settings) = run_disrupted_with("eos-zombie", 120, (slow_leaf, &env), |cluster| {
         cluster.spawn_replica("leaf", "leaf-b", "replica-1");
-        let started = Instant::now();
-        while !cluster.ready("leaf-b") {
-            assert!(started.elapsed() < Duration::from_secs(60), "the second leaf became ready within a minute");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        cluster.wait_ready("leaf-b", Duration::from_secs(60));
         let started = Instant::now();
         while cluster.in_flight("leaf").unwrap_or(0) == 0 {
             assert!(started.elapsed() < Duration::from_secs(60), "the leaf had no work in flight within a minute");

@@ -141,11 +141,7 @@ fn signal_each_at_work(cluster: &mut Cluster, names: &[&str], signal: &str) {
 }
 
 fn wait_ready(cluster: &Cluster, name: &str) {
-    let started = Instant::now();
-    while !cluster.ready(name) {
-        assert!(started.elapsed() < Duration::from_secs(120), "{name} was not ready again within 2 minutes");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    cluster.wait_ready(name, Duration::from_secs(120));
 }
 
 /// Starts again, as a Deployment would, any stage that exits until the run's answers are all in

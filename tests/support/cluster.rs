@@ -435,6 +435,17 @@ impl Cluster {
         get(self.metrics_ports[name], "/readyz").is_some_and(|reply| reply.starts_with("HTTP/1.1 200"))
     }
 
+    /// Waits for the stage to be ready: a stage that has everything it needs still takes its time
+    /// (its transactional id's coordinator, its first assignment) on a loaded machine. Panics after
+    /// `within`.
+    pub fn wait_ready(&self, name: &str, within: std::time::Duration) {
+        let started = std::time::Instant::now();
+        while !self.ready(name) {
+            assert!(started.elapsed() < within, "{name} was not ready within {within:?}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// Sends `signal` to the stage and keeps it in the cluster (SIGSTOP and SIGCONT, say).
     pub fn send(&self, name: &str, signal: &str) {
         Command::new("kill").args([signal, &self.pid(name).to_string()]).status().unwrap();
