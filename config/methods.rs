@@ -85,6 +85,10 @@ pub enum GoOnWhen {
     WrongType,
     /// A two-option question ("A or B?") answered with neither option, or with words of both.
     NotAnOption,
+    /// A yes-or-no question about two things ("Are A and B both ...?", "... the same country?"),
+    /// whatever it was answered: no passage writes a yes or no, and one read seldom holds both
+    /// hops. The loop's yes or no then replaces the first read's. Off by default (issue 76).
+    YesNoOfTwo,
 }
 
 impl GoOnWhen {
@@ -93,6 +97,7 @@ impl GoOnWhen {
             GoOnWhen::Ungrounded => "ungrounded",
             GoOnWhen::WrongType => "wrong_type",
             GoOnWhen::NotAnOption => "not_an_option",
+            GoOnWhen::YesNoOfTwo => "yes_no_of_two",
         }
     }
 }

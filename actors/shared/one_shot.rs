@@ -15,15 +15,34 @@ const AUXILIARIES: &[&str] =
 
 const NUMBER_WORDS: &[&str] = &["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"];
 
-/// The checks of `checks` that find `answer` unsupported, by name, for the trace: `texts` are the
-/// passages the read showed, whole.
-pub fn reasons_to_go_on(checks: &[GoOnWhen], question: &str, answer: &str, texts: &[String]) -> Vec<String> {
+/// Words of a yes-or-no question that name two things it asks about together.
+const TOGETHER: &[&str] = &["both", "same", "share", "shared", "common", "and"];
+
+/// The checks of `checks` that find `answer` to the memory's question unsupported, by name, for the
+/// trace: `texts` are the passages the read showed, whole.
+pub fn reasons_to_go_on(checks: &[GoOnWhen], memory: &Memory, answer: &str, texts: &[String]) -> Vec<String> {
+    // As the reader was asked it (a yes-or-no question carries its instruction): what the first
+    // checks were designed on. The yes-or-no check reads the question alone.
+    let asked = memory.question_to_answer();
     let fails = |check: &GoOnWhen| match check {
         GoOnWhen::Ungrounded => !written_in(answer, texts),
-        GoOnWhen::WrongType => !fits_type(question, answer),
-        GoOnWhen::NotAnOption => !names_one_option(question, answer),
+        GoOnWhen::WrongType => !fits_type(&asked, answer),
+        GoOnWhen::NotAnOption => !names_one_option(&asked, answer),
+        GoOnWhen::YesNoOfTwo => asks_yes_no_of_two(&memory.question),
     };
     checks.iter().filter(|c| fails(c)).map(|c| c.name().to_string()).collect()
+}
+
+/// A yes-or-no question (its first word an auxiliary, no two options offered) about two things
+/// together: "Are A and B both ...?", "Do the directors of A and B share ...?".
+pub fn asks_yes_no_of_two(question: &str) -> bool {
+    let q = question.trim().to_lowercase();
+    let words: Vec<&str> = q.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let Some(first) = words.first() else { return false };
+    AUXILIARIES.contains(first)
+        && two_options::options(question).is_none()
+        && !words.contains(&"or")
+        && words.iter().any(|w| TOGETHER.contains(w))
 }
 
 /// Each passage as the checks read it: its title, then its text.
@@ -76,11 +95,23 @@ pub fn names_one_option(question: &str, answer: &str) -> bool {
 
 /// The final answer: the loop's `given` when the loop's evidence (`loop_texts`: its verified facts and
 /// the passages they cite) writes it and the first read's passages do not write the first read's;
-/// otherwise the first read's, whose passages then join the answer's citations.
-pub fn choose(memory: &mut Memory, stage: &str, given: FinalAnswer, loop_texts: &[String]) -> FinalAnswer {
+/// otherwise the first read's, whose passages then join the answer's citations. With the
+/// `yes_no_of_two` check among `checks`, such a question's loop answers it when the loop says yes
+/// or no: no text writes either, and the loop looked both things up.
+pub fn choose(
+    memory: &mut Memory,
+    stage: &str,
+    given: FinalAnswer,
+    loop_texts: &[String],
+    checks: &[GoOnWhen],
+) -> FinalAnswer {
     let Some(one_shot) = memory.one_shot.take() else { return given };
-    let loop_wins =
-        written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts_of(&one_shot.passages));
+    let yes_no_of_two = checks.contains(&GoOnWhen::YesNoOfTwo) && asks_yes_no_of_two(&memory.question);
+    let loop_wins = if yes_no_of_two {
+        matches!(normalize_answer(&given.answer).as_str(), "yes" | "no")
+    } else {
+        written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts_of(&one_shot.passages))
+    };
     let OneShot { answer, confidence, explanation, passages } = one_shot;
     let chosen = if loop_wins { given.answer.clone() } else { answer.clone() };
     memory.record(
@@ -142,6 +173,45 @@ mod tests {
         assert!(names_one_option("Who founded Lindon?", "Lindon"), "not a two-option question");
     }
 
+    #[test]
+    fn a_yes_or_no_question_about_two_things_is_told_apart() {
+        assert!(asks_yes_no_of_two("Are Sutera and Rhodotypos both types of shrub?"));
+        assert!(asks_yes_no_of_two("Were the Commodore 16 and Prológica CP-400 from the same country?"));
+        assert!(asks_yes_no_of_two("Do the directors of Kaalapani and Neutral Port share a nationality?"));
+        assert!(!asks_yes_no_of_two("Did Tom Quill play for Lindon?"), "one thing");
+        assert!(!asks_yes_no_of_two("Was Jamie Curry or Alyaksey Vasilewski born first?"), "two options");
+        assert!(!asks_yes_no_of_two("Who were both founders of Lindon and Vessary?"), "not yes or no");
+        assert!(!asks_yes_no_of_two(""));
+    }
+
+    #[test]
+    fn the_yes_no_of_two_check_sends_such_a_question_on_whatever_its_answer() {
+        let mut memory = Memory::new("q", "Are Sutera and Rhodotypos both types of shrub?");
+        memory.yes_no = true;
+        let checks = [GoOnWhen::Ungrounded, GoOnWhen::WrongType, GoOnWhen::NotAnOption];
+        assert!(reasons_to_go_on(&checks, &memory, "yes", &[]).is_empty(), "off by default: a yes passes");
+        let on = [GoOnWhen::Ungrounded, GoOnWhen::YesNoOfTwo];
+        assert_eq!(reasons_to_go_on(&on, &memory, "yes", &[]), ["yes_no_of_two"]);
+        let one = Memory::new("q", "Did Tom Quill play for Lindon?");
+        assert!(reasons_to_go_on(&on, &one, "no", &[]).is_empty());
+    }
+
+    #[test]
+    fn with_the_yes_no_of_two_check_the_loop_answers_such_a_question_when_it_says_yes_or_no() {
+        let question = "Were the Commodore 16 and Prológica CP-400 from the same country?";
+        let with_first_read = |answer: &str| {
+            let mut memory = memory_with_one_shot(answer, "The Commodore 16 is a home computer.");
+            memory.question = question.into();
+            memory
+        };
+        let on = [GoOnWhen::Ungrounded, GoOnWhen::YesNoOfTwo];
+        assert_eq!(choose(&mut with_first_read("Yes"), "main", given("No"), &[], &on).answer, "No");
+        assert_eq!(choose(&mut with_first_read("Yes"), "main", given("unanswerable"), &[], &on).answer, "Yes");
+        // Without the check, as before: a yes or no is "written" anywhere, so the first read stays.
+        let off = [GoOnWhen::Ungrounded, GoOnWhen::WrongType, GoOnWhen::NotAnOption];
+        assert_eq!(choose(&mut with_first_read("Yes"), "main", given("No"), &[], &off).answer, "Yes");
+    }
+
     fn memory_with_one_shot(answer: &str, passage: &str) -> Memory {
         let mut memory = Memory::new("q", "Where was the goalkeeper of Harwick Rovers born?");
         memory.one_shot = Some(OneShot {
@@ -166,7 +236,7 @@ mod tests {
         let loop_texts = texts(&["Tom Quill was born in Lindon."]);
         // The first read named someone its passages never mention; the loop's facts write Lindon.
         let mut memory = memory_with_one_shot("Vessary", "Harwick Rovers' goalkeeper is Tom Quill.");
-        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts).answer, "Lindon");
+        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts, &[]).answer, "Lindon");
         assert!(memory.one_shot.is_none());
         assert!(
             memory
@@ -176,14 +246,14 @@ mod tests {
         );
         // Both supported: a tie keeps the first read, whose passage becomes a citation.
         let mut memory = memory_with_one_shot("Tom Quill", "Harwick Rovers' goalkeeper is Tom Quill.");
-        let chosen = choose(&mut memory, "main", given("Lindon"), &loop_texts);
+        let chosen = choose(&mut memory, "main", given("Lindon"), &loop_texts, &[]);
         assert_eq!(chosen.answer, "Tom Quill");
         assert!(memory.cited_passages.contains_key("p1"));
         // Neither supported: a tie too.
         let mut memory = memory_with_one_shot("Vessary", "Harwick Rovers' goalkeeper is Tom Quill.");
-        assert_eq!(choose(&mut memory, "main", given("Ostra"), &loop_texts).answer, "Vessary");
+        assert_eq!(choose(&mut memory, "main", given("Ostra"), &loop_texts, &[]).answer, "Vessary");
         // No first read in the memory: the loop's answer, untouched.
         let mut memory = Memory::new("q", "?");
-        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts).explanation, "loop");
+        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts, &[]).explanation, "loop");
     }
 }

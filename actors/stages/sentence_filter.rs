@@ -102,7 +102,7 @@ impl SentenceFilter {
             .map(|h| h.passage.clone())
             .collect();
         let checks = &self.settings.read_first_goes_on_when;
-        let went_on = reasons_to_go_on(checks, &memory.question_to_answer(), &given.answer, &texts_of(&passages));
+        let went_on = reasons_to_go_on(checks, memory, &given.answer, &texts_of(&passages));
         let ids = view.evidence.iter().map(|e| e.id.clone()).collect();
         memory.record(
             Self::NAME,

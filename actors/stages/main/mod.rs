@@ -260,7 +260,7 @@ impl Main {
         }
         let evidence = memory.verified_facts().map(|f| f.text.clone());
         let texts: Vec<String> = evidence.chain(one_shot::texts_of(memory.cited_passages.values())).collect();
-        one_shot::choose(memory, Self::NAME, given, &texts)
+        one_shot::choose(memory, Self::NAME, given, &texts, &self.settings.read_first_goes_on_when)
     }
 
     /// With `answer_span`, the answer as the cited passages and verified facts write the name that
