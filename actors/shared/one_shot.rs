@@ -39,10 +39,8 @@ pub fn asks_yes_no_of_two(question: &str) -> bool {
     let q = question.trim().to_lowercase();
     let words: Vec<&str> = q.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
     let Some(first) = words.first() else { return false };
-    AUXILIARIES.contains(first)
-        && two_options::options(question).is_none()
-        && !words.contains(&"or")
-        && words.iter().any(|w| TOGETHER.contains(w))
+    // No "or": two options offered ("Was A or B born first?") are `not_an_option`'s.
+    AUXILIARIES.contains(first) && !words.contains(&"or") && words.iter().any(|w| TOGETHER.contains(w))
 }
 
 /// Each passage as the checks read it: its title, then its text.
