@@ -72,6 +72,11 @@ pub struct MigresSettings {
     /// With `read_first`: the checks, none of them the model's judgement of itself, any of which sends
     /// the one-shot answer round the loop.
     pub read_first_goes_on_when: Vec<GoOnWhen>,
+    /// With `read_first`, a two-option question ends with one of its options: when neither the
+    /// first read's answer nor the loop's names one, `compare_options` compares them once more over
+    /// both reads' evidence, and an answer naming one option wins over one naming neither. Off by
+    /// default (issue 76).
+    pub ends_with_an_option: bool,
 }
 
 /// A check of the one-shot answer (`migres.read_first`) that sends the question round the loop.

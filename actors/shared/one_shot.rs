@@ -82,33 +82,50 @@ pub fn fits_type(question: &str, answer: &str) -> bool {
 /// A two-option question is answered with one option (its words in a row), not neither or both; a
 /// yes or no passes ("Are A and B both ...?"), and so does any answer to other questions.
 pub fn names_one_option(question: &str, answer: &str) -> bool {
-    let Some(options) = two_options::options(question) else { return true };
+    matches!(normalize_answer(answer).as_str(), "yes" | "no")
+        || names_exactly_one_option(question, answer) != Some(false)
+}
+
+/// Whether the answer names exactly one of the two options the question offers (a yes or no names
+/// none); None for a question that offers no two options.
+pub fn names_exactly_one_option(question: &str, answer: &str) -> Option<bool> {
+    let options = two_options::options(question)?;
     let a = normalize_answer(answer);
-    if matches!(a.as_str(), "yes" | "no") {
-        return true;
-    }
     let names = |option: &str| !a.is_empty() && contains_words(&normalize_answer(option), &a);
-    names(&options.first) != names(&options.second)
+    Some(names(&options.first) != names(&options.second))
+}
+
+/// How the final answer is chosen between the first read's and the loop's.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Choice<'a> {
+    /// `migres.read_first_goes_on_when`.
+    pub checks: &'a [GoOnWhen],
+    /// `migres.ends_with_an_option`.
+    pub ends_with_an_option: bool,
 }
 
 /// The final answer: the loop's `given` when the loop's evidence (`loop_texts`: its verified facts and
 /// the passages they cite) writes it and the first read's passages do not write the first read's;
 /// otherwise the first read's, whose passages then join the answer's citations. With the
-/// `yes_no_of_two` check among `checks`, such a question's loop answers it when the loop says yes
-/// or no: no text writes either, and the loop looked both things up.
+/// `yes_no_of_two` check among the checks, such a question's loop answers it when the loop says yes
+/// or no: no text writes either, and the loop looked both things up. With `ends_with_an_option`, a
+/// two-option question takes whichever of the two answers alone names one option: the first read
+/// named the director of one film, the loop the film.
 pub fn choose(
     memory: &mut Memory,
     stage: &str,
     given: FinalAnswer,
     loop_texts: &[String],
-    checks: &[GoOnWhen],
+    choice: Choice,
 ) -> FinalAnswer {
     let Some(one_shot) = memory.one_shot.take() else { return given };
-    let yes_no_of_two = checks.contains(&GoOnWhen::YesNoOfTwo) && asks_yes_no_of_two(&memory.question);
-    let loop_wins = if yes_no_of_two {
-        matches!(normalize_answer(&given.answer).as_str(), "yes" | "no")
-    } else {
-        written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts_of(&one_shot.passages))
+    let yes_no_of_two = choice.checks.contains(&GoOnWhen::YesNoOfTwo) && asks_yes_no_of_two(&memory.question);
+    let asked = memory.question_to_answer();
+    let one_option = |answer: &str| names_exactly_one_option(&asked, answer).filter(|_| choice.ends_with_an_option);
+    let loop_wins = match (one_option(&one_shot.answer), one_option(&given.answer)) {
+        (Some(first), Some(looped)) if first != looped => looped,
+        _ if yes_no_of_two => matches!(normalize_answer(&given.answer).as_str(), "yes" | "no"),
+        _ => written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts_of(&one_shot.passages)),
     };
     let OneShot { answer, confidence, explanation, passages } = one_shot;
     let chosen = if loop_wins { given.answer.clone() } else { answer.clone() };
@@ -203,11 +220,29 @@ mod tests {
             memory
         };
         let on = [GoOnWhen::Ungrounded, GoOnWhen::YesNoOfTwo];
-        assert_eq!(choose(&mut with_first_read("Yes"), "main", given("No"), &[], &on).answer, "No");
-        assert_eq!(choose(&mut with_first_read("Yes"), "main", given("unanswerable"), &[], &on).answer, "Yes");
+        assert_eq!(
+            choose(&mut with_first_read("Yes"), "main", given("No"), &[], Choice { checks: &on, ..Choice::default() })
+                .answer,
+            "No"
+        );
+        assert_eq!(
+            choose(
+                &mut with_first_read("Yes"),
+                "main",
+                given("unanswerable"),
+                &[],
+                Choice { checks: &on, ..Choice::default() }
+            )
+            .answer,
+            "Yes"
+        );
         // Without the check, as before: a yes or no is "written" anywhere, so the first read stays.
         let off = [GoOnWhen::Ungrounded, GoOnWhen::WrongType, GoOnWhen::NotAnOption];
-        assert_eq!(choose(&mut with_first_read("Yes"), "main", given("No"), &[], &off).answer, "Yes");
+        assert_eq!(
+            choose(&mut with_first_read("Yes"), "main", given("No"), &[], Choice { checks: &off, ..Choice::default() })
+                .answer,
+            "Yes"
+        );
     }
 
     fn memory_with_one_shot(answer: &str, passage: &str) -> Memory {
@@ -234,7 +269,7 @@ mod tests {
         let loop_texts = texts(&["Tom Quill was born in Lindon."]);
         // The first read named someone its passages never mention; the loop's facts write Lindon.
         let mut memory = memory_with_one_shot("Vessary", "Harwick Rovers' goalkeeper is Tom Quill.");
-        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts, &[]).answer, "Lindon");
+        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts, Choice::default()).answer, "Lindon");
         assert!(memory.one_shot.is_none());
         assert!(
             memory
@@ -244,14 +279,43 @@ mod tests {
         );
         // Both supported: a tie keeps the first read, whose passage becomes a citation.
         let mut memory = memory_with_one_shot("Tom Quill", "Harwick Rovers' goalkeeper is Tom Quill.");
-        let chosen = choose(&mut memory, "main", given("Lindon"), &loop_texts, &[]);
+        let chosen = choose(&mut memory, "main", given("Lindon"), &loop_texts, Choice::default());
         assert_eq!(chosen.answer, "Tom Quill");
         assert!(memory.cited_passages.contains_key("p1"));
         // Neither supported: a tie too.
         let mut memory = memory_with_one_shot("Vessary", "Harwick Rovers' goalkeeper is Tom Quill.");
-        assert_eq!(choose(&mut memory, "main", given("Ostra"), &loop_texts, &[]).answer, "Vessary");
+        assert_eq!(choose(&mut memory, "main", given("Ostra"), &loop_texts, Choice::default()).answer, "Vessary");
         // No first read in the memory: the loop's answer, untouched.
         let mut memory = Memory::new("q", "?");
-        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts, &[]).explanation, "loop");
+        assert_eq!(choose(&mut memory, "main", given("Lindon"), &loop_texts, Choice::default()).explanation, "loop");
+    }
+
+    #[test]
+    fn with_ends_with_an_option_the_answer_naming_one_option_wins() {
+        let question = "Which film has the director born earlier, Lone Tarn or Harrow Lights?";
+        let with_first_read = |answer: &str| {
+            let mut memory = memory_with_one_shot(answer, "Lone Tarn is a film directed by Cal Verrin.");
+            memory.question = question.into();
+            memory
+        };
+        let on = Choice { ends_with_an_option: true, ..Choice::default() };
+        // The first read named the director (written in its passage), the loop a film (written nowhere).
+        assert_eq!(choose(&mut with_first_read("Cal Verrin"), "main", given("Lone Tarn"), &[], on).answer, "Lone Tarn");
+        assert_eq!(
+            choose(&mut with_first_read("Cal Verrin"), "main", given("Lone Tarn"), &[], Choice::default()).answer,
+            "Cal Verrin"
+        );
+        // The first read named an option its passage does not write, and the loop a name its evidence
+        // writes: without the lever the loop's wins, with it the option stays.
+        let loop_texts = texts(&["Cal Verrin was born in 1931."]);
+        let read =
+            |choice| choose(&mut with_first_read("Harrow Lights"), "main", given("Cal Verrin"), &loop_texts, choice);
+        assert_eq!(read(Choice::default()).answer, "Cal Verrin");
+        assert_eq!(read(on).answer, "Harrow Lights");
+        // Both name an option: as without the lever.
+        assert_eq!(
+            choose(&mut with_first_read("Lone Tarn"), "main", given("Harrow Lights"), &[], on).answer,
+            "Lone Tarn"
+        );
     }
 }

@@ -2,8 +2,8 @@ use lacuna::actors::runner::Stage;
 use lacuna::actors::stages::main::Main;
 use lacuna::config::{Acceptance, DecisionPrompt, MigresSettings, Settings};
 use lacuna::topics::{
-    AnswerRecord, Event, FactSource, KnownFact, Memory, MissingEvent, Outcome, Passage, SCHEMA_VERSION, VerifiedEvent,
-    VersionedAnswer,
+    AnswerRecord, Event, FactSource, KnownFact, Memory, MissingEvent, OneShot, Outcome, Passage, SCHEMA_VERSION,
+    VerifiedEvent, VersionedAnswer,
 };
 use serde_json::json;
 
@@ -467,4 +467,38 @@ async fn an_unusable_comparison_reply_keeps_the_answer_and_says_so() {
     let a = answered(run(&llm, two_directors()).await);
     assert_eq!(a.answer, "Payment on Demand");
     assert!(a.degraded.iter().any(|d| d.contains("main")), "{:?}", a.degraded);
+}
+
+/// `migres.ends_with_an_option`: the first read named a director, the loop another, and the loop's
+/// own comparison lacked the first director's year. Compared once more over both reads' evidence,
+/// the first read's passage gives it, and the question ends with an option.
+#[tokio::test]
+async fn with_ends_with_an_option_a_two_option_question_is_compared_over_both_reads() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        Prompt::CompareOptions if prompt.contains("Passages read first:") => {
+            Reply::Json(json!({"explanation": "copied", "first": "1931", "second": "1948"}))
+        }
+        Prompt::CompareOptions => {
+            Reply::Json(json!({"explanation": "not given", "first": "unknown", "second": "1948"}))
+        }
+        _ => decision(true, "Ona Pell", ""),
+    })
+    .await;
+    let mut m = memory("Which film has the director born earlier, Lone Tarn or Harrow Lights?");
+    m.facts.push(fact("Ona Pell, the director of the second film, was born in 1948.", FactSource::Verified));
+    m.cited_passages.insert("p".into(), passage("p", "Ona Pell", "Ona Pell (born 1948) is a film director."));
+    m.iteration = 1;
+    m.one_shot = Some(OneShot {
+        answer: "Cal Verrin".into(),
+        confidence: 3.0,
+        explanation: "read".into(),
+        passages: vec![passage("tarn", "Lone Tarn", "Lone Tarn is a 1970 film directed by Cal Verrin (born 1931).")],
+    });
+    let on = MigresSettings { ends_with_an_option: true, ..Settings::defaults().migres };
+    let a = answered(run_with(&llm, m.clone(), on).await);
+    assert_eq!(a.answer, "Lone Tarn");
+    assert_eq!(a.usage.llm_calls, 3, "the decision, the loop's comparison, the comparison over both reads");
+    // Off, as the default ships: the first read's director stays.
+    let a = answered(run(&llm, m).await);
+    assert_eq!((a.answer.as_str(), a.usage.llm_calls), ("Cal Verrin", 2));
 }

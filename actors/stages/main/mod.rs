@@ -93,7 +93,7 @@ impl Main {
         if rejected.is_none() {
             let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
             let given = self.settled(&mut memory, given).await?;
-            let given = self.or_first_read(&mut memory, given);
+            let given = self.or_first_read(&mut memory, given).await?;
             return Ok(answer_record(memory, given.answer, given.confidence, given.explanation, Outcome::Answered));
         }
         if memory.iteration >= self.settings.max_iterations {
@@ -102,7 +102,7 @@ impl Main {
             if held_back.is_some() {
                 let given = FinalAnswer { answer, confidence: d.confidence, explanation: d.explanation };
                 let given = self.settled(&mut memory, given).await?;
-                let given = self.or_first_read(&mut memory, given);
+                let given = self.or_first_read(&mut memory, given).await?;
                 return Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit));
             }
             return self.answer_at_limit(memory).await;
@@ -201,7 +201,7 @@ impl Main {
 
     async fn give_at_limit(&self, mut memory: Memory, given: FinalAnswer) -> Result<Record, StageError> {
         let given = self.settled(&mut memory, given).await?;
-        let given = self.or_first_read(&mut memory, given);
+        let given = self.or_first_read(&mut memory, given).await?;
         Ok(given_answer(memory, Self::NAME, given, Outcome::AnsweredAtLimit))
     }
 
@@ -232,7 +232,7 @@ impl Main {
             memory.cited_passages.insert(passage.id.clone(), passage);
         }
         let read = self.as_written(&memory, FinalAnswer { answer, confidence: reading.confidence, explanation });
-        let read = self.or_first_read(&mut memory, read);
+        let read = self.or_first_read(&mut memory, read).await?;
         Ok(given_answer(memory, Self::NAME, read, Outcome::AnsweredAtLimit))
     }
 
@@ -253,14 +253,48 @@ impl Main {
 
     /// With `migres.read_first`, when the loop ran: its answer, or the first read's where the loop's
     /// evidence does not write its own and the first read's passages do not fall short
-    /// (`one_shot::choose`).
-    fn or_first_read(&self, memory: &mut Memory, given: FinalAnswer) -> FinalAnswer {
-        if memory.one_shot.is_none() {
-            return given;
-        }
+    /// (`one_shot::choose`). With `ends_with_an_option`, a two-option question neither answer
+    /// settles is compared once more over both reads' evidence first.
+    async fn or_first_read(&self, memory: &mut Memory, given: FinalAnswer) -> Result<FinalAnswer, StageError> {
+        let Some(first_read) = &memory.one_shot else { return Ok(given) };
+        let asked = memory.question_to_answer();
+        let settles = |answer: &str| one_shot::names_exactly_one_option(&asked, answer) != Some(false);
+        let given = if self.settings.ends_with_an_option && !settles(&first_read.answer) && !settles(&given.answer) {
+            self.compared_over_both_reads(memory, given).await?
+        } else {
+            given
+        };
         let evidence = memory.verified_facts().map(|f| f.text.clone());
         let texts: Vec<String> = evidence.chain(one_shot::texts_of(memory.cited_passages.values())).collect();
-        one_shot::choose(memory, Self::NAME, given, &texts, &self.settings.read_first_goes_on_when)
+        let choice = one_shot::Choice {
+            checks: &self.settings.read_first_goes_on_when,
+            ends_with_an_option: self.settings.ends_with_an_option,
+        };
+        Ok(one_shot::choose(memory, Self::NAME, given, &texts, choice))
+    }
+
+    /// `compare_options` over the loop's evidence and the first read's passages: the loop's own
+    /// comparison lacked a value, and the first read's passages may write it.
+    async fn compared_over_both_reads(
+        &self,
+        memory: &mut Memory,
+        given: FinalAnswer,
+    ) -> Result<FinalAnswer, StageError> {
+        let mut information = self.information(memory, true);
+        if let Some(first_read) = &memory.one_shot {
+            let unseen: Vec<String> = first_read
+                .passages
+                .iter()
+                .filter(|p| !memory.cited_passages.contains_key(&p.id))
+                .map(|p| format!("(Title: {}) {}", p.title, p.text))
+                .collect();
+            if !unseen.is_empty() {
+                information.push_str(&format!("\nPassages read first:\n{}", unseen.join("\n")));
+            }
+        }
+        let (answer, explanation) =
+            two_options::settle(&self.llm, memory, Self::NAME, &information, given.answer, given.explanation).await?;
+        Ok(FinalAnswer { answer, explanation, ..given })
     }
 
     /// With `answer_span`, the answer as the cited passages and verified facts write the name that
