@@ -94,6 +94,18 @@ pub enum GoOnWhen {
     /// whatever it was answered: no passage writes a yes or no, and one read seldom holds both
     /// hops. The loop's yes or no then replaces the first read's. Off by default (issue 76).
     YesNoOfTwo,
+    /// A question that asks for a place ("Where was ...?", "the place of birth of ...", "in what
+    /// city"), whatever it was answered: in multi-hop questions the place is usually that of
+    /// something the question names only through a relation ("the father of ..."), which one read
+    /// seldom reaches. The loop's answer then replaces the first read's where the loop's evidence
+    /// writes it. Off by default (issue 76).
+    AsksPlace,
+    /// The same for a question that asks for a date or year ("When ...?", "what year", "date of
+    /// birth"). Off by default (issue 76).
+    AsksDate,
+    /// The same for a question that asks for a number ("How many ...?", "what percentage", "the
+    /// population"). Off by default (issue 76).
+    AsksNumber,
 }
 
 impl GoOnWhen {
@@ -103,6 +115,9 @@ impl GoOnWhen {
             GoOnWhen::WrongType => "wrong_type",
             GoOnWhen::NotAnOption => "not_an_option",
             GoOnWhen::YesNoOfTwo => "yes_no_of_two",
+            GoOnWhen::AsksPlace => "asks_place",
+            GoOnWhen::AsksDate => "asks_date",
+            GoOnWhen::AsksNumber => "asks_number",
         }
     }
 }

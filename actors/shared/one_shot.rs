@@ -18,6 +18,66 @@ const NUMBER_WORDS: &[&str] = &["one", "two", "three", "four", "five", "six", "s
 /// Words of a yes-or-no question that name two things it asks about together.
 const TOGETHER: &[&str] = &["both", "same", "share", "shared", "common", "and"];
 
+/// Phrases (between spaces, lower case) of a question that asks for a place, besides a first "where".
+const PLACE_PHRASES: &[&str] = &[
+    "place of birth",
+    "place of death",
+    "born in what",
+    "in what city",
+    "in what country",
+    "in what county",
+    "in what state",
+    "in what town",
+];
+/// Nouns of a place after "which" or "what" ("which county", "what city").
+const PLACE_NOUNS: &[&str] = &["city", "country", "county", "state", "town", "island", "river", "province"];
+/// Phrases of a question that asks for a date, besides a first "when".
+const DATE_PHRASES: &[&str] = &["what year", "which year", "what date", "date of birth", "date of death", "birthday"];
+/// Phrases of a question that asks for a number, besides a first "how many", "how much", "how old".
+const NUMBER_PHRASES: &[&str] = &["what percentage", "population"];
+
+/// What a question asks for, by its words, as far as the `asks_*` checks need it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asks {
+    Place,
+    Date,
+    Number,
+}
+
+/// The kind of answer a question asks for, when it is a place, a date or a number; None for a
+/// yes-or-no question, one offering two options, and anything else. A place comes first ("When was
+/// the place of birth ...?" never reads so; "In what city ... born in 1950?" asks a place).
+pub fn asks(question: &str) -> Option<Asks> {
+    let q = question.trim().to_lowercase();
+    let words: Vec<&str> = q.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let first = *words.first()?;
+    if AUXILIARIES.contains(&first) || two_options::options(question).is_some() {
+        return None;
+    }
+    let text = format!(" {} ", words.join(" "));
+    let has = |phrases: &[&str]| phrases.iter().any(|p| text.contains(&format!(" {p} ")));
+    let place_noun = words.windows(2).any(|w| matches!(w[0], "which" | "what") && PLACE_NOUNS.contains(&w[1]));
+    if first == "where" || has(PLACE_PHRASES) || place_noun {
+        return Some(Asks::Place);
+    }
+    if first == "when" || has(DATE_PHRASES) {
+        return Some(Asks::Date);
+    }
+    let how = matches!(words.get(..2), Some(["how", "many" | "much" | "old"]));
+    (how || has(NUMBER_PHRASES)).then_some(Asks::Number)
+}
+
+/// The `asks_*` check among `checks` that names what the question asks for, if any.
+fn asks_checked(checks: &[GoOnWhen], question: &str) -> bool {
+    let check = match asks(question) {
+        Some(Asks::Place) => GoOnWhen::AsksPlace,
+        Some(Asks::Date) => GoOnWhen::AsksDate,
+        Some(Asks::Number) => GoOnWhen::AsksNumber,
+        None => return false,
+    };
+    checks.contains(&check)
+}
+
 /// The checks of `checks` that find `answer` to the memory's question unsupported, by name, for the
 /// trace: `texts` are the passages the read showed, whole.
 pub fn reasons_to_go_on(checks: &[GoOnWhen], memory: &Memory, answer: &str, texts: &[String]) -> Vec<String> {
@@ -29,6 +89,9 @@ pub fn reasons_to_go_on(checks: &[GoOnWhen], memory: &Memory, answer: &str, text
         GoOnWhen::WrongType => !fits_type(&asked, answer),
         GoOnWhen::NotAnOption => !names_one_option(&asked, answer),
         GoOnWhen::YesNoOfTwo => asks_yes_no_of_two(&memory.question),
+        GoOnWhen::AsksPlace => asks(&memory.question) == Some(Asks::Place),
+        GoOnWhen::AsksDate => asks(&memory.question) == Some(Asks::Date),
+        GoOnWhen::AsksNumber => asks(&memory.question) == Some(Asks::Number),
     };
     checks.iter().filter(|c| fails(c)).map(|c| c.name().to_string()).collect()
 }
@@ -110,7 +173,8 @@ pub struct Choice<'a> {
 /// `yes_no_of_two` check among the checks, such a question's loop answers it when the loop says yes
 /// or no: no text writes either, and the loop looked both things up. With `ends_with_an_option`, a
 /// two-option question takes whichever of the two answers alone names one option: the first read
-/// named the director of one film, the loop the film.
+/// named the director of one film, the loop the film. With an `asks_*` check that sent the question
+/// on for what it asks, the loop's answer wins wherever the loop's evidence writes it.
 pub fn choose(
     memory: &mut Memory,
     stage: &str,
@@ -125,6 +189,9 @@ pub fn choose(
     let loop_wins = match (one_option(&one_shot.answer), one_option(&given.answer)) {
         (Some(first), Some(looped)) if first != looped => looped,
         _ if yes_no_of_two => matches!(normalize_answer(&given.answer).as_str(), "yes" | "no"),
+        // Sent on for what it asks, not for a fault of its answer: the loop's answer wins wherever
+        // its evidence writes it.
+        _ if asks_checked(choice.checks, &memory.question) => written_in(&given.answer, loop_texts),
         _ => written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts_of(&one_shot.passages)),
     };
     let OneShot { answer, confidence, explanation, passages } = one_shot;
@@ -316,6 +383,66 @@ mod tests {
         assert_eq!(
             choose(&mut with_first_read("Lone Tarn"), "main", given("Harrow Lights"), &[], on).answer,
             "Lone Tarn"
+        );
+    }
+
+    #[test]
+    fn what_a_question_asks_for_is_read_from_its_words() {
+        let place = [
+            "Where was the father of Lope Díaz Ii De Haro born?",
+            "What is the place of birth of the director of film Boden'S Boy?",
+            "Politician Lyman Sherwood was born in what New York county?",
+            "Which country the director of film The White Countess is from?",
+            "In which county is the city sharing a border with the capitol of the state?",
+        ];
+        let date = [
+            "When did Frances Vane, Marchioness Of Londonderry's father die?",
+            "What is the date of birth of Archibald Montgomerie's father?",
+            "What year was the 2nd wife of the leader of the hussites born?",
+        ];
+        let number =
+            ["How many records did Shane Lynch sell as a member of Boyzone?", "What was the population of the town?"];
+        let none = [
+            "Who is the father of William Ii, Duke Of Bavaria?",
+            "Which film came out first, Oloibiri (Film) or The Eagle'S Claw?",
+            "Were the Commodore 16 and Prológica CP-400 from the same country?",
+            "Was Jovita Carranza or Fidel Kuri Grajales born first?",
+            "",
+        ];
+        for (questions, wanted) in [
+            (&place[..], Some(Asks::Place)),
+            (&date[..], Some(Asks::Date)),
+            (&number[..], Some(Asks::Number)),
+            (&none[..], None),
+        ] {
+            for q in questions {
+                assert_eq!(asks(q), wanted, "{q}");
+            }
+        }
+    }
+
+    #[test]
+    fn with_an_asks_check_the_loop_answers_what_it_sent_on_when_its_evidence_writes_it() {
+        let question = "Where was the father of Tom Quill born?";
+        let with_first_read = |answer: &str| {
+            let mut memory = memory_with_one_shot(answer, "Tom Quill is the son of Ben Quill of Harwick.");
+            memory.question = question.into();
+            memory
+        };
+        let checks = [GoOnWhen::Ungrounded, GoOnWhen::AsksPlace];
+        assert_eq!(
+            reasons_to_go_on(&checks, &with_first_read("Harwick"), "Harwick", &texts(&["Harwick"])),
+            ["asks_place"]
+        );
+        let on = Choice { checks: &checks, ..Choice::default() };
+        let loop_texts = texts(&["Ben Quill was born in Lindon."]);
+        // The first read's answer is written in its passage, yet the loop's, written in its evidence, wins.
+        assert_eq!(choose(&mut with_first_read("Harwick"), "main", given("Lindon"), &loop_texts, on).answer, "Lindon");
+        assert_eq!(choose(&mut with_first_read("Harwick"), "main", given("Ostra"), &loop_texts, on).answer, "Harwick");
+        let off = Choice { checks: &[GoOnWhen::Ungrounded], ..Choice::default() };
+        assert_eq!(
+            choose(&mut with_first_read("Harwick"), "main", given("Lindon"), &loop_texts, off).answer,
+            "Harwick"
         );
     }
 }
