@@ -174,7 +174,8 @@ pub struct Choice<'a> {
 /// or no: no text writes either, and the loop looked both things up. With `ends_with_an_option`, a
 /// two-option question takes whichever of the two answers alone names one option: the first read
 /// named the director of one film, the loop the film. With an `asks_*` check that sent the question
-/// on for what it asks, the loop's answer wins wherever the loop's evidence writes it.
+/// on for what it asks, the loop's answer wins wherever the loop's evidence writes it and it is of
+/// the kind asked.
 pub fn choose(
     memory: &mut Memory,
     stage: &str,
@@ -190,8 +191,10 @@ pub fn choose(
         (Some(first), Some(looped)) if first != looped => looped,
         _ if yes_no_of_two => matches!(normalize_answer(&given.answer).as_str(), "yes" | "no"),
         // Sent on for what it asks, not for a fault of its answer: the loop's answer wins wherever
-        // its evidence writes it.
-        _ if asks_checked(choice.checks, &memory.question) => written_in(&given.answer, loop_texts),
+        // its evidence writes it and it is of the kind asked ("Vatican City" answers no "when").
+        _ if asks_checked(choice.checks, &memory.question) => {
+            written_in(&given.answer, loop_texts) && fits_type(&asked, &given.answer)
+        }
         _ => written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts_of(&one_shot.passages)),
     };
     let OneShot { answer, confidence, explanation, passages } = one_shot;
@@ -439,6 +442,11 @@ mod tests {
         // The first read's answer is written in its passage, yet the loop's, written in its evidence, wins.
         assert_eq!(choose(&mut with_first_read("Harwick"), "main", given("Lindon"), &loop_texts, on).answer, "Lindon");
         assert_eq!(choose(&mut with_first_read("Harwick"), "main", given("Ostra"), &loop_texts, on).answer, "Harwick");
+        // Of the wrong kind for a "when": the first read stays.
+        let mut when = with_first_read("1931");
+        when.question = "When was the father of Tom Quill born?".into();
+        let on = Choice { checks: &[GoOnWhen::AsksDate], ..Choice::default() };
+        assert_eq!(choose(&mut when, "main", given("Ben Quill"), &texts(&["Ben Quill"]), on).answer, "1931");
         let off = Choice { checks: &[GoOnWhen::Ungrounded], ..Choice::default() };
         assert_eq!(
             choose(&mut with_first_read("Harwick"), "main", given("Lindon"), &loop_texts, off).answer,
