@@ -463,6 +463,7 @@ fn exactly_once_a_record_the_broker_always_refuses_ends_its_question_in_one_erro
         for stage in PipelineKind::Migres.stages() {
             assert!(!cluster.restart_if_exited(stage.name), "{} exited", stage.name);
         }
+        assert!(cluster.restarted.is_empty(), "exited before the first quarter: {:?}", cluster.restarted);
     });
     assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected, "no question lost");
     let raw = support::cluster::raw_answer_keys(&settings, "read_committed");

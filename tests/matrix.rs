@@ -161,17 +161,17 @@ fn supervise(cluster: &mut Cluster, test: &str, count: usize, names: &[&str]) {
             printed = true;
         }
         if cluster.restart_sink_if_failed() {
-            EXITS.fetch_add(1, Ordering::SeqCst);
             eprintln!("matrix: {test}: the sink exited and was started again");
         }
         for name in names {
             if cluster.restart_if_exited(name) {
-                EXITS.fetch_add(1, Ordering::SeqCst);
                 eprintln!("matrix: {test}: {name} exited and was started again");
             }
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Before the disruption too (`wait_for_answers_supervised`).
+    EXITS.store(cluster.restarted.len() + cluster.sink_restarts, Ordering::SeqCst);
 }
 
 fn stages() -> Vec<&'static str> {

@@ -209,6 +209,9 @@ pub struct Cluster {
     sink: Option<(Child, Vec<String>)>,
     /// How many times the supervised sink exited before it had every answer and was started again.
     pub sink_restarts: usize,
+    /// The stages that exited on their own and were started again ([`Cluster::restart_if_exited`]),
+    /// once each time.
+    pub restarted: Vec<String>,
 }
 
 impl Cluster {
@@ -261,6 +264,7 @@ impl Cluster {
             sasl,
             sink: None,
             sink_restarts: 0,
+            restarted: Vec::new(),
         };
         for stage in PipelineKind::Migres.stages() {
             cluster.spawn(stage.name);
@@ -365,8 +369,14 @@ impl Cluster {
             return false;
         }
         self.stages.remove(index);
+        self.restarted.push(name.to_string());
         self.spawn(name);
         true
+    }
+
+    /// The names of the stage processes started, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.stages.iter().map(|(name, _)| name.clone()).collect()
     }
 
     /// What the stage's `/metrics` says of `lacuna_stage_in_flight`: events it is processing now
