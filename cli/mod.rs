@@ -56,7 +56,8 @@ pub struct Cli {
     /// levers), `fast` (the cheapest configuration within 1 EM of the default on the tuning half),
     /// `adaptive` (the default's method: one read first, the loop only for an answer a check finds
     /// unsupported), `loop` (the default before it: the loop from the first iteration), `shallow`
-    /// (`loop` with 30 passages a query instead of 50) or a directory of TOML layers
+    /// (`loop` with 30 passages a query instead of 50), `levers` (the default with every issue-76
+    /// lever on and the loop run as `fast`: the held-out candidate) or a directory of TOML layers
     /// (config/profiles.rs). `eval` adds the dataset's layers.
     #[arg(long, global = true)]
     profile: Option<String>,

@@ -5,7 +5,7 @@
 //! A profile is up to three TOML layers, applied in order: `common`, then the dataset's group
 //! (`multihop`, `odqa` or `commonsense`, MIGRES Table 11's columns), then the dataset's own (by folder
 //! name); without a dataset (`ask`, `run`, `serve`) only `common`. `paper`, `before`, `fast`,
-//! `adaptive`, `loop` and `shallow` are compiled in (config/profiles/<name>/); `--profile DIR` reads the same
+//! `adaptive`, `loop`, `shallow` and `levers` are compiled in (config/profiles/<name>/); `--profile DIR` reads the same
 //! file names from a directory, any of them optional. The group of a dataset the papers used comes
 //! from its folder name; any other dataset folder names its group in a `profile.toml`
 //! (`group = "multihop"`).
@@ -17,13 +17,14 @@ use anyhow::{Context, bail};
 pub const GROUPS: [&str; 3] = ["multihop", "odqa", "commonsense"];
 
 /// The built-in profiles, each a list of layers by name.
-const BUILT_IN: [(&str, &[(&str, &str)]); 6] = [
+const BUILT_IN: [(&str, &[(&str, &str)]); 7] = [
     ("paper", &PAPER),
     ("before", &BEFORE),
     ("fast", &FAST),
     ("adaptive", &ADAPTIVE),
     ("loop", &LOOP),
     ("shallow", &SHALLOW),
+    ("levers", &LEVERS),
 ];
 
 /// The `before` profile: the default before issue 47's cost levers, kept so it can be rerun.
@@ -41,6 +42,10 @@ const LOOP: [(&str, &str); 1] = [("common", include_str!("profiles/loop/common.t
 
 /// The `shallow` profile: the default with 30 passages a query, about two thirds of the re-ranker's work.
 const SHALLOW: [(&str, &str); 1] = [("common", include_str!("profiles/shallow/common.toml"))];
+
+/// The `levers` profile: the default with every issue-76 lever on and its loop run as `fast` runs it,
+/// the candidate for the held-out run.
+const LEVERS: [(&str, &str); 1] = [("common", include_str!("profiles/levers/common.toml"))];
 
 /// The `paper` profile's layers by name.
 const PAPER: [(&str, &str); 6] = [
@@ -68,7 +73,7 @@ pub fn layers(profile: &str, dataset_dir: Option<&Path>) -> anyhow::Result<Vec<S
     let dir = Path::new(profile);
     if !dir.is_dir() {
         bail!(
-            "profile {profile}: neither a built-in profile (paper, before, fast, adaptive, loop, shallow) nor a directory of TOML layers"
+            "profile {profile}: neither a built-in profile (paper, before, fast, adaptive, loop, shallow, levers) nor a directory of TOML layers"
         );
     }
     let mut out = Vec::new();
@@ -181,5 +186,26 @@ mod tests {
         expected.migres.read_first = false;
         assert_eq!(format!("{the_loop:?}"), format!("{expected:?}"), "nothing else moves");
         assert_eq!(format!("{adaptive:?}"), format!("{defaults:?}"));
+    }
+
+    /// `levers` turns on what the default ships off, and moves nothing else: issue 76's checks and
+    /// `ends_with_an_option`, and `fast`'s loop.
+    #[test]
+    fn the_levers_profile_is_the_default_with_issue_76_levers_and_the_fast_loop() {
+        use crate::config::GoOnWhen;
+        let levers = Settings::load_with(None, &layers("levers", None).unwrap()).unwrap();
+        let fast = Settings::load_with(None, &layers("fast", None).unwrap()).unwrap();
+        let mut expected = Settings::defaults();
+        expected.migres.read_first_goes_on_when.extend([
+            GoOnWhen::YesNoOfTwo,
+            GoOnWhen::AsksPlace,
+            GoOnWhen::AsksDate,
+            GoOnWhen::AsksNumber,
+        ]);
+        expected.migres.ends_with_an_option = true;
+        expected.migres.stop_when_not_learning = fast.migres.stop_when_not_learning;
+        expected.migres.knowledge_prompting = fast.migres.knowledge_prompting;
+        expected.nli = fast.nli.clone();
+        assert_eq!(format!("{levers:?}"), format!("{expected:?}"), "nothing else moves");
     }
 }

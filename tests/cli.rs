@@ -339,5 +339,8 @@ fn ask_run_and_serve_take_a_profile_as_a_layer_of_settings() {
     }
     let out = lacuna("http://127.0.0.1:9/v1").args(["--profile", "nonesuch", "ask", "Who?"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("neither a built-in profile (paper, before, fast, adaptive, loop, shallow)"), "{stderr}");
+    assert!(
+        stderr.contains("neither a built-in profile (paper, before, fast, adaptive, loop, shallow, levers)"),
+        "{stderr}"
+    );
 }
