@@ -77,6 +77,13 @@ pub struct MigresSettings {
     /// both reads' evidence, and an answer naming one option wins over one naming neither. Off by
     /// default (issue 76).
     pub ends_with_an_option: bool,
+    /// With `read_first`, the first read asks for its answer's token log-probabilities and the trace
+    /// keeps them (`ReadFirst.answer_logprobs`), to measure them as a stop signal; the `unsure`
+    /// check asks for them whatever this says.
+    pub read_first_logprobs: bool,
+    /// The `unsure` check: a first read whose answer's tokens average a log-probability below this
+    /// goes round the loop.
+    pub unsure_below: f64,
 }
 
 /// A check of the one-shot answer (`migres.read_first`) that sends the question round the loop.
@@ -106,6 +113,10 @@ pub enum GoOnWhen {
     /// The same for a question that asks for a number ("How many ...?", "what percentage", "the
     /// population"). Off by default (issue 76).
     AsksNumber,
+    /// The first read's answer tokens average a log-probability below `migres.unsure_below`: the
+    /// model was unsure of the words it answered. No call more (the read's own log-probabilities).
+    /// Off by default (issue 76).
+    Unsure,
 }
 
 impl GoOnWhen {
@@ -118,6 +129,7 @@ impl GoOnWhen {
             GoOnWhen::AsksPlace => "asks_place",
             GoOnWhen::AsksDate => "asks_date",
             GoOnWhen::AsksNumber => "asks_number",
+            GoOnWhen::Unsure => "unsure",
         }
     }
 }

@@ -188,6 +188,53 @@ async fn with_read_first_a_grounded_first_read_ends_the_question_and_an_unground
     assert_eq!(chosen, Some(("Andalusia".to_string(), "Murcia".to_string())));
 }
 
+/// The `unsure` check (issue 76, off by default): a first read its own passages write still goes
+/// round the loop when the model wrote its answer unsure (its tokens' mean log-probability under
+/// `migres.unsure_below`), and the loop's answer, which its evidence writes, replaces it; a sure one
+/// ends the question at one call. The read asks for log-probabilities only with the check on.
+#[actix::test]
+async fn with_the_unsure_check_a_first_read_written_unsure_goes_round_the_loop() {
+    let first_read = |logprob: f64| {
+        move |prompt: &str| match prompt_kind(prompt) {
+            Prompt::Reader => Reply::Scored(
+                json!({"explanation": "read once", "answer": "FC Cartagena", "confidence": 4}).to_string(),
+                logprob,
+            ),
+            _ => hugo_script(prompt),
+        }
+    };
+    let ask = |url: String| async move {
+        let mut settings = support::settings(&url);
+        settings.migres.read_first = true;
+        settings.migres.read_first_goes_on_when.push(lacuna::config::GoOnWhen::Unsure);
+        let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+        let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
+        let record = pipeline.ask(QuestionEvent::new(HUGO_QUESTION_ID, question)).await.unwrap();
+        pipeline.stop();
+        let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+        answer
+    };
+    let read_first = |answer: &lacuna::topics::Answered| {
+        answer.trace.iter().find_map(|s| match &s.kind {
+            TraceKind::ReadFirst { went_on, answer_logprobs, .. } => Some((went_on.clone(), answer_logprobs.clone())),
+            _ => None,
+        })
+    };
+
+    let sure = FakeLlm::start(first_read(-0.1)).await;
+    let answer = ask(sure.base_url.clone()).await;
+    assert_eq!((answer.answer.as_str(), answer.usage.llm_calls), ("FC Cartagena", 1));
+    let (went_on, logprobs) = read_first(&answer).unwrap();
+    assert!(went_on.is_empty());
+    assert!(logprobs.is_some_and(|l| (l.sum / f64::from(l.tokens) - -0.1).abs() < 1e-9), "the trace keeps them");
+    assert_eq!(sure.requests.lock().unwrap()[0]["logprobs"], true, "the read asked for them");
+
+    let unsure = FakeLlm::start(first_read(-2.0)).await;
+    let answer = ask(unsure.base_url.clone()).await;
+    assert_eq!(read_first(&answer).unwrap().0, ["unsure"]);
+    assert_eq!(answer.answer, "Murcia", "the loop's answer, written in its evidence, replaces the unsure read");
+}
+
 /// A first read whose reply stays unusable after its re-asks (cut at `max_tokens` each time, as the
 /// 1.5B model did on two MuSiQue questions) must not end the question: the read is a shortcut, and
 /// the loop is still there. The step is marked degraded and the loop answers.

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::AnswerLogprobs;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceStep {
     pub stage: String,
@@ -155,6 +157,10 @@ pub enum TraceKind {
         passages: Vec<String>,
         answer: String,
         went_on: Vec<String>,
+        /// The log-probabilities of the answer's tokens, when the read asked for them
+        /// (`migres.read_first_logprobs`, or the `unsure` check).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer_logprobs: Option<AnswerLogprobs>,
     },
     /// The final answer chosen between the first read's and the loop's by which the evidence behind
     /// each writes (a tie keeps the first read's).

@@ -17,6 +17,9 @@ pub struct CallStats {
     pub cache_hit: bool,
     /// The completion's token log-probabilities, when asked for and returned.
     pub logprobs: Option<AnswerLogprobs>,
+    /// Those of the tokens that wrote the reply's top-level "answer" string, when there is one
+    /// (`value_logprobs`).
+    pub answer_logprobs: Option<AnswerLogprobs>,
     /// Unusable replies asked again before this one (`llm.max_reask`); their tokens are counted.
     pub reasks: u32,
     /// The reply stopped at `max_tokens` (free-text calls keep it as cut).

@@ -14,6 +14,7 @@ use super::breaker::Breaker;
 use super::call_stats::CallStats;
 use super::llm_cache::{CachedResponse, ResponseCache};
 use super::schema::Schema;
+use super::value_logprobs::value_logprobs;
 use crate::config::{CacheMode, LlmSettings};
 use crate::telemetry::genai::{LlmOutcome, LlmSpan};
 use crate::topics::AnswerLogprobs;
@@ -283,6 +284,7 @@ impl LlmClient {
                 completion_tokens: hit.completion_tokens,
                 cached_tokens: hit.cached_tokens,
                 logprobs: hit.logprobs.clone(),
+                answer_logprobs: hit.answer_logprobs.clone(),
                 truncated: hit.truncated,
                 cache_hit: true,
                 ..CallStats::default()
@@ -352,6 +354,7 @@ impl LlmClient {
                     let entry = CachedResponse {
                         text,
                         logprobs: stats.logprobs.clone(),
+                        answer_logprobs: stats.answer_logprobs.clone(),
                         truncated: stats.truncated,
                         ..CachedResponse::spent(&spent)
                     };
@@ -367,6 +370,7 @@ impl LlmClient {
                     cost: self.settings.prices.get(&self.settings.model).map_or(0.0, |price| spent.cost_at(price)),
                     reasks,
                     logprobs: stats.logprobs,
+                    answer_logprobs: stats.answer_logprobs,
                     truncated: stats.truncated,
                     ..spent
                 };
@@ -490,6 +494,7 @@ impl LlmClient {
             completion_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
             cached_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
             logprobs: token_logprobs(&payload["choices"][0]["logprobs"]),
+            answer_logprobs: value_logprobs(&payload["choices"][0]["logprobs"], "answer"),
             truncated: payload["choices"][0]["finish_reason"] == "length",
             ..CallStats::default()
         };

@@ -32,6 +32,8 @@ pub struct CachedResponse {
     pub cached_tokens: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<crate::topics::AnswerLogprobs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_logprobs: Option<crate::topics::AnswerLogprobs>,
     /// The reply stopped at `max_tokens` (kept by free-text calls only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
@@ -50,6 +52,7 @@ impl CachedResponse {
             completion_tokens: spent.completion_tokens,
             cached_tokens: spent.cached_tokens,
             logprobs: None,
+            answer_logprobs: None,
             truncated: false,
             failed: None,
         }
@@ -124,6 +127,7 @@ mod tests {
             completion_tokens: 2,
             cached_tokens: 0,
             logprobs: None,
+            answer_logprobs: None,
             truncated: false,
             failed: None,
         };

@@ -2,6 +2,7 @@
 //!
 //! - `llm`: the client of any OpenAI-compatible chat-completions endpoint, structured replies parsed.
 //! - `call_stats`: what one LLM call spent (tokens, cost) and what it costs at a price.
+//! - `value_logprobs`: the log-probabilities of one value of a JSON reply (the answer's words).
 //! - `llm_cache`: LLM responses cached on disk, keyed by the hash of endpoint and request.
 //! - `breaker`: a circuit breaker per LLM endpoint, so an outage waits on the bus, not in error records.
 //! - `backoff`: how long a client waits before trying again: doubling with jitter, or jitter alone.
@@ -28,6 +29,7 @@ pub mod rerank;
 pub mod schema;
 pub mod score_cache;
 pub mod search;
+pub mod value_logprobs;
 
 pub use backoff::{backoff, jittered};
 pub use call_stats::CallStats;

@@ -8,7 +8,7 @@ use crate::actors::runner::StageError;
 use crate::actors::shared::accounting::note_call;
 use crate::actors::shared::answer::{FinalAnswer, final_schema};
 use crate::actors::shared::two_options;
-use crate::topics::{EvidenceItem, EvidenceOrigin, Memory, Passage};
+use crate::topics::{AnswerLogprobs, EvidenceItem, EvidenceOrigin, Memory, Passage};
 
 /// The label of QPaug's self-generated passage (paper 002).
 pub const YOUR_KNOWLEDGE: &str = "Your knowledge";
@@ -28,11 +28,24 @@ pub async fn read(
     purpose: &str,
     documents: &str,
 ) -> Result<FinalAnswer, StageError> {
+    Ok(read_scored(llm, memory, stage, purpose, documents, false).await?.0)
+}
+
+/// [`read`], asking for the answer's token log-probabilities too when `logprobs` (None where the
+/// server returns none).
+pub async fn read_scored(
+    llm: &LlmClient,
+    memory: &mut Memory,
+    stage: &str,
+    purpose: &str,
+    documents: &str,
+    logprobs: bool,
+) -> Result<(FinalAnswer, Option<AnswerLogprobs>), StageError> {
     let prompt =
         prompts::fill(prompts::READER, &[("documents", documents), ("question", &memory.question_to_answer())]);
-    let reply = llm.structured::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema()).await?;
+    let reply = llm.structured_scored::<FinalAnswer>(prompts::SYSTEM, &prompt, &final_schema(), logprobs).await?;
     note_call(memory, stage, purpose, &reply.stats);
-    Ok(reply.value)
+    Ok((reply.value, reply.stats.answer_logprobs))
 }
 
 /// [`read`], then with `compare_options` a two-option comparison settled in code over the same
@@ -46,13 +59,26 @@ pub async fn read_settled(
     documents: &str,
     compare_options: bool,
 ) -> Result<FinalAnswer, StageError> {
-    let reading = read(llm, memory, stage, purpose, documents).await?;
+    Ok(read_settled_scored(llm, memory, stage, purpose, documents, (compare_options, false)).await?.0)
+}
+
+/// [`read_settled`], with the read's answer log-probabilities when `logprobs` (those of the words
+/// the model wrote, before any comparison settled them).
+pub async fn read_settled_scored(
+    llm: &LlmClient,
+    memory: &mut Memory,
+    stage: &str,
+    purpose: &str,
+    documents: &str,
+    (compare_options, logprobs): (bool, bool),
+) -> Result<(FinalAnswer, Option<AnswerLogprobs>), StageError> {
+    let (reading, scored) = read_scored(llm, memory, stage, purpose, documents, logprobs).await?;
     if !compare_options {
-        return Ok(reading);
+        return Ok((reading, scored));
     }
     let (answer, explanation) =
         two_options::settle(llm, memory, stage, documents, reading.answer, reading.explanation).await?;
-    Ok(FinalAnswer { answer, explanation, ..reading })
+    Ok((FinalAnswer { answer, explanation, ..reading }, scored))
 }
 
 /// The answer rests on what was shown: those passages (as shown) become its citations.

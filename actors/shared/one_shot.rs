@@ -67,6 +67,15 @@ pub fn asks(question: &str) -> Option<Asks> {
     (how || has(NUMBER_PHRASES)).then_some(Asks::Number)
 }
 
+/// The first read went on because the model was unsure of its answer (the `unsure` check).
+fn went_on_unsure(memory: &Memory) -> bool {
+    let unsure = GoOnWhen::Unsure.name();
+    memory
+        .trace
+        .iter()
+        .any(|step| matches!(&step.kind, TraceKind::ReadFirst { went_on, .. } if went_on.iter().any(|w| w == unsure)))
+}
+
 /// The `asks_*` check among `checks` that names what the question asks for, if any.
 fn asks_checked(checks: &[GoOnWhen], question: &str) -> bool {
     let check = match asks(question) {
@@ -92,6 +101,8 @@ pub fn reasons_to_go_on(checks: &[GoOnWhen], memory: &Memory, answer: &str, text
         GoOnWhen::AsksPlace => asks(&memory.question) == Some(Asks::Place),
         GoOnWhen::AsksDate => asks(&memory.question) == Some(Asks::Date),
         GoOnWhen::AsksNumber => asks(&memory.question) == Some(Asks::Number),
+        // Needs the read's log-probabilities: the caller adds it (`unsure`).
+        GoOnWhen::Unsure => false,
     };
     checks.iter().filter(|c| fails(c)).map(|c| c.name().to_string()).collect()
 }
@@ -174,8 +185,8 @@ pub struct Choice<'a> {
 /// or no: no text writes either, and the loop looked both things up. With `ends_with_an_option`, a
 /// two-option question takes whichever of the two answers alone names one option: the first read
 /// named the director of one film, the loop the film. With an `asks_*` check that sent the question
-/// on for what it asks, the loop's answer wins wherever the loop's evidence writes it and it is of
-/// the kind asked.
+/// on for what it asks, or by `unsure`, the loop's answer wins wherever the loop's evidence writes it
+/// and it is of the kind asked.
 pub fn choose(
     memory: &mut Memory,
     stage: &str,
@@ -192,7 +203,7 @@ pub fn choose(
         _ if yes_no_of_two => matches!(normalize_answer(&given.answer).as_str(), "yes" | "no"),
         // Sent on for what it asks, not for a fault of its answer: the loop's answer wins wherever
         // its evidence writes it and it is of the kind asked ("Vatican City" answers no "when").
-        _ if asks_checked(choice.checks, &memory.question) => {
+        _ if asks_checked(choice.checks, &memory.question) || went_on_unsure(memory) => {
             written_in(&given.answer, loop_texts) && fits_type(&asked, &given.answer)
         }
         _ => written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts_of(&one_shot.passages)),
@@ -452,5 +463,23 @@ mod tests {
             choose(&mut with_first_read("Harwick"), "main", given("Lindon"), &loop_texts, off).answer,
             "Harwick"
         );
+    }
+
+    #[test]
+    fn a_first_read_sent_on_as_unsure_yields_to_a_loop_answer_its_evidence_writes() {
+        let sent_on = |unsure: bool| {
+            let mut memory = memory_with_one_shot("Harwick", "Tom Quill is the son of Ben Quill of Harwick.");
+            let went_on = if unsure { vec!["unsure".to_string()] } else { Vec::new() };
+            memory.record(
+                "sentence_filter",
+                TraceKind::ReadFirst { passages: vec![], answer: "Harwick".into(), went_on, answer_logprobs: None },
+            );
+            memory
+        };
+        let on = Choice { checks: &[GoOnWhen::Unsure], ..Choice::default() };
+        let loop_texts = texts(&["Tom Quill was born in Lindon."]);
+        assert_eq!(choose(&mut sent_on(true), "main", given("Lindon"), &loop_texts, on).answer, "Lindon");
+        // Sent on for another reason: the first read's passage writes its answer, so it stays.
+        assert_eq!(choose(&mut sent_on(false), "main", given("Lindon"), &loop_texts, on).answer, "Harwick");
     }
 }

@@ -16,9 +16,9 @@ use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::actors::shared::answer::{FinalAnswer, given_answer};
-use crate::actors::shared::evidence::{cite_shown, documents, read_settled};
+use crate::actors::shared::evidence::{cite_shown, documents, read_settled_scored};
 use crate::actors::shared::one_shot::{reasons_to_go_on, texts_of};
-use crate::config::{MigresSettings, Settings};
+use crate::config::{GoOnWhen, MigresSettings, Settings};
 use crate::topics::{
     Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, OneShot, Outcome, Passage, PassagesEvent, Record,
     RetrievedPassage, SCHEMA_VERSION, TraceKind,
@@ -86,28 +86,32 @@ impl SentenceFilter {
         let docs = documents(view.evidence.iter().map(|e| (e.title.as_str(), e.text.as_str())));
         // A reply still unusable after its re-asks leaves the question to the loop, marked degraded:
         // the first read is a shortcut, not a step the question needs.
-        let compare = self.settings.compare_options;
-        let given = match read_settled(&self.llm, memory, Self::NAME, "read_first", &docs, compare).await {
-            Ok(given) => given,
-            Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
-                degrade(memory, Self::NAME, error.error_type(), format!("first read: {error}"));
-                return Ok(FirstRead::GoOn(event, scores));
-            }
-            Err(error) => return Err(error),
-        };
+        let checks = &self.settings.read_first_goes_on_when;
+        let unsure_check = checks.contains(&GoOnWhen::Unsure);
+        let how = (self.settings.compare_options, self.settings.read_first_logprobs || unsure_check);
+        let (given, answer_logprobs) =
+            match read_settled_scored(&self.llm, memory, Self::NAME, "read_first", &docs, how).await {
+                Ok(read) => read,
+                Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
+                    degrade(memory, Self::NAME, error.error_type(), format!("first read: {error}"));
+                    return Ok(FirstRead::GoOn(event, scores));
+                }
+                Err(error) => return Err(error),
+            };
         let passages: Vec<Passage> = view
             .evidence
             .iter()
             .filter_map(|e| event.hits.iter().find(|h| h.passage.id == e.id))
             .map(|h| h.passage.clone())
             .collect();
-        let checks = &self.settings.read_first_goes_on_when;
-        let went_on = reasons_to_go_on(checks, memory, &given.answer, &texts_of(&passages));
+        let mut went_on = reasons_to_go_on(checks, memory, &given.answer, &texts_of(&passages));
+        let mean = answer_logprobs.as_ref().filter(|l| l.tokens > 0).map(|l| l.sum / f64::from(l.tokens));
+        if unsure_check && mean.is_some_and(|mean| mean < self.settings.unsure_below) {
+            went_on.push(GoOnWhen::Unsure.name().to_string());
+        }
         let ids = view.evidence.iter().map(|e| e.id.clone()).collect();
-        memory.record(
-            Self::NAME,
-            TraceKind::ReadFirst { passages: ids, answer: given.answer.clone(), went_on: went_on.clone() },
-        );
+        let (answer, went) = (given.answer.clone(), went_on.clone());
+        memory.record(Self::NAME, TraceKind::ReadFirst { passages: ids, answer, went_on: went, answer_logprobs });
         if !went_on.is_empty() {
             let FinalAnswer { answer, confidence, explanation } = given;
             memory.one_shot = Some(OneShot { answer, confidence, explanation, passages });
