@@ -6,8 +6,9 @@ mod support;
 
 use std::collections::HashMap;
 
+use lacuna::config::{GoOnWhen, Settings};
 use lacuna::pipelines::{Pipeline, PipelineKind};
-use lacuna::topics::{AnswerRecord, FactSource, Outcome, QuestionEvent, TraceKind};
+use lacuna::topics::{AnswerRecord, Answered, FactSource, Outcome, QuestionEvent, TraceKind};
 use serde_json::json;
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 use support::scripted::{HUGO_QUESTION_ID, SECOND_HOP_QUERY, hugo_script};
@@ -138,6 +139,20 @@ async fn broken_replies_are_asked_again_or_degrade_visibly_without_ending_the_qu
     assert!(reasked, "the trace shows the re-asked calls");
 }
 
+/// Hugo's question through MIGRES with `migres.read_first` on and `configure`'s changes, against the
+/// LLM at `url`: its answer.
+async fn ask_reading_first(url: String, configure: impl FnOnce(&mut Settings)) -> Box<Answered> {
+    let mut settings = support::settings(&url);
+    settings.migres.read_first = true;
+    configure(&mut settings);
+    let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
+    let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
+    let record = pipeline.ask(QuestionEvent::new(HUGO_QUESTION_ID, question)).await.unwrap();
+    pipeline.stop();
+    let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
+    answer
+}
+
 /// `migres.read_first` (the `adaptive` profile): the first iteration reads the question's best
 /// passages once, as VANILLA-s does. An answer those passages write ends the question there, at one
 /// call; one they do not write goes round the loop, whose answer replaces it only with better support.
@@ -149,16 +164,7 @@ async fn with_read_first_a_grounded_first_read_ends_the_question_and_an_unground
             _ => hugo_script(prompt),
         }
     };
-    let ask = |url: String| async move {
-        let mut settings = support::settings(&url);
-        settings.migres.read_first = true;
-        let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
-        let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
-        let record = pipeline.ask(QuestionEvent::new(HUGO_QUESTION_ID, question)).await.unwrap();
-        pipeline.stop();
-        let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
-        answer
-    };
+    let ask = |url: String| ask_reading_first(url, |_| {});
     let went_on = |answer: &lacuna::topics::Answered| {
         answer.trace.iter().find_map(|s| match &s.kind {
             TraceKind::ReadFirst { went_on, .. } => Some(went_on.clone()),
@@ -203,17 +209,8 @@ async fn with_the_unsure_check_a_first_read_written_unsure_goes_round_the_loop()
             _ => hugo_script(prompt),
         }
     };
-    let ask = |url: String| async move {
-        let mut settings = support::settings(&url);
-        settings.migres.read_first = true;
-        settings.migres.read_first_goes_on_when.push(lacuna::config::GoOnWhen::Unsure);
-        let (question, _, _) = support::question("hotpotqa", HUGO_QUESTION_ID);
-        let mut pipeline = Pipeline::start(PipelineKind::Migres, &settings, support::parts(&settings)).await.unwrap();
-        let record = pipeline.ask(QuestionEvent::new(HUGO_QUESTION_ID, question)).await.unwrap();
-        pipeline.stop();
-        let AnswerRecord::Answered(answer) = record else { panic!("expected an answer, got {record:?}") };
-        answer
-    };
+    let ask =
+        |url: String| ask_reading_first(url, |settings| settings.migres.read_first_goes_on_when.push(GoOnWhen::Unsure));
     let read_first = |answer: &lacuna::topics::Answered| {
         answer.trace.iter().find_map(|s| match &s.kind {
             TraceKind::ReadFirst { went_on, answer_logprobs, .. } => Some((went_on.clone(), answer_logprobs.clone())),
