@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::logprobs::AnswerLogprobs;
 use super::trace::{TraceKind, TraceStep};
 
 /// A passage of the corpus, as retrieved.
@@ -376,30 +377,6 @@ impl NodeRef {
     /// True when `self` lies in the subtree of `ancestor` (or is it).
     pub fn is_within(&self, ancestor: &NodeRef) -> bool {
         self.root_id == ancestor.root_id && self.path.starts_with(&ancestor.path)
-    }
-}
-/// The log-probabilities of the tokens of generated text.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct AnswerLogprobs {
-    /// Sum over the tokens: paper 004's Conf when the text is the final answer.
-    pub sum: f64,
-    pub tokens: u32,
-}
-
-impl AnswerLogprobs {
-    /// exp(-mean log p) (paper 004's PPL): lower is better.
-    pub fn perplexity(&self) -> f64 {
-        if self.tokens == 0 { f64::INFINITY } else { (-self.sum / self.tokens as f64).exp() }
-    }
-
-    /// The probability of the whole text, exp(sum log p).
-    pub fn probability(&self) -> f64 {
-        self.sum.exp()
-    }
-
-    pub fn add(&mut self, other: &AnswerLogprobs) {
-        self.sum += other.sum;
-        self.tokens += other.tokens;
     }
 }
 /// One step of an RQ-RAG trajectory: how the query was refined, and what was found with it.

@@ -21,6 +21,7 @@
 //! What the events carry, and what carries them:
 //! - `memory`: the question's memory between iterations: known facts, queries, passages, usage.
 //! - `trace`: every query, score, fact, verdict and LLM call of a question, in order.
+//! - `logprobs`: the log-probabilities of generated text (RQ-RAG's confidence, the first read's answer).
 //! - `provenance`: what made an answer: build, pipeline, configuration and prompt hashes, models.
 //! - `schema`: the event schema version this build writes and the ones it reads (rolling upgrades).
 //! - `size`: an event trimmed under `bus.max_event_bytes`, its bulkiest trace parts first.
@@ -36,6 +37,7 @@ pub mod facts;
 pub mod in_process;
 pub mod joins;
 pub mod kafka;
+pub mod logprobs;
 pub mod memory;
 pub mod missing;
 pub mod node;
@@ -54,9 +56,10 @@ pub use bus::{Bus, BusError, Delivery, Record, Subscription, Transaction};
 pub use evidence::EvidenceEvent;
 pub use facts::{CandidateFact, FactsEvent};
 pub use joins::{JoinEvent, JoinedEvent};
+pub use logprobs::AnswerLogprobs;
 pub use memory::{
-    AnswerLogprobs, EvidenceItem, EvidenceOrigin, FactSource, KnownFact, Memory, NodeRef, OneShot, Passage,
-    ScoredPassage, TrajectoryStep, Usage,
+    EvidenceItem, EvidenceOrigin, FactSource, KnownFact, Memory, NodeRef, OneShot, Passage, ScoredPassage,
+    TrajectoryStep, Usage,
 };
 pub use missing::MissingEvent;
 pub use node::{Candidate, NodeEvent, NodeResult};

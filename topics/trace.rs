@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::AnswerLogprobs;
+use super::logprobs::AnswerLogprobs;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceStep {
