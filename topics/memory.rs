@@ -169,6 +169,10 @@ pub struct OneShot {
     pub confidence: f32,
     pub explanation: String,
     pub passages: Vec<Passage>,
+    /// The checks that sent it round the loop, by name (`read_first_goes_on_when`): kept here, not
+    /// read back from the trace, which an oversized event may have trimmed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub went_on: Vec<String>,
 }
 
 /// How many scored passages the memory keeps for the reader fallback: VANILLA's top-k.

@@ -67,25 +67,21 @@ pub fn asks(question: &str) -> Option<Asks> {
     (how || has(NUMBER_PHRASES)).then_some(Asks::Number)
 }
 
-/// The first read went on because the model was unsure of its answer (the `unsure` check).
-fn went_on_unsure(memory: &Memory) -> bool {
-    let unsure = GoOnWhen::Unsure.name();
-    memory
-        .trace
-        .iter()
-        .any(|step| matches!(&step.kind, TraceKind::ReadFirst { went_on, .. } if went_on.iter().any(|w| w == unsure)))
+impl Asks {
+    /// The check that sends a question asking for this on.
+    fn check(self) -> GoOnWhen {
+        match self {
+            Asks::Place => GoOnWhen::AsksPlace,
+            Asks::Date => GoOnWhen::AsksDate,
+            Asks::Number => GoOnWhen::AsksNumber,
+        }
+    }
 }
 
-/// The `asks_*` check among `checks` that names what the question asks for, if any.
-fn asks_checked(checks: &[GoOnWhen], question: &str) -> bool {
-    let check = match asks(question) {
-        Some(Asks::Place) => GoOnWhen::AsksPlace,
-        Some(Asks::Date) => GoOnWhen::AsksDate,
-        Some(Asks::Number) => GoOnWhen::AsksNumber,
-        None => return false,
-    };
-    checks.contains(&check)
-}
+/// Checks that send a question on for what it asks or how sure its read was, not for a fault of
+/// its answer: the loop's answer then wins wherever its evidence writes it.
+const SENT_WHATEVER_ITS_ANSWER: [GoOnWhen; 4] =
+    [GoOnWhen::AsksPlace, GoOnWhen::AsksDate, GoOnWhen::AsksNumber, GoOnWhen::Unsure];
 
 /// The checks of `checks` that find `answer` to the memory's question unsupported, by name, for the
 /// trace: `texts` are the passages the read showed, whole.
@@ -98,9 +94,9 @@ pub fn reasons_to_go_on(checks: &[GoOnWhen], memory: &Memory, answer: &str, text
         GoOnWhen::WrongType => !fits_type(&asked, answer),
         GoOnWhen::NotAnOption => !names_one_option(&asked, answer),
         GoOnWhen::YesNoOfTwo => asks_yes_no_of_two(&memory.question),
-        GoOnWhen::AsksPlace => asks(&memory.question) == Some(Asks::Place),
-        GoOnWhen::AsksDate => asks(&memory.question) == Some(Asks::Date),
-        GoOnWhen::AsksNumber => asks(&memory.question) == Some(Asks::Number),
+        GoOnWhen::AsksPlace | GoOnWhen::AsksDate | GoOnWhen::AsksNumber => {
+            asks(&memory.question).map(Asks::check) == Some(*check)
+        }
         // Needs the read's log-probabilities: the caller adds it (`unsure`).
         GoOnWhen::Unsure => false,
     };
@@ -203,12 +199,12 @@ pub fn choose(
         _ if yes_no_of_two => matches!(normalize_answer(&given.answer).as_str(), "yes" | "no"),
         // Sent on for what it asks, not for a fault of its answer: the loop's answer wins wherever
         // its evidence writes it and it is of the kind asked ("Vatican City" answers no "when").
-        _ if asks_checked(choice.checks, &memory.question) || went_on_unsure(memory) => {
+        _ if SENT_WHATEVER_ITS_ANSWER.iter().any(|c| one_shot.went_on.iter().any(|w| w == c.name())) => {
             written_in(&given.answer, loop_texts) && fits_type(&asked, &given.answer)
         }
         _ => written_in(&given.answer, loop_texts) && !written_in(&one_shot.answer, &texts_of(&one_shot.passages)),
     };
-    let OneShot { answer, confidence, explanation, passages } = one_shot;
+    let OneShot { answer, confidence, explanation, passages, .. } = one_shot;
     let chosen = if loop_wins { given.answer.clone() } else { answer.clone() };
     memory.record(
         stage,
@@ -295,11 +291,7 @@ mod tests {
     #[test]
     fn with_the_yes_no_of_two_check_the_loop_answers_such_a_question_when_it_says_yes_or_no() {
         let question = "Were the Commodore 16 and Prológica CP-400 from the same country?";
-        let with_first_read = |answer: &str| {
-            let mut memory = memory_with_one_shot(answer, "The Commodore 16 is a home computer.");
-            memory.question = question.into();
-            memory
-        };
+        let with_first_read = |answer: &str| first_read(question, answer, "The Commodore 16 is a home computer.", &[]);
         let on = [GoOnWhen::Ungrounded, GoOnWhen::YesNoOfTwo];
         assert_eq!(
             choose(&mut with_first_read("Yes"), "main", given("No"), &[], Choice { checks: &on, ..Choice::default() })
@@ -327,7 +319,13 @@ mod tests {
     }
 
     fn memory_with_one_shot(answer: &str, passage: &str) -> Memory {
-        let mut memory = Memory::new("q", "Where was the goalkeeper of Harwick Rovers born?");
+        first_read("Where was the goalkeeper of Harwick Rovers born?", answer, passage, &[])
+    }
+
+    /// A memory of `question` whose first read answered `answer` from `passage` and was sent round
+    /// the loop by the checks named in `went_on`.
+    fn first_read(question: &str, answer: &str, passage: &str, went_on: &[&str]) -> Memory {
+        let mut memory = Memory::new("q", question);
         memory.one_shot = Some(OneShot {
             answer: answer.into(),
             confidence: 4.0,
@@ -337,6 +335,7 @@ mod tests {
                 title: "Harwick Rovers".into(),
                 text: passage.into(),
             }],
+            went_on: went_on.iter().map(|w| w.to_string()).collect(),
         });
         memory
     }
@@ -374,11 +373,8 @@ mod tests {
     #[test]
     fn with_ends_with_an_option_the_answer_naming_one_option_wins() {
         let question = "Which film has the director born earlier, Lone Tarn or Harrow Lights?";
-        let with_first_read = |answer: &str| {
-            let mut memory = memory_with_one_shot(answer, "Lone Tarn is a film directed by Cal Verrin.");
-            memory.question = question.into();
-            memory
-        };
+        let with_first_read =
+            |answer: &str| first_read(question, answer, "Lone Tarn is a film directed by Cal Verrin.", &[]);
         let on = Choice { ends_with_an_option: true, ..Choice::default() };
         // The first read named the director (written in its passage), the loop a film (written nowhere).
         assert_eq!(choose(&mut with_first_read("Cal Verrin"), "main", given("Lone Tarn"), &[], on).answer, "Lone Tarn");
@@ -437,30 +433,37 @@ mod tests {
 
     #[test]
     fn with_an_asks_check_the_loop_answers_what_it_sent_on_when_its_evidence_writes_it() {
-        let question = "Where was the father of Tom Quill born?";
-        let with_first_read = |answer: &str| {
-            let mut memory = memory_with_one_shot(answer, "Tom Quill is the son of Ben Quill of Harwick.");
-            memory.question = question.into();
+        let passage = "Tom Quill is the son of Ben Quill of Harwick.";
+        // Sent on, as the sentence filter sends it, by whichever of `checks` find it unsupported.
+        let sent_on = |question: &str, answer: &str, checks: &[GoOnWhen]| {
+            let mut memory = first_read(question, answer, passage, &[]);
+            let went_on = reasons_to_go_on(checks, &memory, answer, &texts(&[passage]));
+            memory.one_shot.as_mut().unwrap().went_on = went_on;
             memory
         };
+        let question = "Where was the father of Tom Quill born?";
         let checks = [GoOnWhen::Ungrounded, GoOnWhen::AsksPlace];
-        assert_eq!(
-            reasons_to_go_on(&checks, &with_first_read("Harwick"), "Harwick", &texts(&["Harwick"])),
-            ["asks_place"]
-        );
+        let with_first_read = |answer: &str| sent_on(question, answer, &checks);
+        assert_eq!(with_first_read("Harwick").one_shot.unwrap().went_on, ["asks_place"]);
         let on = Choice { checks: &checks, ..Choice::default() };
         let loop_texts = texts(&["Ben Quill was born in Lindon."]);
         // The first read's answer is written in its passage, yet the loop's, written in its evidence, wins.
         assert_eq!(choose(&mut with_first_read("Harwick"), "main", given("Lindon"), &loop_texts, on).answer, "Lindon");
         assert_eq!(choose(&mut with_first_read("Harwick"), "main", given("Ostra"), &loop_texts, on).answer, "Harwick");
         // Of the wrong kind for a "when": the first read stays.
-        let mut when = with_first_read("1931");
-        when.question = "When was the father of Tom Quill born?".into();
+        let mut when = sent_on("When was the father of Tom Quill born?", "1931", &[GoOnWhen::AsksDate]);
         let on = Choice { checks: &[GoOnWhen::AsksDate], ..Choice::default() };
         assert_eq!(choose(&mut when, "main", given("Ben Quill"), &texts(&["Ben Quill"]), on).answer, "1931");
-        let off = Choice { checks: &[GoOnWhen::Ungrounded], ..Choice::default() };
+        let off = [GoOnWhen::Ungrounded];
         assert_eq!(
-            choose(&mut with_first_read("Harwick"), "main", given("Lindon"), &loop_texts, off).answer,
+            choose(
+                &mut sent_on(question, "Harwick", &off),
+                "main",
+                given("Lindon"),
+                &loop_texts,
+                Choice { checks: &off, ..Choice::default() }
+            )
+            .answer,
             "Harwick"
         );
     }
@@ -468,13 +471,13 @@ mod tests {
     #[test]
     fn a_first_read_sent_on_as_unsure_yields_to_a_loop_answer_its_evidence_writes() {
         let sent_on = |unsure: bool| {
-            let mut memory = memory_with_one_shot("Harwick", "Tom Quill is the son of Ben Quill of Harwick.");
-            let went_on = if unsure { vec!["unsure".to_string()] } else { Vec::new() };
-            memory.record(
-                "sentence_filter",
-                TraceKind::ReadFirst { passages: vec![], answer: "Harwick".into(), went_on, answer_logprobs: None },
-            );
-            memory
+            let went_on = if unsure { "unsure" } else { "ungrounded" };
+            first_read(
+                "Where was the father of Tom Quill born?",
+                "Harwick",
+                "Tom Quill is the son of Ben Quill of Harwick.",
+                &[went_on],
+            )
         };
         let on = Choice { checks: &[GoOnWhen::Unsure], ..Choice::default() };
         let loop_texts = texts(&["Tom Quill was born in Lindon."]);

@@ -114,7 +114,7 @@ impl SentenceFilter {
         memory.record(Self::NAME, TraceKind::ReadFirst { passages: ids, answer, went_on: went, answer_logprobs });
         if !went_on.is_empty() {
             let FinalAnswer { answer, confidence, explanation } = given;
-            memory.one_shot = Some(OneShot { answer, confidence, explanation, passages });
+            memory.one_shot = Some(OneShot { answer, confidence, explanation, passages, went_on });
             return Ok(FirstRead::GoOn(event, scores));
         }
         let mut memory = event.memory;

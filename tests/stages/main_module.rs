@@ -493,6 +493,7 @@ async fn with_ends_with_an_option_a_two_option_question_is_compared_over_both_re
         confidence: 3.0,
         explanation: "read".into(),
         passages: vec![passage("tarn", "Lone Tarn", "Lone Tarn is a 1970 film directed by Cal Verrin (born 1931).")],
+        went_on: vec!["not_an_option".into()],
     });
     let on = MigresSettings { ends_with_an_option: true, ..Settings::defaults().migres };
     let a = answered(run_with(&llm, m.clone(), on).await);
