@@ -444,4 +444,37 @@ mod tests {
         assert!(reason.contains("kafka.transaction_timeout_ms"), "{reason}");
         assert!(transactions.broken.lock().unwrap().is_some(), "the transaction goes on as if the hold were short");
     }
+
+    /// Issue 74, from the failure matrix: `send_offsets_to_transaction` can spend nearly all of a
+    /// commit's half of `kafka.transaction_timeout_ms`, and the commit was then asked with what was
+    /// left (once 4 ms). A commit asked and timed out may still be finished by the broker, so the
+    /// abort that follows is refused and the producer must be replaced and its id settled. A commit
+    /// with too little time left is not asked: the transaction aborts cleanly, on its own producer.
+    #[tokio::test]
+    async fn a_commit_with_its_time_spent_is_not_asked_and_the_transaction_aborts_cleanly() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+        cluster.create_topic("t", 1, 1).unwrap();
+        let producer: FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("transactional.id", "a-late-commit")
+            .create()
+            .unwrap();
+        let renew: Renew = Box::new(|_| Err(BusError::Transport("not renewed".into())));
+        let timeout = Duration::from_secs(10);
+        let transactions = Transactions::start(
+            ("a-late-commit".into(), producer),
+            (renew, Stateful::default()),
+            Duration::from_secs(3600),
+            timeout,
+        )
+        .unwrap();
+        transactions.send(FutureRecord::to("t").key(&b"k"[..]).payload(&b"work"[..]), timeout).await.unwrap();
+        // Every reply from the coordinator now takes longer than the few milliseconds left.
+        cluster.broker_round_trip_time(1, Duration::from_millis(300)).unwrap();
+        let (mut last, mut alive) = (Positions::default(), Vec::new());
+        let nearly_spent = std::time::Instant::now() + Duration::from_millis(4);
+        let committed = transactions.commit_within(&mut last, &mut alive, nearly_spent);
+        assert!(committed.is_err(), "a commit with 4 ms left reported committed");
+        assert!(transactions.abort_or_leave(), "the abort was refused: a commit was left under way");
+    }
 }
