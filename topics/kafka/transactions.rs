@@ -76,6 +76,12 @@ pub struct Transactions {
     timeout: Duration,
 }
 
+/// The least time a commit is asked with, of its half of `kafka.transaction_timeout_ms`: a quarter
+/// (1.25 s of the default 10 s), room for the coordinator's round trips.
+fn commit_share(transaction_timeout: Duration) -> Duration {
+    hold_budget(transaction_timeout) / 4
+}
+
 /// Initialises `producer`'s transactions. A broker that cannot do them (librdkafka finds no broker
 /// with the transactions API, or the broker refuses the version it needs) is named as such, with
 /// the setting that runs without them: the process stops at start rather than at its first commit.
@@ -204,7 +210,7 @@ impl Transactions {
         self.commit_then(&|| {});
     }
 
-    fn commit_closed(&self, last: &mut Positions, alive: &mut Vec<Alive>) -> Result<(), KafkaError> {
+    fn commit_closed(&self, last: &mut Positions, alive: &mut Vec<Alive>) -> Result<(), String> {
         let started = std::time::Instant::now();
         let outcome = self.commit_within(last, alive, started + hold_budget(self.timeout));
         held("commit", started.elapsed());
@@ -218,7 +224,17 @@ impl Transactions {
         last: &mut Positions,
         alive: &mut Vec<Alive>,
         deadline: std::time::Instant,
-    ) -> Result<(), KafkaError> {
+    ) -> Result<(), String> {
+        self.commit_by(last, alive, deadline).map_err(|error| error.to_string())?
+    }
+
+    /// [`Self::commit_within`]; the outer error a broker call's, the inner the commit given up.
+    fn commit_by(
+        &self,
+        last: &mut Positions,
+        alive: &mut Vec<Alive>,
+        deadline: std::time::Instant,
+    ) -> Result<Result<(), String>, KafkaError> {
         let left = || deadline.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
         let producer = self.producer.read().unwrap().clone();
         let mut sent = Vec::new();
@@ -249,7 +265,19 @@ impl Transactions {
         // tick must not commit them again as an empty transaction.
         let published = self.dirty.swap(false, std::sync::atomic::Ordering::Relaxed);
         if sent.is_empty() && !published {
-            return Ok(()); // nothing to commit: the open transaction goes on
+            return Ok(Ok(())); // nothing to commit: the open transaction goes on
+        }
+        // A commit asked with too little time left times out here and may still be finished by
+        // the broker: the abort after it is refused, and the producer must be replaced and its id
+        // settled. With less than a commit's share left (the offsets took the rest), the
+        // transaction is given up before its commit is asked, and aborts cleanly.
+        let left_now = deadline.saturating_duration_since(std::time::Instant::now());
+        if left_now < commit_share(self.timeout) {
+            return Ok(Err(format!(
+                "the transaction's offsets left {left_now:?} of the commit's half of kafka.transaction_timeout_ms, \
+                 under the {:?} a commit is given: not asked",
+                commit_share(self.timeout)
+            )));
         }
         // What a restart resumes from if this commit lands, to set beside what it reads back.
         tracing::debug!(transactional_id = %self.id.lock().unwrap(), positions = ?sent, "committing");
@@ -266,7 +294,7 @@ impl Transactions {
         tracing::debug!(transactional_id = %self.id.lock().unwrap(), "committed");
         last.extend(sent);
         *self.open.lock().unwrap() = Transaction::default();
-        producer.begin_transaction()
+        producer.begin_transaction().map(Ok)
     }
 
     /// The open transaction cannot commit: it is aborted (or, when the producer was fenced or hit a
@@ -359,7 +387,7 @@ impl Transacting for Transactions {
         let broken = self.broken.lock().unwrap().clone();
         let outcome = match broken {
             Some(reason) => Err(("publish_failed", reason)),
-            None => self.commit_closed(&mut last, &mut alive).map_err(|error| ("commit_failed", error.to_string())),
+            None => self.commit_closed(&mut last, &mut alive).map_err(|reason| ("commit_failed", reason)),
         };
         if let Err((cause, reason)) = outcome {
             self.recover(cause, &reason);
