@@ -117,6 +117,13 @@ pub enum GoOnWhen {
     /// model was unsure of the words it answered. No call more (the read's own log-probabilities).
     /// Off by default (issue 76).
     Unsure,
+    /// A question about two named things ("Which came first, A or B?", "Are A and B both ...?")
+    /// whose read showed no passage titled with one of them, whatever it was answered: it compared
+    /// two things having read about one. The question's retrieval also asks one query per thing,
+    /// whose passages the loop starts from (the read sees only the question's own). The loop's
+    /// answer then replaces the first read's where the loop's evidence writes it. Off by default
+    /// (issue 76).
+    OptionUnseen,
 }
 
 impl GoOnWhen {
@@ -130,6 +137,7 @@ impl GoOnWhen {
             GoOnWhen::AsksDate => "asks_date",
             GoOnWhen::AsksNumber => "asks_number",
             GoOnWhen::Unsure => "unsure",
+            GoOnWhen::OptionUnseen => "option_unseen",
         }
     }
 }

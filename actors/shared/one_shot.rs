@@ -80,27 +80,41 @@ impl Asks {
 
 /// Checks that send a question on for what it asks or how sure its read was, not for a fault of
 /// its answer: the loop's answer then wins wherever its evidence writes it.
-const SENT_WHATEVER_ITS_ANSWER: [GoOnWhen; 4] =
-    [GoOnWhen::AsksPlace, GoOnWhen::AsksDate, GoOnWhen::AsksNumber, GoOnWhen::Unsure];
+const SENT_WHATEVER_ITS_ANSWER: [GoOnWhen; 5] =
+    [GoOnWhen::AsksPlace, GoOnWhen::AsksDate, GoOnWhen::AsksNumber, GoOnWhen::Unsure, GoOnWhen::OptionUnseen];
 
 /// The checks of `checks` that find `answer` to the memory's question unsupported, by name, for the
-/// trace: `texts` are the passages the read showed, whole.
-pub fn reasons_to_go_on(checks: &[GoOnWhen], memory: &Memory, answer: &str, texts: &[String]) -> Vec<String> {
+/// trace: `shown` are the passages the read showed, whole.
+pub fn reasons_to_go_on(checks: &[GoOnWhen], memory: &Memory, answer: &str, shown: &[Passage]) -> Vec<String> {
+    let texts = texts_of(shown);
     // As the reader was asked it (a yes-or-no question carries its instruction): what the first
     // checks were designed on. The yes-or-no check reads the question alone.
     let asked = memory.question_to_answer();
     let fails = |check: &GoOnWhen| match check {
-        GoOnWhen::Ungrounded => !written_in(answer, texts),
+        GoOnWhen::Ungrounded => !written_in(answer, &texts),
         GoOnWhen::WrongType => !fits_type(&asked, answer),
         GoOnWhen::NotAnOption => !names_one_option(&asked, answer),
         GoOnWhen::YesNoOfTwo => asks_yes_no_of_two(&memory.question),
         GoOnWhen::AsksPlace | GoOnWhen::AsksDate | GoOnWhen::AsksNumber => {
             asks(&memory.question).map(Asks::check) == Some(*check)
         }
+        GoOnWhen::OptionUnseen => an_option_unseen(&memory.question, shown),
         // Needs the read's log-probabilities: the caller adds it (`unsure`).
         GoOnWhen::Unsure => false,
     };
     checks.iter().filter(|c| fails(c)).map(|c| c.name().to_string()).collect()
+}
+
+/// The question names two things ([`two_options::named_pair`]), and no passage of `shown` is titled
+/// with one of them: the read compared or joined two things having seen only one.
+pub fn an_option_unseen(question: &str, shown: &[Passage]) -> bool {
+    let Some(pair) = two_options::named_pair(question) else { return false };
+    let titles: Vec<String> = shown.iter().map(|p| normalize_answer(&p.title)).filter(|t| !t.is_empty()).collect();
+    let seen = |name: &str| {
+        let name = normalize_answer(name);
+        titles.iter().any(|title| contains_words(title, &name) || contains_words(&name, title))
+    };
+    !(seen(&pair.first) && seen(&pair.second))
 }
 
 /// A yes-or-no question (its first word an auxiliary, no two options offered) about two things
@@ -437,7 +451,8 @@ mod tests {
         // Sent on, as the sentence filter sends it, by whichever of `checks` find it unsupported.
         let sent_on = |question: &str, answer: &str, checks: &[GoOnWhen]| {
             let mut memory = first_read(question, answer, passage, &[]);
-            let went_on = reasons_to_go_on(checks, &memory, answer, &texts(&[passage]));
+            let shown = memory.one_shot.as_ref().unwrap().passages.clone();
+            let went_on = reasons_to_go_on(checks, &memory, answer, &shown);
             memory.one_shot.as_mut().unwrap().went_on = went_on;
             memory
         };
@@ -466,6 +481,22 @@ mod tests {
             .answer,
             "Harwick"
         );
+    }
+
+    #[test]
+    fn a_read_that_saw_one_of_two_named_things_is_sent_on() {
+        let page = |title: &str| crate::topics::Passage { id: title.into(), title: title.into(), text: "...".into() };
+        let question = "Which film came out first, Lone Tarn or Harrow Lights?";
+        let checks = [GoOnWhen::OptionUnseen];
+        let memory = Memory::new("q", question);
+        let went_on = |shown: &[crate::topics::Passage]| reasons_to_go_on(&checks, &memory, "Lone Tarn", shown);
+        assert_eq!(went_on(&[page("Lone Tarn (film)"), page("Cal Verrin")]), ["option_unseen"]);
+        assert!(went_on(&[page("Lone Tarn (film)"), page("Harrow Lights")]).is_empty(), "both titled");
+        let both = Memory::new("q", "Are the Vessary Hound and Lindon Terrier both dogs?");
+        let shown = [page("Vessary Hound"), page("Ostra")];
+        assert_eq!(reasons_to_go_on(&checks, &both, "yes", &shown), ["option_unseen"]);
+        let one = Memory::new("q", "Where was the father of Tom Quill born?");
+        assert!(reasons_to_go_on(&checks, &one, "Lindon", &[page("Ostra")]).is_empty(), "names no two things");
     }
 
     #[test]

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use crate::actors::clients::Search;
 use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
-use crate::config::{MigresSettings, Settings};
+use crate::actors::shared::two_options;
+use crate::config::{GoOnWhen, MigresSettings, Settings};
 use crate::topics::{
     Event, Memory, PassagesEvent, QueriesEvent, QuestionEvent, Record, RetrievedPassage, SCHEMA_VERSION, Topic,
     TraceKind,
@@ -66,8 +67,14 @@ impl Stage for Retrieve {
             Topic::Questions => {
                 let question: QuestionEvent = decode(record)?;
                 let mut memory = question.memory();
-                memory.queries.push(question.question.clone());
-                (memory, vec![question.question])
+                let mut queries = vec![question.question.clone()];
+                let looks_up_each =
+                    self.settings.read_first && self.settings.read_first_goes_on_when.contains(&GoOnWhen::OptionUnseen);
+                if looks_up_each {
+                    queries.extend(query_per_option(&question.question));
+                }
+                memory.queries.extend(queries.iter().cloned());
+                (memory, queries)
             }
             _ => {
                 let event: QueriesEvent = decode(record)?;
@@ -75,5 +82,36 @@ impl Stage for Retrieve {
             }
         };
         Ok(vec![self.retrieve(memory, queries).await?.to_record()])
+    }
+}
+
+/// With the `option_unseen` check, a question about two named things also looks each one up: its
+/// name, then the question's words outside both names. One BM25 query over the whole question often
+/// ranks one thing's pages alone in the top few; the loop starts from both.
+fn query_per_option(question: &str) -> Vec<String> {
+    let Some(pair) = two_options::named_pair(question) else { return Vec::new() };
+    let rest = question.replace(&pair.first, " ").replace(&pair.second, " ");
+    let rest: Vec<&str> = rest
+        .split_whitespace()
+        .filter(|w| !matches!(w.trim_matches(|c: char| !c.is_alphanumeric()), "" | "or" | "and"))
+        .collect();
+    [pair.first, pair.second].into_iter().map(|name| format!("{name} {}", rest.join(" "))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_of_two_named_things_is_looked_up_with_the_rest_of_the_question() {
+        assert_eq!(
+            query_per_option("Which film came out first, Lone Tarn or Harrow Lights?"),
+            ["Lone Tarn Which film came out first,", "Harrow Lights Which film came out first,"]
+        );
+        assert_eq!(
+            query_per_option("Are Cal Verrin and Tom Quill both goalkeepers?"),
+            ["Cal Verrin Are both goalkeepers?", "Tom Quill Are both goalkeepers?"]
+        );
+        assert!(query_per_option("Where was the father of Tom Quill born?").is_empty());
     }
 }

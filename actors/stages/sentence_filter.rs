@@ -17,7 +17,7 @@ use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::actors::shared::answer::{FinalAnswer, given_answer};
 use crate::actors::shared::evidence::{cite_shown, documents, read_settled_scored};
-use crate::actors::shared::one_shot::{reasons_to_go_on, texts_of};
+use crate::actors::shared::one_shot::reasons_to_go_on;
 use crate::config::{GoOnWhen, MigresSettings, Settings};
 use crate::topics::{
     Event, EvidenceEvent, EvidenceItem, EvidenceOrigin, Memory, OneShot, Outcome, Passage, PassagesEvent, Record,
@@ -57,6 +57,20 @@ enum FirstRead {
     GoOn(PassagesEvent, Vec<f32>),
 }
 
+/// The hits of the question's own query (the first), with their scores: what the first read sees,
+/// as VANILLA-s would. What the `option_unseen` check's query per option found waits for the loop.
+fn question_hits(event: &PassagesEvent, scores: &[f32]) -> (PassagesEvent, Vec<f32>) {
+    let question = event.queries.first();
+    let (hits, scores) = event
+        .hits
+        .iter()
+        .zip(scores)
+        .filter(|(hit, _)| Some(&hit.query) == question)
+        .map(|(hit, score)| (hit.clone(), *score))
+        .unzip();
+    (PassagesEvent { hits, queries: question.cloned().into_iter().collect(), ..event.clone() }, scores)
+}
+
 /// A passage that passed the threshold, reduced to what will be shown.
 struct Snippet {
     id: String,
@@ -81,7 +95,8 @@ impl SentenceFilter {
     async fn read_first(&self, mut event: PassagesEvent) -> Result<FirstRead, StageError> {
         // The passages are scored once, for the read's view and for the loop's filter alike.
         let scores = self.passage_scores(&event.hits).await?;
-        let view = self.filter(event.clone(), FilterMode::TOP_K_SENTENCES, Some(scores.clone())).await?;
+        let (asked, asked_scores) = question_hits(&event, &scores);
+        let view = self.filter(asked, FilterMode::TOP_K_SENTENCES, Some(asked_scores)).await?;
         let memory = &mut event.memory;
         let docs = documents(view.evidence.iter().map(|e| (e.title.as_str(), e.text.as_str())));
         // A reply still unusable after its re-asks leaves the question to the loop, marked degraded:
@@ -104,7 +119,7 @@ impl SentenceFilter {
             .filter_map(|e| event.hits.iter().find(|h| h.passage.id == e.id))
             .map(|h| h.passage.clone())
             .collect();
-        let mut went_on = reasons_to_go_on(checks, memory, &given.answer, &texts_of(&passages));
+        let mut went_on = reasons_to_go_on(checks, memory, &given.answer, &passages);
         let mean = answer_logprobs.as_ref().filter(|l| l.tokens > 0).map(|l| l.sum / f64::from(l.tokens));
         if unsure_check && mean.is_some_and(|mean| mean < self.settings.unsure_below) {
             went_on.push(GoOnWhen::Unsure.name().to_string());

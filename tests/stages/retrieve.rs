@@ -61,3 +61,41 @@ async fn a_passage_found_by_two_queries_is_passed_on_once() {
     assert_eq!(ids.len(), before);
     assert!(before > 50, "two queries bring more than one query's 50");
 }
+
+/// With the `option_unseen` check (issue 76), a question about two named things is also searched
+/// with one query per thing, and each thing's own page comes near the top of its query's hits.
+#[tokio::test]
+async fn with_the_option_unseen_check_each_of_two_options_is_searched_on_its_own() {
+    let (question, _, gold) = support::question("hotpotqa", "5a8b6ee255429950cd6afcfd");
+    let mut settings = Settings::defaults().migres;
+    settings.read_first_goes_on_when.push(lacuna::config::GoOnWhen::OptionUnseen);
+    let looking_up_each = Retrieve::new(lacuna::actors::clients::Search::Tantivy(support::search()), settings);
+    let out: PassagesEvent =
+        single(looking_up_each.process(&QuestionEvent::new("q1", question.clone()).to_record()).await.unwrap());
+    assert_eq!(out.queries.len(), 3, "{:?}", out.queries);
+    assert_eq!(out.queries[0], question);
+    assert_eq!(out.memory.queries, out.queries);
+    let top = |query: &str, n: usize| -> Vec<String> {
+        out.memory
+            .trace
+            .iter()
+            .find_map(|step| match &step.kind {
+                TraceKind::Retrieved { query: q, hits, .. } if q == query => {
+                    Some(hits.iter().take(n).map(|(id, _)| id.clone()).collect())
+                }
+                _ => None,
+            })
+            .unwrap()
+    };
+    for gold_page in &gold {
+        assert!(
+            out.queries[1..].iter().any(|q| top(q, 3).contains(gold_page)),
+            "{gold_page} not in the top three of its option's query: {:?}",
+            out.queries
+        );
+    }
+    // Off by default: the question alone.
+    let plain: PassagesEvent =
+        single(stage().process(&QuestionEvent::new("q1", question.clone()).to_record()).await.unwrap());
+    assert_eq!(plain.queries, [question]);
+}
