@@ -4,6 +4,7 @@
 //! - `answer`: how a question ends: the final answer, answer and error records, answer normalisation.
 //! - `evidence`: numbered documents shown to the LLM, one answer call over them, and their citations.
 //! - `fanout`: a splitting node's children registered with the join, results sent back to the parent.
+//! - `named_pair`: the two things a question names to compare or join ("A or B?", "A and B both").
 //! - `one_shot`: `migres.read_first`'s checks of the first read's answer, and the choice between it
 //!   and the loop's.
 //! - `selection`: choosing one answer among trajectories by perplexity, confidence or ensemble (RQ-RAG).
@@ -15,6 +16,7 @@ pub mod accounting;
 pub mod answer;
 pub mod evidence;
 pub mod fanout;
+pub mod named_pair;
 pub mod one_shot;
 pub mod selection;
 pub mod span;

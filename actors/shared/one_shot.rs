@@ -5,7 +5,7 @@
 //! loop's evidence writes it and the first read's passages do not.
 
 use crate::actors::shared::answer::{FinalAnswer, contains_words, normalize_answer};
-use crate::actors::shared::two_options;
+use crate::actors::shared::{named_pair, two_options};
 use crate::config::GoOnWhen;
 use crate::topics::{Memory, OneShot, Passage, TraceKind};
 
@@ -105,10 +105,10 @@ pub fn reasons_to_go_on(checks: &[GoOnWhen], memory: &Memory, answer: &str, show
     checks.iter().filter(|c| fails(c)).map(|c| c.name().to_string()).collect()
 }
 
-/// The question names two things ([`two_options::named_pair`]), and no passage of `shown` is titled
+/// The question names two things ([`named_pair::named_pair`]), and no passage of `shown` is titled
 /// with one of them: the read compared or joined two things having seen only one.
 pub fn an_option_unseen(question: &str, shown: &[Passage]) -> bool {
-    let Some(pair) = two_options::named_pair(question) else { return false };
+    let Some(pair) = named_pair::named_pair(question) else { return false };
     let titles: Vec<String> = shown.iter().map(|p| normalize_answer(&p.title)).filter(|t| !t.is_empty()).collect();
     let seen = |name: &str| {
         let name = normalize_answer(name);

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crate::actors::clients::Search;
 use crate::actors::prompts::NamedPrompt;
 use crate::actors::runner::{Stage, StageError, decode};
-use crate::actors::shared::two_options;
+use crate::actors::shared::named_pair;
 use crate::config::{GoOnWhen, MigresSettings, Settings};
 use crate::topics::{
     Event, Memory, PassagesEvent, QueriesEvent, QuestionEvent, Record, RetrievedPassage, SCHEMA_VERSION, Topic,
@@ -89,7 +89,7 @@ impl Stage for Retrieve {
 /// name, then the question's words outside both names. One BM25 query over the whole question often
 /// ranks one thing's pages alone in the top few; the loop starts from both.
 fn query_per_option(question: &str) -> Vec<String> {
-    let Some(pair) = two_options::named_pair(question) else { return Vec::new() };
+    let Some(pair) = named_pair::named_pair(question) else { return Vec::new() };
     let rest = question.replace(&pair.first, " ").replace(&pair.second, " ");
     let rest: Vec<&str> = rest
         .split_whitespace()

@@ -57,18 +57,12 @@ enum FirstRead {
     GoOn(PassagesEvent, Vec<f32>),
 }
 
-/// The hits of the question's own query (the first), with their scores: what the first read sees,
-/// as VANILLA-s would. What the `option_unseen` check's query per option found waits for the loop.
-fn question_hits(event: &PassagesEvent, scores: &[f32]) -> (PassagesEvent, Vec<f32>) {
+/// The hits of the question's own query (the first, listed first): what the first read sees, as
+/// VANILLA-s would. What the `option_unseen` check's query per option found waits for the loop.
+fn question_hits(event: &PassagesEvent) -> PassagesEvent {
     let question = event.queries.first();
-    let (hits, scores) = event
-        .hits
-        .iter()
-        .zip(scores)
-        .filter(|(hit, _)| Some(&hit.query) == question)
-        .map(|(hit, score)| (hit.clone(), *score))
-        .unzip();
-    (PassagesEvent { hits, queries: question.cloned().into_iter().collect(), ..event.clone() }, scores)
+    let hits = event.hits.iter().take_while(|hit| Some(&hit.query) == question).cloned().collect();
+    PassagesEvent { hits, queries: question.cloned().into_iter().collect(), ..event.clone() }
 }
 
 /// A passage that passed the threshold, reduced to what will be shown.
@@ -93,10 +87,12 @@ impl SentenceFilter {
     /// already cached the calls. An answer that no check of `read_first_goes_on_when` finds unsupported
     /// ends the question; otherwise it waits in the memory, and the loop starts as it would have.
     async fn read_first(&self, mut event: PassagesEvent) -> Result<FirstRead, StageError> {
-        // The passages are scored once, for the read's view and for the loop's filter alike.
-        let scores = self.passage_scores(&event.hits).await?;
-        let (asked, asked_scores) = question_hits(&event, &scores);
-        let view = self.filter(asked, FilterMode::TOP_K_SENTENCES, Some(asked_scores)).await?;
+        // The passages are scored once, for the read's view and for the loop's filter alike. The
+        // read sees the question's own hits; those of `option_unseen`'s query per option are scored
+        // only for the loop, when the read goes on.
+        let asked = question_hits(&event);
+        let asked_scores = self.passage_scores(&asked.hits).await?;
+        let view = self.filter(asked, FilterMode::TOP_K_SENTENCES, Some(asked_scores.clone())).await?;
         let memory = &mut event.memory;
         let docs = documents(view.evidence.iter().map(|e| (e.title.as_str(), e.text.as_str())));
         // A reply still unusable after its re-asks leaves the question to the loop, marked degraded:
@@ -109,6 +105,7 @@ impl SentenceFilter {
                 Ok(read) => read,
                 Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
                     degrade(memory, Self::NAME, error.error_type(), format!("first read: {error}"));
+                    let scores = self.rest_scored(&event, asked_scores).await?;
                     return Ok(FirstRead::GoOn(event, scores));
                 }
                 Err(error) => return Err(error),
@@ -130,6 +127,7 @@ impl SentenceFilter {
         if !went_on.is_empty() {
             let FinalAnswer { answer, confidence, explanation } = given;
             memory.one_shot = Some(OneShot { answer, confidence, explanation, passages, went_on });
+            let scores = self.rest_scored(&event, asked_scores).await?;
             return Ok(FirstRead::GoOn(event, scores));
         }
         let mut memory = event.memory;
@@ -139,6 +137,14 @@ impl SentenceFilter {
         memory.usage.evidence_tokens += shown.evidence_tokens.saturating_sub(before.evidence_tokens);
         cite_shown(&mut memory, &view.evidence);
         Ok(FirstRead::Answered(given_answer(memory, Self::NAME, given, Outcome::Answered)))
+    }
+
+    /// Every hit's score, given those of the first hits (the question's own): the rest scored now.
+    async fn rest_scored(&self, event: &PassagesEvent, mut scores: Vec<f32>) -> Result<Vec<f32>, StageError> {
+        if let Some(rest) = event.hits.get(scores.len()..).filter(|rest| !rest.is_empty()) {
+            scores.extend(self.passage_scores(rest).await?);
+        }
+        Ok(scores)
     }
 
     /// Each hit's passage scored against the query that found it.
