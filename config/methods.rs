@@ -77,6 +77,11 @@ pub struct MigresSettings {
     /// both reads' evidence, and an answer naming one option wins over one naming neither. Off by
     /// default (issue 76).
     pub ends_with_an_option: bool,
+    /// With `read_first`, when the loop ran after a first read: the answer is read once more, by
+    /// the reader over the first read's passages and the loop's kept sentences (within
+    /// 3,000 prompt tokens), with `compare_options`, instead of chosen between the two answers.
+    /// One call more for each question sent on. Off by default (issue 76).
+    pub final_read: bool,
     /// With `read_first`, the first read asks for its answer's token log-probabilities and the trace
     /// keeps them (`ReadFirst.answer_logprobs`), to measure them as a stop signal; the `unsure`
     /// check asks for them whatever this says.

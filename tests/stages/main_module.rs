@@ -503,3 +503,41 @@ async fn with_ends_with_an_option_a_two_option_question_is_compared_over_both_re
     let a = answered(run(&llm, m).await);
     assert_eq!((a.answer.as_str(), a.usage.llm_calls), ("Cal Verrin", 2));
 }
+
+/// `migres.final_read`: when the loop ran after a first read, the reader reads once more over the
+/// first read's passages and the loop's kept sentences, and its answer ends the question; the
+/// passages it read become the answer's citations.
+#[tokio::test]
+async fn with_final_read_the_reader_answers_over_both_reads_passages() {
+    let llm = FakeLlm::start(|prompt| match prompt_kind(prompt) {
+        // Only with both passages before it does the reader reach the second hop.
+        Prompt::Reader if prompt.contains("Ben Quill") && prompt.contains("Harwick Rovers") => {
+            Reply::Json(json!({"explanation": "read", "answer": "Lindon", "confidence": 4}))
+        }
+        Prompt::Reader => Reply::Json(json!({"explanation": "read", "answer": "Harwick", "confidence": 4})),
+        // The loop answers with the goalkeeper, not his father's birthplace.
+        _ => decision(true, "Tom Quill", ""),
+    })
+    .await;
+    let mut m = memory("Where was the father of the Harwick Rovers goalkeeper born?");
+    m.facts.push(fact("Ben Quill, Tom Quill's father, was born in Lindon.", FactSource::Verified));
+    m.cited_passages
+        .insert("p".into(), passage("p", "Ben Quill", "Ben Quill, father of Tom Quill, was born in Lindon."));
+    m.one_shot = Some(OneShot {
+        answer: "Harwick".into(),
+        confidence: 3.0,
+        explanation: "read".into(),
+        passages: vec![passage("rovers", "Harwick Rovers", "Harwick Rovers' goalkeeper is Tom Quill.")],
+        went_on: vec!["ungrounded".into()],
+    });
+    let on = MigresSettings { final_read: true, ..Settings::defaults().migres };
+    let a = answered(run_with(&llm, m.clone(), on).await);
+    assert_eq!(a.answer, "Lindon");
+    assert_eq!(a.usage.llm_calls, 2, "the decision, then the read over both");
+    let cited: Vec<&str> = a.passages.iter().map(|p| p.id.as_str()).collect();
+    assert!(cited.contains(&"rovers") && cited.contains(&"p"), "{cited:?}");
+    // Off, as the default ships: both answers are written in their reads' evidence, so the first
+    // read's stays.
+    let a = answered(run(&llm, m).await);
+    assert_eq!((a.answer.as_str(), a.usage.llm_calls), ("Harwick", 1));
+}

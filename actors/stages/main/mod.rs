@@ -19,7 +19,7 @@ use crate::actors::prompts::{self, NamedPrompt};
 use crate::actors::runner::{Stage, StageError, decode};
 use crate::actors::shared::accounting::{degrade, note_call};
 use crate::actors::shared::answer::{FinalAnswer, answer_record, final_schema, given_answer, normalize_answer};
-use crate::actors::shared::evidence::{documents, read};
+use crate::actors::shared::evidence::{documents, read, read_settled};
 use crate::actors::shared::{one_shot, span, two_options};
 use crate::config::{Acceptance, MigresSettings, Settings};
 use crate::metrics::METRICS;
@@ -256,6 +256,9 @@ impl Main {
     /// (`one_shot::choose`). With `ends_with_an_option`, a two-option question neither answer
     /// settles is compared once more over both reads' evidence first.
     async fn or_first_read(&self, memory: &mut Memory, given: FinalAnswer) -> Result<FinalAnswer, StageError> {
+        if self.settings.final_read && memory.one_shot.is_some() {
+            return self.read_over_both(memory, given).await;
+        }
         let Some(first_read) = &memory.one_shot else { return Ok(given) };
         let asked = memory.question_to_answer();
         let settles = |answer: &str| one_shot::names_exactly_one_option(&asked, answer) != Some(false);
@@ -264,13 +267,54 @@ impl Main {
         } else {
             given
         };
+        Ok(self.chosen(memory, given))
+    }
+
+    /// The loop's answer or the first read's (`one_shot::choose`), by the loop's evidence: its
+    /// verified facts and the passages they cite.
+    fn chosen(&self, memory: &mut Memory, given: FinalAnswer) -> FinalAnswer {
         let evidence = memory.verified_facts().map(|f| f.text.clone());
         let texts: Vec<String> = evidence.chain(one_shot::texts_of(memory.cited_passages.values())).collect();
         let choice = one_shot::Choice {
             checks: &self.settings.read_first_goes_on_when,
             ends_with_an_option: self.settings.ends_with_an_option,
         };
-        Ok(one_shot::choose(memory, Self::NAME, given, &texts, choice))
+        one_shot::choose(memory, Self::NAME, given, &texts, choice)
+    }
+
+    /// `migres.final_read`: the reader, as the first read was made, over the first read's passages
+    /// and then the loop's kept sentences (the text its verified facts cite) of passages the first
+    /// read did not show, as many as fit [`FINAL_READ_TOKENS`]. A 1.5B model rewrites and loses
+    /// what it answers from facts alone; here it sees raw text again, and what the loop found.
+    /// Its answer is the question's, its passages the answer's citations; a non-answer, or a reply
+    /// still unusable after its re-asks (marked degraded), leaves the choice between the two reads.
+    async fn read_over_both(&self, memory: &mut Memory, given: FinalAnswer) -> Result<FinalAnswer, StageError> {
+        let Some(first_read) = &memory.one_shot else { return Ok(given) };
+        let shown: HashSet<&str> = first_read.passages.iter().map(|p| p.id.as_str()).collect();
+        let found = memory.cited_passages.values().filter(|p| !shown.contains(p.id.as_str()));
+        let union: Vec<Passage> = first_read.passages.iter().chain(found).cloned().collect();
+        let room = FINAL_READ_TOKENS
+            .saturating_sub(approx_tokens(prompts::READER) + approx_tokens(&memory.question_to_answer()));
+        let read: Vec<Passage> = within(union, room);
+        let docs = documents(read.iter().map(|p| (p.title.as_str(), p.text.as_str())));
+        let how = self.settings.compare_options;
+        let reading = match read_settled(&self.llm, memory, Self::NAME, "final_read", &docs, how).await {
+            Ok(reading) if !is_non_answer(&reading.answer) => reading,
+            Ok(_) => return Ok(self.chosen(memory, given)),
+            Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
+                degrade(memory, Self::NAME, error.error_type(), format!("final read: {error}"));
+                return Ok(self.chosen(memory, given));
+            }
+            Err(error) => return Err(error),
+        };
+        let one_shot = memory.one_shot.take().map(|o| o.answer).unwrap_or_default();
+        let (loop_answer, chosen) = (given.answer, reading.answer.clone());
+        memory.record(Self::NAME, TraceKind::OneShotOrLoop { one_shot, loop_answer, chosen });
+        for passage in read {
+            memory.cited_passages.insert(passage.id.clone(), passage);
+        }
+        let explanation = format!("{} (Read again over both reads' passages.)", reading.explanation);
+        Ok(FinalAnswer { explanation, ..reading })
     }
 
     /// `compare_options` over the loop's evidence and the first read's passages: the loop's own
@@ -316,6 +360,29 @@ impl Main {
             None => given,
         }
     }
+}
+
+/// The most prompt tokens `migres.final_read` fills (issue 76): the reader's prompt, the question
+/// and the passages together.
+const FINAL_READ_TOKENS: usize = 3000;
+
+/// Tokens of English text, roughly: four characters each.
+fn approx_tokens(text: &str) -> usize {
+    text.chars().count().div_ceil(4)
+}
+
+/// The passages, in order, while they fit `room` tokens (as the reader's documents list them).
+fn within(passages: Vec<Passage>, room: usize) -> Vec<Passage> {
+    let mut left = room;
+    passages
+        .into_iter()
+        .take_while(|p| {
+            let cost = approx_tokens(&p.title) + approx_tokens(&p.text) + 2;
+            let fits = cost <= left;
+            left = left.saturating_sub(cost);
+            fits
+        })
+        .collect()
 }
 
 /// The best-scored passages that no kept fact cites, as a paragraph of the Information: a date the
@@ -375,7 +442,7 @@ impl Stage for Main {
         if migres.compare_options {
             used.push(("compare_options", prompts::COMPARE_OPTIONS));
         }
-        if migres.reader_fallback {
+        if migres.reader_fallback || (migres.read_first && migres.final_read) {
             used.push(("reader", prompts::READER));
         }
         used
