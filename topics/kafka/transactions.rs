@@ -440,6 +440,30 @@ mod tests {
         assert!(said.contains("bus.delivery = \"at_least_once\""), "{said}");
     }
 
+    /// Transactions under `id` on librdkafka's mock cluster (one broker, topic "t"), committed only
+    /// when a test asks, never replacing their producer.
+    fn on_a_mock_cluster(
+        id: &str,
+        timeout: Duration,
+    ) -> (rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>, Arc<Transactions>) {
+        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+        cluster.create_topic("t", 1, 1).unwrap();
+        let producer: FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("transactional.id", id)
+            .create()
+            .unwrap();
+        let renew: Renew = Box::new(|_| Err(BusError::Transport("not renewed".into())));
+        let transactions = Transactions::start(
+            (id.into(), producer),
+            (renew, Stateful::default()),
+            Duration::from_secs(3600),
+            timeout,
+        )
+        .unwrap();
+        (cluster, transactions)
+    }
+
     /// Finding 4 of issue 74: the join publishes inside its whole event's hold (its state, then
     /// what goes on), each publish bounded on its own; together they could keep the open
     /// transaction from committing past `kafka.transaction_timeout_ms`, and the broker would abort
@@ -447,22 +471,8 @@ mod tests {
     /// and the transaction given up (aborted at the next commit, the event redone).
     #[tokio::test(start_paused = true)]
     async fn a_publish_past_half_the_transaction_timeout_into_a_hold_gives_the_transaction_up() {
-        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-        cluster.create_topic("t", 1, 1).unwrap();
-        let producer: FutureProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", cluster.bootstrap_servers())
-            .set("transactional.id", "a-long-hold")
-            .create()
-            .unwrap();
-        let renew: Renew = Box::new(|_| Err(BusError::Transport("not renewed".into())));
         let timeout = Duration::from_secs(10);
-        let transactions = Transactions::start(
-            ("a-long-hold".into(), producer),
-            (renew, Stateful::default()),
-            Duration::from_secs(3600),
-            timeout,
-        )
-        .unwrap();
+        let (_cluster, transactions) = on_a_mock_cluster("a-long-hold", timeout);
         let sent = crate::topics::bus::as_held(async {
             tokio::time::advance(hold_budget(timeout) + Duration::from_millis(1)).await;
             transactions.send(FutureRecord::to("t").key(&b"k"[..]).payload(&b"late"[..]), timeout).await
@@ -480,22 +490,8 @@ mod tests {
     /// with too little time left is not asked: the transaction aborts cleanly, on its own producer.
     #[tokio::test]
     async fn a_commit_with_its_time_spent_is_not_asked_and_the_transaction_aborts_cleanly() {
-        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-        cluster.create_topic("t", 1, 1).unwrap();
-        let producer: FutureProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", cluster.bootstrap_servers())
-            .set("transactional.id", "a-late-commit")
-            .create()
-            .unwrap();
-        let renew: Renew = Box::new(|_| Err(BusError::Transport("not renewed".into())));
         let timeout = Duration::from_secs(10);
-        let transactions = Transactions::start(
-            ("a-late-commit".into(), producer),
-            (renew, Stateful::default()),
-            Duration::from_secs(3600),
-            timeout,
-        )
-        .unwrap();
+        let (cluster, transactions) = on_a_mock_cluster("a-late-commit", timeout);
         transactions.send(FutureRecord::to("t").key(&b"k"[..]).payload(&b"work"[..]), timeout).await.unwrap();
         // Every reply from the coordinator now takes longer than the few milliseconds left.
         cluster.broker_round_trip_time(1, Duration::from_millis(300)).unwrap();
