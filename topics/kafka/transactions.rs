@@ -225,16 +225,7 @@ impl Transactions {
         alive: &mut Vec<Alive>,
         deadline: std::time::Instant,
     ) -> Result<(), String> {
-        self.commit_by(last, alive, deadline).map_err(|error| error.to_string())?
-    }
-
-    /// [`Self::commit_within`]; the outer error a broker call's, the inner the commit given up.
-    fn commit_by(
-        &self,
-        last: &mut Positions,
-        alive: &mut Vec<Alive>,
-        deadline: std::time::Instant,
-    ) -> Result<Result<(), String>, KafkaError> {
+        let said = |error: KafkaError| error.to_string();
         let left = || deadline.saturating_duration_since(std::time::Instant::now()).max(Duration::from_millis(1));
         let producer = self.producer.read().unwrap().clone();
         let mut sent = Vec::new();
@@ -251,21 +242,21 @@ impl Transactions {
                 if last.get(&key) == Some(&(position, note.clone())) {
                     continue;
                 }
-                list.add_partition_offset(&topic, partition, Offset::Offset(position))?;
+                list.add_partition_offset(&topic, partition, Offset::Offset(position)).map_err(said)?;
                 if !note.is_empty() {
                     list.find_partition(&topic, partition).expect("just added").set_metadata(note.clone());
                 }
                 sent.push((key, (position, note)));
             }
             if list.count() > 0 {
-                producer.send_offsets_to_transaction(&list, &metadata, left())?;
+                producer.send_offsets_to_transaction(&list, &metadata, left()).map_err(said)?;
             }
         }
         // Taken whatever `sent` holds: a commit with offsets carries the publishes too, and the next
         // tick must not commit them again as an empty transaction.
         let published = self.dirty.swap(false, std::sync::atomic::Ordering::Relaxed);
         if sent.is_empty() && !published {
-            return Ok(Ok(())); // nothing to commit: the open transaction goes on
+            return Ok(()); // nothing to commit: the open transaction goes on
         }
         // A commit asked with too little time left times out here and may still be finished by
         // the broker: the abort after it is refused, and the producer must be replaced and its id
@@ -273,11 +264,11 @@ impl Transactions {
         // transaction is given up before its commit is asked, and aborts cleanly.
         let left_now = deadline.saturating_duration_since(std::time::Instant::now());
         if left_now < commit_share(self.timeout) {
-            return Ok(Err(format!(
+            return Err(format!(
                 "the transaction's offsets left {left_now:?} of the commit's half of kafka.transaction_timeout_ms, \
                  under the {:?} a commit is given: not asked",
                 commit_share(self.timeout)
-            )));
+            ));
         }
         // What a restart resumes from if this commit lands, to set beside what it reads back.
         tracing::debug!(transactional_id = %self.id.lock().unwrap(), positions = ?sent, "committing");
@@ -287,14 +278,14 @@ impl Transactions {
                 Ok(()) => break,
                 Err(KafkaError::Transaction(error)) if error.is_retriable() && std::time::Instant::now() < deadline => {
                 }
-                Err(error) => return Err(error),
+                Err(error) => return Err(said(error)),
             }
         }
         crate::metrics::METRICS.transactions.with_label_values::<&str>(&[]).inc();
         tracing::debug!(transactional_id = %self.id.lock().unwrap(), "committed");
         last.extend(sent);
         *self.open.lock().unwrap() = Transaction::default();
-        producer.begin_transaction().map(Ok)
+        producer.begin_transaction().map_err(said)
     }
 
     /// The open transaction cannot commit: it is aborted (or, when the producer was fenced or hit a

@@ -256,8 +256,10 @@ impl Main {
     /// (`one_shot::choose`). With `ends_with_an_option`, a two-option question neither answer
     /// settles is compared once more over both reads' evidence first.
     async fn or_first_read(&self, memory: &mut Memory, given: FinalAnswer) -> Result<FinalAnswer, StageError> {
-        if self.settings.final_read && memory.one_shot.is_some() {
-            return self.read_over_both(memory, given).await;
+        if self.settings.final_read
+            && let Some(read) = self.read_over_both(memory, &given).await?
+        {
+            return Ok(read);
         }
         let Some(first_read) = &memory.one_shot else { return Ok(given) };
         let asked = memory.question_to_answer();
@@ -267,29 +269,28 @@ impl Main {
         } else {
             given
         };
-        Ok(self.chosen(memory, given))
-    }
-
-    /// The loop's answer or the first read's (`one_shot::choose`), by the loop's evidence: its
-    /// verified facts and the passages they cite.
-    fn chosen(&self, memory: &mut Memory, given: FinalAnswer) -> FinalAnswer {
         let evidence = memory.verified_facts().map(|f| f.text.clone());
         let texts: Vec<String> = evidence.chain(one_shot::texts_of(memory.cited_passages.values())).collect();
         let choice = one_shot::Choice {
             checks: &self.settings.read_first_goes_on_when,
             ends_with_an_option: self.settings.ends_with_an_option,
         };
-        one_shot::choose(memory, Self::NAME, given, &texts, choice)
+        Ok(one_shot::choose(memory, Self::NAME, given, &texts, choice))
     }
 
     /// `migres.final_read`: the reader, as the first read was made, over the first read's passages
     /// and then the loop's kept sentences (the text its verified facts cite) of passages the first
     /// read did not show, as many as fit [`FINAL_READ_TOKENS`]. A 1.5B model rewrites and loses
     /// what it answers from facts alone; here it sees raw text again, and what the loop found.
-    /// Its answer is the question's, its passages the answer's citations; a non-answer, or a reply
-    /// still unusable after its re-asks (marked degraded), leaves the choice between the two reads.
-    async fn read_over_both(&self, memory: &mut Memory, given: FinalAnswer) -> Result<FinalAnswer, StageError> {
-        let Some(first_read) = &memory.one_shot else { return Ok(given) };
+    /// Its answer is the question's, its passages the answer's citations; None where it reads a
+    /// non-answer, or a reply still unusable after its re-asks (marked degraded), which leaves the
+    /// choice between the two reads.
+    async fn read_over_both(
+        &self,
+        memory: &mut Memory,
+        given: &FinalAnswer,
+    ) -> Result<Option<FinalAnswer>, StageError> {
+        let Some(first_read) = &memory.one_shot else { return Ok(None) };
         let shown: HashSet<&str> = first_read.passages.iter().map(|p| p.id.as_str()).collect();
         let found = memory.cited_passages.values().filter(|p| !shown.contains(p.id.as_str()));
         let union: Vec<Passage> = first_read.passages.iter().chain(found).cloned().collect();
@@ -300,21 +301,21 @@ impl Main {
         let how = self.settings.compare_options;
         let reading = match read_settled(&self.llm, memory, Self::NAME, "final_read", &docs, how).await {
             Ok(reading) if !is_non_answer(&reading.answer) => reading,
-            Ok(_) => return Ok(self.chosen(memory, given)),
+            Ok(_) => return Ok(None),
             Err(StageError::Llm(error @ LlmError::BadResponse(_))) => {
                 degrade(memory, Self::NAME, error.error_type(), format!("final read: {error}"));
-                return Ok(self.chosen(memory, given));
+                return Ok(None);
             }
             Err(error) => return Err(error),
         };
         let one_shot = memory.one_shot.take().map(|o| o.answer).unwrap_or_default();
-        let (loop_answer, chosen) = (given.answer, reading.answer.clone());
+        let (loop_answer, chosen) = (given.answer.clone(), reading.answer.clone());
         memory.record(Self::NAME, TraceKind::OneShotOrLoop { one_shot, loop_answer, chosen });
         for passage in read {
             memory.cited_passages.insert(passage.id.clone(), passage);
         }
         let explanation = format!("{} (Read again over both reads' passages.)", reading.explanation);
-        Ok(FinalAnswer { explanation, ..reading })
+        Ok(Some(FinalAnswer { explanation, ..reading }))
     }
 
     /// `compare_options` over the loop's evidence and the first read's passages: the loop's own
