@@ -39,6 +39,8 @@ struct Partition {
     offsets: BTreeMap<i64, Progress>,
     /// The offset after the last one done in order, once one is.
     next: Option<i64>,
+    /// Its revocation waits for the work started on it: nothing more of it is taken on.
+    closing: bool,
 }
 
 impl OffsetTracker {
@@ -46,7 +48,7 @@ impl OffsetTracker {
         let next = &mut self.next_assignment;
         self.partitions.entry((topic.to_string(), partition)).or_insert_with(|| {
             *next += 1;
-            Partition { assignment: *next, offsets: BTreeMap::new(), next: None }
+            Partition { assignment: *next, offsets: BTreeMap::new(), next: None, closing: false }
         })
     }
 
@@ -59,9 +61,10 @@ impl OffsetTracker {
         partition.assignment
     }
 
-    /// The stage takes the offset on; false when its partition was revoked since it was fetched.
+    /// The stage takes the offset on; false when its partition was revoked since it was fetched, or
+    /// is being revoked.
     pub(super) fn claim(&mut self, topic: &str, partition: i32, offset: i64, assignment: u64) -> bool {
-        if !self.owns(topic, partition, offset, assignment) {
+        if !self.owns(topic, partition, offset, assignment) || self.partition(topic, partition).closing {
             return false;
         }
         self.partition(topic, partition).offsets.insert(offset, Progress::Started);
@@ -117,6 +120,17 @@ impl OffsetTracker {
             .filter_map(|key| self.partitions.get(key))
             .map(|p| p.offsets.values().filter(|progress| **progress == Progress::Started).count())
             .sum()
+    }
+
+    /// These partitions are being revoked: what was started on them finishes, and nothing more of
+    /// them is taken on. A record taken now would be done for nothing: its outcome is dropped once
+    /// the partition is gone, and the new owner does it again.
+    pub(super) fn close(&mut self, partitions: &[(String, i32)]) {
+        for key in partitions {
+            if let Some(partition) = self.partitions.get_mut(key) {
+                partition.closing = true;
+            }
+        }
     }
 
     /// Forgets these partitions: what is still fetched or unfinished there is their next owner's.

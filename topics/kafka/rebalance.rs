@@ -94,7 +94,9 @@ impl ConsumerContext for TrackingContext {
         }
         // Let the work already started on the revoked partitions finish and be acknowledged, so
         // their new owner starts after it instead of doing it again. This holds up the rebalance,
-        // hence the bound (keep it under max.poll.interval.ms).
+        // hence the bound (keep it under max.poll.interval.ms). Nothing more of them is started
+        // meanwhile: it would be done twice, here for nothing and again by the new owner.
+        self.tracker.lock().unwrap().close(&partitions);
         let started = std::time::Instant::now();
         loop {
             let in_flight = self.tracker.lock().unwrap().started(&partitions);
