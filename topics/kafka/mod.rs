@@ -12,6 +12,7 @@
 //! - `offsets`: which offsets are done, so each is stored only after all before it (in order).
 //! - `claims`: each record's starts, kept on the broker, so one that keeps crashing its stage is ended.
 //! - `rebalance`: the consumer context: drains and commits before a revocation; logs and statistics.
+//! - `fenced`: a member's consumer fenced by its own rejoin (librdkafka#3437).
 //! - `table`: a compacted topic read whole, outside any group (how the join reads its state back).
 //! - `follow`: topics followed from a point in time, outside any group (a serve replica's answers).
 //! - `leaders`: a topic's partitions, watermarks and offsets by time, asked again while leaders are elected.
@@ -45,6 +46,7 @@ mod claims;
 mod config;
 mod documents;
 mod done_ledger;
+mod fenced;
 mod follow;
 mod gate;
 mod grants;
