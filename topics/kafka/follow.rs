@@ -11,11 +11,11 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
-use super::KafkaBus;
 use super::catch_up::CatchUp;
 use super::leaders;
 use super::rebalance::TrackingContext;
 use super::wire::transport;
+use super::{Feeding, KafkaBus};
 use crate::topics::Topic;
 use crate::topics::bus::{BusError, Subscription};
 
@@ -49,7 +49,7 @@ impl KafkaBus {
         let catch_up = CatchUp::new(ends);
         let caught_up = catch_up.done.subscribe();
         tracing::info!(group, since_ms, partitions_behind = behind, "following from the replay window");
-        let feed = self.feed(consumer, tracker, &names, group, Some(catch_up), None, None)?;
+        let feed = self.feed(consumer, tracker, &names, group, Feeding::Follower(catch_up), None, None)?;
         Ok((feed, caught_up))
     }
 }

@@ -12,7 +12,7 @@
 //! - `offsets`: which offsets are done, so each is stored only after all before it (in order).
 //! - `claims`: each record's starts, kept on the broker, so one that keeps crashing its stage is ended.
 //! - `rebalance`: the consumer context: drains and commits before a revocation; logs and statistics.
-//! - `fenced`: a member's consumer fenced by its own rejoin (librdkafka#3437).
+//! - `fenced`: a member's consumer fenced by its own rejoin (librdkafka#3437), made anew in place.
 //! - `table`: a compacted topic read whole, outside any group (how the join reads its state back).
 //! - `follow`: topics followed from a point in time, outside any group (a serve replica's answers).
 //! - `leaders`: a topic's partitions, watermarks and offsets by time, asked again while leaders are elected.
@@ -362,48 +362,7 @@ impl KafkaBus {
         claims: Option<Arc<claims::Claims>>,
     ) -> Result<(StreamConsumer<TrackingContext>, Arc<Mutex<OffsetTracker>>), BusError> {
         let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
-        let group_id = format!("{}{group}", self.settings.topic_prefix);
-        let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
-        let drain_timeout = Duration::from_millis(self.settings.drain_timeout_ms);
-        let context = TrackingContext {
-            tracker: tracker.clone(),
-            drain_timeout,
-            lag,
-            group: group_id.clone(),
-            transactions: transactions.map(|t| Arc::downgrade(t) as Weak<dyn rebalance::Transacting>),
-            claims,
-        };
-        let mut config = self.base.clone();
-        if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
-            config.set("debug", debug);
-        }
-        if !self.settings.instance_id.is_empty() {
-            // Unique per group: one process may consume several groups.
-            config.set("group.instance.id", format!("{}.{group}", self.settings.instance_id));
-        }
-        let consumer: StreamConsumer<TrackingContext> = config
-            .set("group.id", &group_id)
-            // Offsets are stored by hand when a record is done, and committed in the background
-            // (exactly-once: in the process's transactions instead).
-            .set("enable.auto.offset.store", "false")
-            .set("enable.auto.commit", (commit && transactions.is_none()).to_string())
-            // What a transaction that is still open or was aborted wrote is never read.
-            .set("isolation.level", "read_committed")
-            .set("auto.commit.interval.ms", "1000")
-            .set("auto.offset.reset", "earliest")
-            // A follower (no commits) learns from the broker that it read a partition to its end:
-            // read_committed never hands it the marker that ends a transaction (catch_up.rs).
-            .set("enable.partition.eof", (!commit).to_string())
-            // Incremental rebalances: a member joining or leaving moves only the partitions it must,
-            // and only those are drained and committed (config::CONSUMER_PROTOCOL).
-            .set("group.protocol", "classic")
-            .set("partition.assignment.strategy", "cooperative-sticky")
-            .set("session.timeout.ms", self.settings.session_timeout_ms.to_string())
-            .set("max.poll.interval.ms", self.settings.max_poll_interval_ms.to_string())
-            // librdkafka's statistics carry each assigned partition's lag, exported as a gauge.
-            .set("statistics.interval.ms", "5000")
-            .create_with_context(context)
-            .map_err(transport)?;
+        let consumer = consumer(&self.base, &self.settings, group, commit, transactions, claims, tracker.clone())?;
         Ok((consumer, tracker))
     }
 
@@ -414,11 +373,18 @@ impl KafkaBus {
         tracker: Arc<Mutex<OffsetTracker>>,
         names: &[String],
         group: &str,
-        catch_up: Option<Arc<CatchUp>>,
+        feeding: Feeding,
         claims: Option<Arc<claims::Claims>>,
         transactions: Option<Arc<Transactions>>,
     ) -> Result<Box<dyn Subscription>, BusError> {
         let consumer = Arc::new(consumer);
+        let slot: fenced::Slot = Arc::new(Mutex::new(consumer.clone()));
+        let (catch_up, anew) = match feeding {
+            Feeding::Follower(catch_up) => (Some(catch_up), None),
+            Feeding::Member(make) => {
+                (None, Some(fenced::Anew::new(make, tracker.clone(), slot.clone(), transactions.clone())))
+            }
+        };
         let done_before = transactions.as_ref().map(|_| Arc::new(DoneBefore::default()));
         let rewind = Arc::new(tokio::sync::Notify::new());
         if let (Some(transactions), Some(done_before)) = (&transactions, &done_before) {
@@ -429,7 +395,7 @@ impl KafkaBus {
                 rewind: rewind.clone(),
             });
         }
-        let shared = Shared { catch_up, claims, done_before, rewind, refusals: Refusals::default() };
+        let shared = Shared { catch_up, claims, done_before, rewind, refusals: Refusals::default(), anew };
         let topic_of: HashMap<String, Topic> =
             names.iter().filter_map(|n| Some((n.clone(), self.topic_of(n)?))).collect();
         let (sender, receiver) = mpsc::channel(self.settings.prefetch.max(1));
@@ -450,7 +416,7 @@ impl KafkaBus {
                 }
             })
             .map_err(transport)?;
-        Ok(Box::new(KafkaSubscription { receiver, consumer, transactions }))
+        Ok(Box::new(KafkaSubscription { receiver, consumer: slot, transactions }))
     }
 
     /// Publishes with an explicit attempt number (dead-letter replay counts its attempts).
@@ -513,9 +479,21 @@ impl Bus for KafkaBus {
         let transactions = self.transactions(group, first)?;
         let claims =
             claims::Claims::new(self.base.clone(), &format!("{}{group}", self.settings.topic_prefix)).map(Arc::new);
-        let (consumer, tracker) = self.consumer(group, true, transactions.as_ref(), claims.clone())?;
-        consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>()).map_err(transport)?;
-        self.feed(consumer, tracker, &names, group, None, claims, transactions)
+        let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
+        // Also how the poller makes it again after a fence by its own rejoin (`fenced.rs`).
+        let make: fenced::Make = {
+            let (base, settings, group) = (self.base.clone(), self.settings.clone(), group.to_string());
+            let (names, transactions, claims, tracker) =
+                (names.clone(), transactions.clone(), claims.clone(), tracker.clone());
+            Box::new(move || {
+                let consumer =
+                    consumer(&base, &settings, &group, true, transactions.as_ref(), claims.clone(), tracker.clone())?;
+                consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>()).map_err(transport)?;
+                Ok(consumer)
+            })
+        };
+        let consumer = make()?;
+        self.feed(consumer, tracker, &names, group, Feeding::Member(make), claims, transactions)
     }
 
     async fn hold(&self) -> Option<Hold> {
@@ -537,4 +515,68 @@ impl Bus for KafkaBus {
         let group = format!("{}table-reader", self.settings.topic_prefix);
         tokio::task::spawn_blocking(move || read_whole_topic(base, &group, &name, topic)).await.map_err(transport)?
     }
+}
+
+/// Who reads a feed: a group member, which is made anew when fenced by its own rejoin, or a follower
+/// (partitions assigned by hand, outside any group) with how far it must read to be current.
+enum Feeding {
+    Member(fenced::Make),
+    Follower(Arc<CatchUp>),
+}
+
+/// A consumer in `group` on `tracker` (see [`KafkaBus::consumer`]); also how a member fenced by its
+/// own rejoin is made anew (`fenced.rs`).
+fn consumer(
+    base: &ClientConfig,
+    settings: &KafkaSettings,
+    group: &str,
+    commit: bool,
+    transactions: Option<&Arc<Transactions>>,
+    claims: Option<Arc<claims::Claims>>,
+    tracker: Arc<Mutex<OffsetTracker>>,
+) -> Result<StreamConsumer<TrackingContext>, BusError> {
+    let group_id = format!("{}{group}", settings.topic_prefix);
+    let lag = crate::metrics::METRICS.consumer_lag.with_label_values(&[group]);
+    let drain_timeout = Duration::from_millis(settings.drain_timeout_ms);
+    let context = TrackingContext {
+        tracker,
+        drain_timeout,
+        lag,
+        group: group_id.clone(),
+        transactions: transactions.map(|t| Arc::downgrade(t) as Weak<dyn rebalance::Transacting>),
+        claims,
+        lost: Default::default(),
+    };
+    let mut config = base.clone();
+    if let Ok(debug) = std::env::var("LACUNA_KAFKA_DEBUG") {
+        config.set("debug", debug);
+    }
+    if !settings.instance_id.is_empty() {
+        // Unique per group: one process may consume several groups.
+        config.set("group.instance.id", format!("{}.{group}", settings.instance_id));
+    }
+    let consumer: StreamConsumer<TrackingContext> = config
+        .set("group.id", &group_id)
+        // Offsets are stored by hand when a record is done, and committed in the background
+        // (exactly-once: in the process's transactions instead).
+        .set("enable.auto.offset.store", "false")
+        .set("enable.auto.commit", (commit && transactions.is_none()).to_string())
+        // What a transaction that is still open or was aborted wrote is never read.
+        .set("isolation.level", "read_committed")
+        .set("auto.commit.interval.ms", "1000")
+        .set("auto.offset.reset", "earliest")
+        // A follower (no commits) learns from the broker that it read a partition to its end:
+        // read_committed never hands it the marker that ends a transaction (catch_up.rs).
+        .set("enable.partition.eof", (!commit).to_string())
+        // Incremental rebalances: a member joining or leaving moves only the partitions it must,
+        // and only those are drained and committed (config::CONSUMER_PROTOCOL).
+        .set("group.protocol", "classic")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", settings.session_timeout_ms.to_string())
+        .set("max.poll.interval.ms", settings.max_poll_interval_ms.to_string())
+        // librdkafka's statistics carry each assigned partition's lag, exported as a gauge.
+        .set("statistics.interval.ms", "5000")
+        .create_with_context(context)
+        .map_err(transport)?;
+    Ok(consumer)
 }

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use super::catch_up::CatchUp;
 use super::claims::Claims;
 use super::done_ledger::DoneBefore;
+use super::fenced::{self, Anew, Slot};
 use super::offsets::{OffsetTracker, STALE};
 use super::rebalance::{TrackingContext, is_no_offset};
 use super::transactions::Transactions;
@@ -26,7 +27,7 @@ use crate::topics::bus::{BusError, Delivery, DeliveryHooks, Record, Subscription
 /// Dropping it closes the channel its poller thread feeds, which ends that thread.
 pub struct KafkaSubscription {
     pub(super) receiver: mpsc::Receiver<Delivery>,
-    pub(super) consumer: Arc<StreamConsumer<TrackingContext>>,
+    pub(super) consumer: Slot,
     /// Exactly-once: positions are committed in the process's transaction.
     pub(super) transactions: Option<Arc<Transactions>>,
 }
@@ -41,7 +42,7 @@ impl Subscription for KafkaSubscription {
         if let Some(transactions) = self.transactions.clone() {
             return tokio::task::spawn_blocking(move || transactions.commit()).await.map_err(transport);
         }
-        let consumer = self.consumer.clone();
+        let consumer = self.consumer.lock().unwrap().clone();
         tokio::task::spawn_blocking(move || match consumer.commit_consumer_state(CommitMode::Sync) {
             Err(error) if !is_no_offset(&error) => Err(transport(error)),
             _ => Ok(()),
@@ -63,13 +64,15 @@ pub(super) struct Shared {
     /// Exactly-once: woken after an aborted transaction, to seek back to the committed positions.
     pub(super) rewind: Arc<tokio::sync::Notify>,
     pub(super) refusals: Refusals,
+    /// A group member's: how its consumer is made anew after a fence by its own rejoin.
+    pub(super) anew: Option<Anew>,
 }
 
 /// Polls the consumer for as long as the subscription lives. Records go to a bounded channel; when
 /// the stage does not take them, each partition with a record waiting is paused (what was already
 /// fetched waits in a small queue) and polling goes on, which keeps the consumer in its group.
 pub(super) async fn poll(
-    consumer: Arc<StreamConsumer<TrackingContext>>,
+    mut consumer: Arc<StreamConsumer<TrackingContext>>,
     tracker: Arc<Mutex<OffsetTracker>>,
     topic_of: HashMap<String, Topic>,
     sender: mpsc::Sender<Delivery>,
@@ -88,7 +91,7 @@ pub(super) async fn poll(
             }
             continue;
         }
-        if let Some(delivery) = waiting.pop_front() {
+        let fault = if let Some(delivery) = waiting.pop_front() {
             match sender.try_send(delivery) {
                 Ok(()) => continue,
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
@@ -100,52 +103,95 @@ pub(super) async fn poll(
             waiting_gauge.set(waiting.len() as i64);
             tokio::select! {
                 permit = sender.reserve() => match permit {
-                    Ok(permit) => permit.send(waiting.pop_front().expect("a waiting delivery")),
+                    Ok(permit) => {
+                        permit.send(waiting.pop_front().expect("a waiting delivery"));
+                        Fault::No
+                    }
                     Err(_) => return,
                 },
-                message = consumer.recv() => {
-                    if fatal(&consumer, &message) {
+                message = consumer.recv() => received(&consumer, &tracker, &topic_of, &shared, &mut waiting, message),
+                _ = shared.rewind.notified() => Fault::No,
+            }
+        } else {
+            waiting_gauge.set(0);
+            paused_gauge.set(paused.follow(&consumer, HashSet::new()));
+            tokio::select! {
+                message = consumer.recv() => received(&consumer, &tracker, &topic_of, &shared, &mut waiting, message),
+                _ = shared.rewind.notified() => Fault::No,
+                _ = sender.closed() => return,
+            }
+        };
+        match fault {
+            Fault::No => {}
+            Fault::Ends => return,
+            Fault::OwnRejoin => {
+                let Some(anew) = &shared.anew else { return };
+                // Fetched by the fenced consumer, whose assignment is gone: their owners read them.
+                for delivery in waiting.drain(..) {
+                    delivery.let_go();
+                }
+                match anew.replace() {
+                    Ok(made) => {
+                        consumer = made;
+                        paused = Paused::default();
+                        tracing::info!("the fenced Kafka consumer was made anew: it rejoins its group");
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "cannot make the fenced Kafka consumer anew: its feed ends");
                         return;
                     }
-                    waiting.extend(to_delivery(&consumer, &tracker, &topic_of, &shared, message));
                 }
-                _ = shared.rewind.notified() => {}
             }
-            continue;
-        }
-        waiting_gauge.set(0);
-        paused_gauge.set(paused.follow(&consumer, HashSet::new()));
-        tokio::select! {
-            message = consumer.recv() => {
-                if fatal(&consumer, &message) {
-                    return;
-                }
-                waiting.extend(to_delivery(&consumer, &tracker, &topic_of, &shared, message));
-            }
-            _ = shared.rewind.notified() => {}
-            _ = sender.closed() => return,
         }
     }
 }
 
-/// Whether the consumer can no longer consume: a fatal error (a static member fenced by another
-/// process with its `kafka.instance_id`, say) is never cleared, so polling on would keep the stage
-/// ready and idle for good. The poller ends instead: the subscription closes, the stage fails and
-/// `/readyz` says so, and its records go to whichever member owns their partitions now.
+/// What a poll's error leaves of the consumer.
+enum Fault {
+    No,
+    /// Fenced by its own rejoin after its assignment was lost (`fenced.rs`): made anew.
+    OwnRejoin,
+    /// It can never consume again: the feed ends.
+    Ends,
+}
+
+/// A polled message: a delivery queued, or the fault that ends the consumer.
+fn received(
+    consumer: &Arc<StreamConsumer<TrackingContext>>,
+    tracker: &Arc<Mutex<OffsetTracker>>,
+    topic_of: &HashMap<String, Topic>,
+    shared: &Shared,
+    waiting: &mut VecDeque<Delivery>,
+    message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
+) -> Fault {
+    let Some(reason) = fatal(consumer, &message) else {
+        waiting.extend(to_delivery(consumer, tracker, topic_of, shared, message));
+        return Fault::No;
+    };
+    if shared.anew.is_some() && fenced::by_its_own_rejoin(consumer) {
+        tracing::warn!(%reason, "the Kafka consumer was fenced by its own rejoin after its assignment was lost");
+        return Fault::OwnRejoin;
+    }
+    tracing::error!(%reason, "the Kafka consumer hit a fatal error and cannot consume again: its feed ends");
+    Fault::Ends
+}
+
+/// Why the consumer can no longer consume, if it cannot: a fatal error (a static member fenced by
+/// another process with its `kafka.instance_id`, say) is never cleared, so polling on would keep the
+/// stage ready and idle for good. The poller ends instead: the subscription closes, the stage fails
+/// and `/readyz` says so, and its records go to whichever member owns their partitions now.
 fn fatal(
     consumer: &StreamConsumer<TrackingContext>,
     message: &Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
-) -> bool {
-    let Err(error) = message else { return false };
+) -> Option<String> {
+    let Err(error) = message else { return None };
     let fatal = matches!(error, KafkaError::MessageConsumptionFatal(_)) || consumer.client().fatal_error().is_some();
-    if fatal {
-        let reason = consumer
+    fatal.then(|| {
+        consumer
             .client()
             .fatal_error()
-            .map_or_else(|| error.to_string(), |(code, reason)| format!("{code:?}: {reason}"));
-        tracing::error!(%reason, "the Kafka consumer hit a fatal error and cannot consume again: its feed ends");
-    }
-    fatal
+            .map_or_else(|| error.to_string(), |(code, reason)| format!("{code:?}: {reason}"))
+    })
 }
 
 /// After an aborted transaction: lets go of what waits here (fetched before the abort), seeks every

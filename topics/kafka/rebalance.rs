@@ -1,6 +1,7 @@
 //! The consumer's context: before a rebalance takes partitions away, it waits (bounded) for the work
 //! started on them and commits; it also routes librdkafka's log lines and lag statistics.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -33,6 +34,15 @@ pub(super) struct TrackingContext {
     pub(super) transactions: Option<Weak<dyn Transacting>>,
     /// Each record's starts, where the group counts them: a revocation lets go of its records.
     pub(super) claims: Option<Arc<Claims>>,
+    /// The group took this consumer's assignment while it was away, and gave it none since: a fence
+    /// now is by its own rejoin (`fenced.rs`).
+    pub(super) lost: AtomicBool,
+}
+
+impl TrackingContext {
+    pub(super) fn lost_since_assigned(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
 }
 
 impl ClientContext for TrackingContext {
@@ -69,12 +79,20 @@ impl ClientContext for TrackingContext {
 
 impl ConsumerContext for TrackingContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let Rebalance::Revoke(revoked) = rebalance else { return };
+        let Rebalance::Revoke(revoked) = rebalance else {
+            if let Rebalance::Assign(assigned) = rebalance
+                && assigned.count() > 0
+            {
+                self.lost.store(false, Ordering::SeqCst);
+            }
+            return;
+        };
         let partitions: Vec<(String, i32)> =
             revoked.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
         let revoke = || self.tracker.lock().unwrap().revoke(&partitions);
         let transactions = self.transactions.as_ref().and_then(Weak::upgrade);
         if consumer.assignment_lost() {
+            self.lost.store(true, Ordering::SeqCst);
             // Another member owns them already (this one was away past session.timeout.ms): waiting
             // for their work or committing their positions would publish or commit what is the new
             // owner's now. Nothing done on them here counts: exactly-once aborts what the open
@@ -170,6 +188,7 @@ mod tests {
             group: "g".into(),
             transactions: None,
             claims: None,
+            lost: Default::default(),
         };
         let consumer: BaseConsumer<TrackingContext> = ClientConfig::new()
             .set("bootstrap.servers", "127.0.0.1:9")

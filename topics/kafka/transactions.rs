@@ -157,6 +157,16 @@ impl Transactions {
         self.consumers.lock().unwrap().push(tracked);
     }
 
+    /// The consumer behind `tracker` was made anew (`fenced.rs`): commits carry the new one's
+    /// group metadata; the fenced one's would be refused.
+    pub(super) fn retrack(&self, tracker: &Arc<Mutex<OffsetTracker>>, consumer: Weak<StreamConsumer<TrackingContext>>) {
+        for tracked in self.consumers.lock().unwrap().iter_mut() {
+            if Arc::ptr_eq(&tracked.tracker, tracker) {
+                tracked.consumer = consumer.clone();
+            }
+        }
+    }
+
     pub(super) async fn pass(&self) -> Pass {
         self.gate.enter().await
     }
