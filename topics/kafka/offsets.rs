@@ -64,10 +64,14 @@ impl OffsetTracker {
     /// The stage takes the offset on; false when its partition was revoked since it was fetched, or
     /// is being revoked.
     pub(super) fn claim(&mut self, topic: &str, partition: i32, offset: i64, assignment: u64) -> bool {
-        if !self.owns(topic, partition, offset, assignment) || self.partition(topic, partition).closing {
+        if !self.owns(topic, partition, offset, assignment) {
             return false;
         }
-        self.partition(topic, partition).offsets.insert(offset, Progress::Started);
+        let partition = self.partition(topic, partition);
+        if partition.closing {
+            return false;
+        }
+        partition.offsets.insert(offset, Progress::Started);
         true
     }
 
