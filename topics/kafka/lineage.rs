@@ -67,4 +67,29 @@ mod tests {
         assert_eq!(decode("lacuna-producer:"), None);
         assert_eq!(decode("lacuna-done:3-5"), None);
     }
+
+    /// Issue 74's transaction-coordinator row: a renewal whose settling found no coordinator within
+    /// one `kafka.transaction_timeout_ms` (its node killed, another still loading the transaction
+    /// log) ended its process, and the restart settled the same id in under a second. A coordinator
+    /// back within a second timeout must settle the id in place. On librdkafka's mock cluster, its
+    /// one broker down for 2.5 s and a 2 s timeout.
+    #[test]
+    fn a_settling_that_finds_no_coordinator_within_one_timeout_asks_again() {
+        use std::time::Duration;
+
+        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+        let mut settings = crate::config::Settings::load(None).unwrap();
+        settings.kafka.brokers = cluster.bootstrap_servers();
+        let mut base = crate::topics::kafka::config::client_config(&settings.kafka).unwrap();
+        // Reconnects every 100 ms, so the broker is found as soon as it is back.
+        base.set("reconnect.backoff.max.ms", "100");
+        cluster.broker_down(1).unwrap();
+        let settling = std::thread::spawn(move || {
+            crate::topics::kafka::settle(&base, &settings.kafka, 1 << 20, "settle-again", Duration::from_secs(2))
+        });
+        std::thread::sleep(Duration::from_millis(2500));
+        cluster.broker_up(1).unwrap();
+        let settled = settling.join().unwrap();
+        assert!(settled.is_ok(), "the id was not settled: {settled:?}");
+    }
 }
