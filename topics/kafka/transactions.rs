@@ -86,14 +86,19 @@ fn commit_share(transaction_timeout: Duration) -> Duration {
 /// with the transactions API, or the broker refuses the version it needs) is named as such, with
 /// the setting that runs without them: the process stops at start rather than at its first commit.
 pub(super) fn init_transactions(producer: &FutureProducer, timeout: Duration) -> Result<(), BusError> {
-    producer.init_transactions(timeout).map_err(|error| match error.rdkafka_error_code() {
+    producer.init_transactions(timeout).map_err(init_failed)
+}
+
+/// Why transactions could not be initialised, as [`init_transactions`] says it.
+pub(super) fn init_failed(error: KafkaError) -> BusError {
+    match error.rdkafka_error_code() {
         Some(RDKafkaErrorCode::UnsupportedFeature | RDKafkaErrorCode::UnsupportedVersion) => BusError::Config(format!(
             "exactly-once (bus.delivery = \"exactly_once\") needs Kafka transactions, and this broker cannot do \
              them: {error}. Run with bus.delivery = \"at_least_once\" (LACUNA__BUS__DELIVERY=at_least_once), or on \
              a broker with transactions (Apache Kafka 2.5 or later)"
         )),
         _ => transport(error),
-    })
+    }
 }
 
 /// The stages of a process that keep state in memory ([`crate::topics::Bus::keeps_state`]).
@@ -127,9 +132,11 @@ impl Transactions {
         });
         // A commit stuck inside librdkafka past every timeout blocks every event of the process
         // for good, and no abort can run beside it: the process exits, and its restart settles the
-        // transaction (see `lineage`). The limit leaves room for a recovery's own bounded calls.
+        // transaction (see `lineage`). The limit leaves room for a recovery's own bounded calls:
+        // the commit's and the abort's halves of `timeout`, the settling's asks, the new id's note
+        // and the new producer's initialisation.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let limit = 4 * timeout;
+            let limit = (2 + super::lineage::SETTLE_ASKS) * timeout + super::wire::NOTE_TIMEOUT;
             runtime.spawn(super::gate::watch(Arc::downgrade(&transactions.gate), limit, move |closed| {
                 tracing::error!(
                     closed_s = closed.as_secs(),
@@ -356,8 +363,9 @@ impl Transactions {
     /// failure matrix saw one question answered twice so, its transaction coordinator's node
     /// killed). So the left id is settled first: re-initialised, which the broker answers only once
     /// a commit under way has finished, and which aborts a transaction still open and fences its
-    /// producer; then the positions the rewind reads are final. Settling that cannot be done in
-    /// `kafka.transaction_timeout_ms` ends the process (its restart settles the replica's lineage).
+    /// producer; then the positions the rewind reads are final. Settling that no coordinator
+    /// answers in `lineage::SETTLE_ASKS` asks of `kafka.transaction_timeout_ms` ends the process
+    /// (its restart settles the replica's lineage).
     fn begin_again(&self) -> Result<(), BusError> {
         if self.abort_or_leave() && self.producer.read().unwrap().begin_transaction().is_ok() {
             return Ok(());

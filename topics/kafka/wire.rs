@@ -71,7 +71,7 @@ impl OffsetNotes {
 }
 
 /// How long a note's read or write may take, coordinator moves included.
-const NOTE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const NOTE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Calls `ask` with the time left, again while the group's coordinator is moving or still loading
 /// (a cluster just started, a node restarted): librdkafka hands those answers back as they are.
