@@ -13,45 +13,10 @@
 //! The id is kept as the metadata of a committed offset, in a group of its own that is never
 //! joined (`<prefix><group>.<instance>.producer`), as `claims` keeps record starts.
 
-use std::time::Duration;
-
 use rdkafka::config::ClientConfig;
-use rdkafka::error::KafkaError;
-use rdkafka::producer::Producer;
 
 use super::wire::{OffsetNotes, transport};
-use crate::config::KafkaSettings;
 use crate::topics::bus::BusError;
-
-/// How many times settling asks for an id's transactions, each for up to
-/// `kafka.transaction_timeout_ms`: once more after an ask that found no coordinator in time (its
-/// node killed, another still loading the transaction log). Renewals that gave up after one ask
-/// ended their process in the failure matrix, and each restart settled the same id in under a second.
-pub(super) const SETTLE_ASKS: u32 = 2;
-
-/// Settles the transactions written under `id`: re-initialising it, which the broker answers only
-/// once a commit under way has finished, aborts a transaction still open and fences the producer
-/// that wrote it. What a crashed predecessor left (`succeed`) and a producer left behind (`renew`).
-/// An ask that runs out of time is resumed by the next (librdkafka: "retry call to resume").
-pub(super) fn settle(
-    base: &ClientConfig,
-    settings: &KafkaSettings,
-    max_event_bytes: usize,
-    id: &str,
-    timeout: Duration,
-) -> Result<(), BusError> {
-    let settling = super::producer(base, settings, max_event_bytes, Some((id, timeout)))?;
-    let mut asked = 1;
-    loop {
-        match settling.init_transactions(timeout) {
-            Err(KafkaError::Transaction(error)) if error.is_retriable() && asked < SETTLE_ASKS => {
-                tracing::warn!(transactional_id = id, %error, "no coordinator settled the transactional id in time: asking again");
-                asked += 1;
-            }
-            outcome => return outcome.map_err(super::transactions::init_failed),
-        }
-    }
-}
 
 /// How the committed metadata names the id.
 const PREFIX: &str = "lacuna-producer:";
@@ -101,30 +66,5 @@ mod tests {
         assert_eq!(decode(""), None);
         assert_eq!(decode("lacuna-producer:"), None);
         assert_eq!(decode("lacuna-done:3-5"), None);
-    }
-
-    /// Issue 74's transaction-coordinator row: a renewal whose settling found no coordinator within
-    /// one `kafka.transaction_timeout_ms` (its node killed, another still loading the transaction
-    /// log) ended its process, and the restart settled the same id in under a second. A coordinator
-    /// back within a second timeout must settle the id in place. On librdkafka's mock cluster, its
-    /// one broker down for 2.5 s and a 2 s timeout.
-    #[test]
-    fn a_settling_that_finds_no_coordinator_within_one_timeout_asks_again() {
-        use std::time::Duration;
-
-        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-        let mut settings = crate::config::Settings::load(None).unwrap();
-        settings.kafka.brokers = cluster.bootstrap_servers();
-        let mut base = crate::topics::kafka::config::client_config(&settings.kafka).unwrap();
-        // Reconnects every 100 ms, so the broker is found as soon as it is back.
-        base.set("reconnect.backoff.max.ms", "100");
-        cluster.broker_down(1).unwrap();
-        let settling = std::thread::spawn(move || {
-            super::settle(&base, &settings.kafka, 1 << 20, "settle-again", Duration::from_secs(2))
-        });
-        std::thread::sleep(Duration::from_millis(2500));
-        cluster.broker_up(1).unwrap();
-        let settled = settling.join().unwrap();
-        assert!(settled.is_ok(), "the id was not settled: {settled:?}");
     }
 }

@@ -127,6 +127,19 @@ fn producer(
         .map_err(transport)
 }
 
+/// Settles the transactions written under `id` ([`transactions::settle`]): what a crashed
+/// predecessor left (`succeed`) and a producer left behind (`renew`).
+fn settle(
+    base: &ClientConfig,
+    settings: &KafkaSettings,
+    max_event_bytes: usize,
+    id: &str,
+    timeout: Duration,
+) -> Result<(), BusError> {
+    let settling = producer(base, settings, max_event_bytes, Some((id, timeout)))?;
+    transactions::settle(&settling, id, timeout)
+}
+
 impl KafkaBus {
     pub fn new(settings: KafkaSettings, bus: &BusSettings) -> Result<Self, BusError> {
         // Only Kafka carries records to other builds, so only it checks the version it is to write.
@@ -179,7 +192,7 @@ impl KafkaBus {
         let (group, topic) = (group.to_string(), topic.to_string());
         Box::new(move |left| {
             let timeout = Duration::from_millis(settings.transaction_timeout_ms);
-            lineage::settle(&base, &settings, max_event_bytes, left, timeout)?;
+            settle(&base, &settings, max_event_bytes, left, timeout)?;
             let id = match settings.instance_id.as_str() {
                 "" => lineage::fresh_id(&format!("{}{group}.{}", settings.topic_prefix, std::process::id())),
                 instance => {
@@ -204,7 +217,7 @@ impl KafkaBus {
         let lineage = Lineage::new(&self.base, stable, topic)?;
         let last = lineage.last()?.unwrap_or_else(|| stable.to_string());
         let started = std::time::Instant::now();
-        lineage::settle(&self.base, &self.settings, self.max_event_bytes, &last, timeout)?;
+        settle(&self.base, &self.settings, self.max_event_bytes, &last, timeout)?;
         let took_ms = started.elapsed().as_millis() as u64;
         tracing::debug!(transactional_id = %last, took_ms, "settled what the replica's last process left");
         let id = lineage::fresh_id(stable);
