@@ -208,4 +208,46 @@ mod tests {
         assert!(note.len() <= MAX_METADATA);
         assert!(decode_done(&note).0.iter().all(|(start, end)| (*start..=*end).all(|o| done.contains(&o))));
     }
+
+    /// Issue 74's one unexplained repeat, in the transaction-coordinator row: a restart resumed while
+    /// the group's coordinator moved (its node killed), and its read of the ledger was answered *not
+    /// coordinator*, which librdkafka hands back as it is. Read as "nothing done", it had the
+    /// records the last commit listed as done redone, and their outputs committed twice. On
+    /// librdkafka's mock cluster: the last commit at 1 with 2-3 done beyond it, and the read answered
+    /// *not coordinator*, then *loading*.
+    #[tokio::test]
+    async fn a_ledger_read_while_the_coordinator_moves_is_asked_again_instead_of_redoing() {
+        use std::sync::Arc;
+
+        use rdkafka::config::ClientConfig;
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+        use super::super::offsets::OffsetTracker;
+        use super::super::wire::OffsetNotes;
+
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("t", 1, 1).unwrap();
+        let base = ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).clone();
+        OffsetNotes::new(&base, "g").unwrap().write("t", 0, 1, "lacuna-done:2-3".into()).unwrap();
+        let context = TrackingContext {
+            tracker: Arc::new(Mutex::new(OffsetTracker::default())),
+            drain_timeout: Duration::from_secs(2),
+            lag: prometheus::IntGauge::new("lag", "lag").unwrap(),
+            group: "g".into(),
+            transactions: None,
+            claims: None,
+            lost: Default::default(),
+        };
+        let consumer: StreamConsumer<TrackingContext> =
+            base.clone().set("group.id", "g").create_with_context(context).unwrap();
+        use RDKafkaRespErr::*;
+        let moving = [RD_KAFKA_RESP_ERR_NOT_COORDINATOR, RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS];
+        cluster.request_errors(RDKafkaApiKey::OffsetFetch, &moving);
+        let done = DoneBefore::default();
+        assert!(
+            done.contains(&consumer, ("t", 0, 2), 1),
+            "offset 2 was done before the last commit: redone, its outputs are committed twice"
+        );
+    }
 }
