@@ -5,12 +5,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaResult;
 
 use super::rebalance::TrackingContext;
+use super::wire::coordinated;
 
 /// How a commit's metadata names the offsets done beyond its position.
 const DONE_PREFIX: &str = "lacuna-done:";
@@ -119,43 +120,33 @@ impl DoneBefore {
         partitions.get(&(topic.to_string(), partition)).map(|(_, done)| done.clone()).unwrap_or_default()
     }
 
+    /// Whether an earlier owner finished `offset`, read from the last commit once per assignment.
+    /// The read is asked again while the group's coordinator moves or loads (a restart right after
+    /// a node was lost). An error means the ledger cannot be read: the record may neither run (its
+    /// outputs may be committed already) nor be skipped (they may not), so the caller ends its feed
+    /// and a restart reads the ledger again. Nothing is kept then.
     pub(super) fn contains(
         &self,
         consumer: &StreamConsumer<TrackingContext>,
         (topic, partition, offset): (&str, i32, i64),
         assignment: u64,
-    ) -> bool {
+    ) -> KafkaResult<bool> {
         let key = (topic.to_string(), partition);
         if let Some((_, done)) = self.partitions.lock().unwrap().get(&key).filter(|(seen, _)| *seen == assignment) {
-            return done.contains(&offset);
+            return Ok(done.contains(&offset));
         }
         // Read without the lock: every commit needs it (`inherited`), with the gate closed.
         let mut list = TopicPartitionList::new();
-        let _ = list.add_partition(topic, partition);
-        let done = match consumer.committed_offsets(list, Duration::from_secs(10)) {
-            Ok(committed) => {
-                let element = committed.find_partition(topic, partition);
-                let (position, metadata) = element.as_ref().map_or((None, ""), |e| (Some(e.offset()), e.metadata()));
-                // No committed offset reads as no metadata: nothing done beyond it.
-                tracing::debug!(
-                    topic,
-                    partition,
-                    first_fetched = offset,
-                    ?position,
-                    metadata,
-                    "resuming from the commit"
-                );
-                decode_done(metadata)
-            }
-            Err(error) => {
-                // Redone then: at-least-once for these few, never lost.
-                tracing::warn!(%error, topic, partition, "cannot read which records were done: redoing them");
-                Ranges::default()
-            }
-        };
+        list.add_partition(topic, partition);
+        let committed = coordinated(|left| consumer.committed_offsets(list.clone(), left))?;
+        let element = committed.find_partition(topic, partition);
+        let (position, metadata) = element.as_ref().map_or((None, ""), |e| (Some(e.offset()), e.metadata()));
+        // No committed offset reads as no metadata: nothing done beyond it.
+        tracing::debug!(topic, partition, first_fetched = offset, ?position, metadata, "resuming from the commit");
+        let done = decode_done(metadata);
         let found = done.contains(&offset);
         self.partitions.lock().unwrap().insert(key, (assignment, done));
-        found
+        Ok(found)
     }
 }
 
@@ -218,6 +209,7 @@ mod tests {
     #[tokio::test]
     async fn a_ledger_read_while_the_coordinator_moves_is_asked_again_instead_of_redoing() {
         use std::sync::Arc;
+        use std::time::Duration;
 
         use rdkafka::config::ClientConfig;
         use rdkafka::mocking::MockCluster;
@@ -246,7 +238,7 @@ mod tests {
         cluster.request_errors(RDKafkaApiKey::OffsetFetch, &moving);
         let done = DoneBefore::default();
         assert!(
-            done.contains(&consumer, ("t", 0, 2), 1),
+            done.contains(&consumer, ("t", 0, 2), 1).expect("asked again"),
             "offset 2 was done before the last commit: redone, its outputs are committed twice"
         );
     }

@@ -165,7 +165,18 @@ fn received(
     message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
 ) -> Fault {
     let Some(reason) = fatal(consumer, &message) else {
-        waiting.extend(to_delivery(consumer, tracker, topic_of, shared, message));
+        match to_delivery(consumer, tracker, topic_of, shared, message) {
+            Some(Ok(delivery)) => waiting.push_back(delivery),
+            Some(Err(error)) => {
+                tracing::error!(
+                    %error,
+                    "cannot read which records the last commit lists as done: the feed ends, so that a restart \
+                     reads them again instead of redoing work whose outputs are committed"
+                );
+                return Fault::Ends;
+            }
+            None => {}
+        }
         return Fault::No;
     };
     if shared.anew.is_some() && fenced::by_its_own_rejoin(consumer) {
@@ -289,7 +300,7 @@ fn to_delivery(
     topic_of: &HashMap<String, Topic>,
     shared: &Shared,
     message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>,
-) -> Option<Delivery> {
+) -> Option<Result<Delivery, KafkaError>> {
     let Shared { catch_up, claims, done_before, refusals, .. } = shared;
     let message = match message {
         Ok(message) => message,
@@ -325,10 +336,16 @@ fn to_delivery(
         catch_up.fetched(&name, partition, offset);
     }
     // Finished by an earlier owner, its outputs committed with the position before it: skipped.
-    if done_before.as_ref().is_some_and(|done| done.contains(consumer, (&name, partition, offset), assignment)) {
-        tracing::debug!(topic = %name, partition, offset, "done before the last commit: skipped");
-        tracker.lock().unwrap().ack(&name, partition, offset, assignment);
-        return None;
+    if let Some(done) = done_before {
+        match done.contains(consumer, (&name, partition, offset), assignment) {
+            Ok(true) => {
+                tracing::debug!(topic = %name, partition, offset, "done before the last commit: skipped");
+                tracker.lock().unwrap().ack(&name, partition, offset, assignment);
+                return None;
+            }
+            Ok(false) => {}
+            Err(error) => return Some(Err(error)),
+        }
     }
     let (consumer, claim_tracker, owned_tracker, tracker, claim_name, owned_name) =
         (consumer.clone(), tracker.clone(), tracker.clone(), tracker.clone(), name.clone(), name.clone());
@@ -367,13 +384,11 @@ fn to_delivery(
             tracing::debug!(%error, "offset not stored (partition moved away)");
         }
     });
-    Some(
-        Delivery::new(
-            Record { topic, key, payload, trace },
-            attempt,
-            Some(DeliveryHooks { claim, start, owned, ack, refused }),
-        )
-        .at(partition, offset)
-        .refused_before(refused_before),
+    Some(Ok(Delivery::new(
+        Record { topic, key, payload, trace },
+        attempt,
+        Some(DeliveryHooks { claim, start, owned, ack, refused }),
     )
+    .at(partition, offset)
+    .refused_before(refused_before)))
 }

@@ -75,7 +75,7 @@ pub(super) const NOTE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Calls `ask` with the time left, again while the group's coordinator is moving or still loading
 /// (a cluster just started, a node restarted): librdkafka hands those answers back as they are.
-fn coordinated<T>(mut ask: impl FnMut(Duration) -> KafkaResult<T>) -> KafkaResult<T> {
+pub(super) fn coordinated<T>(mut ask: impl FnMut(Duration) -> KafkaResult<T>) -> KafkaResult<T> {
     let moving = |code| {
         matches!(
             code,
