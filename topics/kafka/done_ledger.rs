@@ -209,7 +209,6 @@ mod tests {
     #[tokio::test]
     async fn a_ledger_read_while_the_coordinator_moves_is_asked_again_instead_of_redoing() {
         use std::sync::Arc;
-        use std::time::Duration;
 
         use rdkafka::config::ClientConfig;
         use rdkafka::mocking::MockCluster;
@@ -222,15 +221,7 @@ mod tests {
         cluster.create_topic("t", 1, 1).unwrap();
         let base = ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).clone();
         OffsetNotes::new(&base, "g").unwrap().write("t", 0, 1, "lacuna-done:2-3".into()).unwrap();
-        let context = TrackingContext {
-            tracker: Arc::new(Mutex::new(OffsetTracker::default())),
-            drain_timeout: Duration::from_secs(2),
-            lag: prometheus::IntGauge::new("lag", "lag").unwrap(),
-            group: "g".into(),
-            transactions: None,
-            claims: None,
-            lost: Default::default(),
-        };
+        let context = super::super::rebalance::context_for_tests(Arc::new(Mutex::new(OffsetTracker::default())));
         let consumer: StreamConsumer<TrackingContext> =
             base.clone().set("group.id", "g").create_with_context(context).unwrap();
         use RDKafkaRespErr::*;

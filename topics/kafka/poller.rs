@@ -392,3 +392,53 @@ fn to_delivery(
     .at(partition, offset)
     .refused_before(refused_before)))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+
+    use super::super::offsets::OffsetTracker;
+    use super::super::rebalance::{TrackingContext, context_for_tests};
+    use super::super::wire::OffsetNotes;
+    use super::seek_back;
+
+    /// After an aborted transaction every assigned partition is sought back to its committed
+    /// position. Right after a node is lost, the read of those positions is answered *not
+    /// coordinator* while the group's coordinator moves, and the feed ended (the process exits)
+    /// though the positions were there to read a moment later. On librdkafka's mock cluster: the
+    /// commit at 2 of three records, the read answered *not coordinator*, then *loading*.
+    #[tokio::test]
+    async fn seeking_back_while_the_coordinator_moves_asks_again() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("t", 1, 1).unwrap();
+        let base = ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).clone();
+        let producer: BaseProducer = base.create().unwrap();
+        for key in ["a", "b", "c"] {
+            producer.send(BaseRecord::<str, str>::to("t").key(key).payload(key)).unwrap();
+        }
+        producer.flush(std::time::Duration::from_secs(10)).unwrap();
+        OffsetNotes::new(&base, "g").unwrap().write("t", 0, 2, String::new()).unwrap();
+        let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
+        let consumer: StreamConsumer<TrackingContext> =
+            base.clone().set("group.id", "g").create_with_context(context_for_tests(tracker.clone())).unwrap();
+        let mut assigned = TopicPartitionList::new();
+        assigned.add_partition_offset("t", 0, Offset::Offset(0)).unwrap();
+        consumer.assign(&assigned).unwrap();
+        use RDKafkaRespErr::*;
+        let moving = [RD_KAFKA_RESP_ERR_NOT_COORDINATOR, RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS];
+        cluster.request_errors(RDKafkaApiKey::OffsetFetch, &moving);
+        let sought = seek_back(&consumer, &tracker, &mut VecDeque::new(), None);
+        assert!(sought.is_ok(), "the feed would end: {sought:?}");
+        let next = tokio::time::timeout(std::time::Duration::from_secs(10), consumer.recv()).await;
+        let offset = next.expect("a record in 10 s").expect("a record").offset();
+        assert_eq!(offset, 2, "the first record read after seeking back is the one at the commit");
+    }
+}

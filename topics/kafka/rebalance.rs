@@ -160,6 +160,20 @@ pub(super) fn is_no_offset(error: &KafkaError) -> bool {
     matches!(error, KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))
 }
 
+/// A consumer's context for unit tests: the group `g`, no transactions and no claims.
+#[cfg(test)]
+pub(super) fn context_for_tests(tracker: Arc<Mutex<OffsetTracker>>) -> TrackingContext {
+    TrackingContext {
+        tracker,
+        drain_timeout: Duration::from_secs(2),
+        lag: prometheus::IntGauge::new("lag", "lag").unwrap(),
+        group: "g".into(),
+        transactions: None,
+        claims: None,
+        lost: Default::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -181,19 +195,10 @@ mod tests {
         let assignment = tracker.lock().unwrap().register("t", 0, 5);
         tracker.lock().unwrap().register("t", 0, 6);
         assert!(tracker.lock().unwrap().claim("t", 0, 5, assignment));
-        let context = TrackingContext {
-            tracker: tracker.clone(),
-            drain_timeout: Duration::from_secs(2),
-            lag: prometheus::IntGauge::new("lag", "lag").unwrap(),
-            group: "g".into(),
-            transactions: None,
-            claims: None,
-            lost: Default::default(),
-        };
         let consumer: BaseConsumer<TrackingContext> = ClientConfig::new()
             .set("bootstrap.servers", "127.0.0.1:9")
             .set("group.id", "g")
-            .create_with_context(context)
+            .create_with_context(super::context_for_tests(tracker.clone()))
             .unwrap();
         let taken = std::thread::scope(|scope| {
             let revoking = scope.spawn(|| {
