@@ -19,7 +19,7 @@ use super::fenced::{self, Anew, Slot};
 use super::offsets::{OffsetTracker, STALE};
 use super::rebalance::{TrackingContext, is_no_offset};
 use super::transactions::Transactions;
-use super::wire::{ATTEMPT_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER, transport};
+use super::wire::{ATTEMPT_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER, coordinated, transport};
 use crate::telemetry::TraceHeaders;
 use crate::topics::Topic;
 use crate::topics::bus::{BusError, Delivery, DeliveryHooks, Record, Subscription};
@@ -222,7 +222,12 @@ fn seek_back(
     let assignment = consumer.assignment()?;
     let mut positions = TopicPartitionList::new();
     if assignment.count() > 0 {
-        for element in consumer.committed_offsets(assignment, timeout)?.elements() {
+        // Asked again while the group's coordinator moves or loads: an abort right after a node
+        // was lost.
+        let committed = coordinated(|left| consumer.committed_offsets(assignment.clone(), left))?;
+        for element in committed.elements() {
+            // A partition whose position the broker did not give is not one to read from its start.
+            element.error()?;
             let offset = match element.offset() {
                 Offset::Offset(offset) => Offset::Offset(offset),
                 _ => Offset::Beginning,
