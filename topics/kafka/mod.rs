@@ -41,6 +41,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::mpsc;
 
+mod carried;
 mod catch_up;
 mod claims;
 mod config;
@@ -60,6 +61,7 @@ mod table;
 mod transactions;
 mod wire;
 
+use carried::Tracked;
 pub use catch_up::CatchUp;
 pub use config::client_config;
 pub use documents::{Change, Changelog, RejectedDocument, Span};
@@ -71,7 +73,7 @@ use offsets::OffsetTracker;
 use poller::{KafkaSubscription, Refusals, Shared, poll};
 use rebalance::TrackingContext;
 use table::read_whole_topic;
-use transactions::{Tracked, Transactions};
+use transactions::Transactions;
 pub use wire::{ATTEMPT_HEADER, QUESTION_HEADER, TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use wire::{publish_error, transport};
 

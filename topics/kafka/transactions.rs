@@ -22,16 +22,14 @@
 //!   fenced or fatally failed producer is replaced by one under a new transactional id. Only a
 //!   process with a stage that keeps state in memory (the join) exits instead, to rebuild it.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
 
-use super::done_ledger::{DoneBefore, encode_done, listed_done};
+use super::carried::{Positions, Tracked};
 use super::gate::{Gate, Pass, held, hold_budget};
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, Transacting};
@@ -39,15 +37,6 @@ use super::wire::{publish_error, transport};
 use crate::topics::bus::{BusError, Transaction, held_since};
 
 type Alive = Arc<StreamConsumer<TrackingContext>>;
-
-/// A consumer whose positions each commit carries: its offsets, what an earlier owner did beyond
-/// them, and how to wake its poller to seek back after an abort.
-pub(super) struct Tracked {
-    pub(super) consumer: Weak<StreamConsumer<TrackingContext>>,
-    pub(super) tracker: Arc<Mutex<OffsetTracker>>,
-    pub(super) done_before: Arc<DoneBefore>,
-    pub(super) rewind: Arc<tokio::sync::Notify>,
-}
 
 /// Makes a transactional producer under a new transactional id, its transactions initialised: what
 /// replaces one that is fenced, hit a fatal error, or could not abort. It first settles the
@@ -126,9 +115,6 @@ fn init_failed(error: KafkaError) -> BusError {
 
 /// The stages of a process that keep state in memory ([`crate::topics::Bus::keeps_state`]).
 pub(super) type Stateful = Arc<Mutex<Vec<&'static str>>>;
-
-/// What the last commit carried, per group and partition: nothing new, no commit.
-type Positions = HashMap<(String, String, i32), (i64, String)>;
 
 impl Transactions {
     /// Makes the producer, begins its first transaction, and starts committing every `interval`.
@@ -272,24 +258,9 @@ impl Transactions {
         for tracked in self.consumers.lock().unwrap().iter() {
             let Some(consumer) = tracked.consumer.upgrade() else { continue };
             alive.push(consumer.clone());
-            let Some(metadata) = consumer.group_metadata() else { continue };
-            let group = consumer.context().group.clone();
-            let mut list = TopicPartitionList::new();
-            for (topic, partition, position, done) in tracked.tracker.lock().unwrap().positions() {
-                let inherited = tracked.done_before.inherited(&topic, partition);
-                let note = encode_done(&listed_done(done, &inherited, position));
-                let key = (group.clone(), topic.clone(), partition);
-                if last.get(&key) == Some(&(position, note.clone())) {
-                    continue;
-                }
-                list.add_partition_offset(&topic, partition, Offset::Offset(position)).map_err(said)?;
-                if !note.is_empty() {
-                    list.find_partition(&topic, partition).expect("just added").set_metadata(note.clone());
-                }
-                sent.push((key, (position, note)));
-            }
-            if list.count() > 0 {
-                producer.send_offsets_to_transaction(&list, &metadata, left()).map_err(said)?;
+            if let Some(carried) = tracked.carried(&consumer, last)? {
+                producer.send_offsets_to_transaction(&carried.offsets, &carried.metadata, left()).map_err(said)?;
+                sent.extend(carried.sent);
             }
         }
         // Taken whatever `sent` holds: a commit with offsets carries the publishes too, and the next
