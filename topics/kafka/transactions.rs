@@ -529,4 +529,64 @@ mod tests {
         let settled = settling.join().unwrap();
         assert!(settled.is_ok(), "the id was not settled: {settled:?}");
     }
+
+    /// A consumer that closes (its stage stopped, or the process shut down) revokes its partitions,
+    /// which commits. But its last `Arc` is gone by then, so the commit could not reach it through
+    /// the `Weak` it keeps: the positions of the records it finished since the last commit were
+    /// left out, while those records' outputs went in. Their next owner redid them from the older
+    /// position and committed their outputs a second time. On librdkafka's mock cluster: one
+    /// record read and finished, its answer published, then the consumer dropped.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_consumer_that_closes_commits_the_positions_of_the_records_it_finished() {
+        use rdkafka::Message;
+        use rdkafka::config::ClientConfig;
+        use rdkafka::consumer::{Consumer, StreamConsumer};
+
+        use super::super::offsets::OffsetTracker;
+        use super::super::rebalance::{TrackingContext, context_for_tests};
+
+        let timeout = Duration::from_secs(10);
+        let (cluster, transactions) = on_a_mock_cluster("a-closing-consumer", timeout);
+        cluster.create_topic("in", 1, 1).unwrap();
+        let base = ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).clone();
+        let question = FutureRecord::to("in").key(&b"q"[..]).payload(&b"question"[..]);
+        base.create::<FutureProducer>().unwrap().send(question, timeout).await.unwrap();
+        let tracker = Arc::new(Mutex::new(OffsetTracker::default()));
+        let mut context = context_for_tests(tracker.clone());
+        context.transactions = Some(Arc::downgrade(&transactions) as Weak<dyn Transacting>);
+        let consumer: Arc<StreamConsumer<TrackingContext>> = Arc::new(
+            base.clone()
+                .set("group.id", "g")
+                .set("auto.offset.reset", "earliest")
+                .create_with_context(context)
+                .unwrap(),
+        );
+        consumer.subscribe(&["in"]).unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(30), consumer.recv()).await.unwrap().unwrap();
+        let offset = read.offset();
+        drop(read);
+        transactions.track(Tracked {
+            consumer: Arc::downgrade(&consumer),
+            tracker: tracker.clone(),
+            done_before: Arc::default(),
+            rewind: Arc::default(),
+        });
+        {
+            let mut tracker = tracker.lock().unwrap();
+            let assignment = tracker.register("in", 0, offset);
+            assert!(tracker.claim("in", 0, offset, assignment));
+            tracker.ack("in", 0, offset, assignment);
+        }
+        let answer = FutureRecord::to("t").key(&b"q"[..]).payload(&b"answer"[..]);
+        transactions.send(answer, timeout).await.unwrap();
+        tokio::task::spawn_blocking(move || drop(consumer)).await.unwrap();
+        let answered = !transactions.dirty.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(answered, "the consumer's close committed nothing: the answer is still in the open transaction");
+        let carried = transactions.committing.lock().unwrap().get(&("g".into(), "in".into(), 0)).cloned();
+        assert_eq!(
+            carried.map(|(position, _)| position),
+            Some(offset + 1),
+            "the answer was committed without the position of the question it answers: its next owner answers it again"
+        );
+    }
 }
