@@ -57,6 +57,7 @@ mod lineage;
 mod offsets;
 mod poller;
 mod rebalance;
+mod settle;
 mod table;
 mod transactions;
 mod wire;
@@ -129,7 +130,7 @@ fn producer(
         .map_err(transport)
 }
 
-/// Settles the transactions written under `id` ([`transactions::settle`]): what a crashed
+/// Settles the transactions written under `id` ([`settle::settle`]): what a crashed
 /// predecessor left (`succeed`) and a producer left behind (`renew`).
 fn settle(
     base: &ClientConfig,
@@ -139,7 +140,7 @@ fn settle(
     timeout: Duration,
 ) -> Result<(), BusError> {
     let settling = producer(base, settings, max_event_bytes, Some((id, timeout)))?;
-    transactions::settle(&settling, id, timeout)
+    settle::settle(&settling, id, timeout)
 }
 
 impl KafkaBus {
@@ -205,7 +206,7 @@ impl KafkaBus {
                 }
             };
             let fresh = producer(&base, &settings, max_event_bytes, Some((&id, timeout)))?;
-            transactions::init_transactions(&fresh, timeout)?;
+            settle::init_transactions(&fresh, timeout)?;
             tracing::warn!(transactional_id = %id, left, "exactly-once: a new transactional producer replaces the one that failed");
             Ok((id, fresh))
         })

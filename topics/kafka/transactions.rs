@@ -26,13 +26,14 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use rdkafka::consumer::StreamConsumer;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use super::carried::{Positions, Tracked};
 use super::gate::{Gate, Pass, held, hold_budget};
 use super::offsets::OffsetTracker;
 use super::rebalance::{TrackingContext, Transacting};
+use super::settle::{SETTLE_ASKS, init_transactions};
 use super::wire::{publish_error, transport};
 use crate::topics::bus::{BusError, Transaction, held_since};
 
@@ -69,48 +70,6 @@ pub struct Transactions {
 /// (1.25 s of the default 10 s), room for the coordinator's round trips.
 fn commit_share(transaction_timeout: Duration) -> Duration {
     hold_budget(transaction_timeout) / 4
-}
-
-/// Initialises `producer`'s transactions. A broker that cannot do them (librdkafka finds no broker
-/// with the transactions API, or the broker refuses the version it needs) is named as such, with
-/// the setting that runs without them: the process stops at start rather than at its first commit.
-pub(super) fn init_transactions(producer: &FutureProducer, timeout: Duration) -> Result<(), BusError> {
-    producer.init_transactions(timeout).map_err(init_failed)
-}
-
-/// How many times settling asks for an id's transactions, each for up to
-/// `kafka.transaction_timeout_ms`: once more after an ask that found no coordinator in time (its
-/// node killed, another still loading the transaction log). Renewals that gave up after one ask
-/// ended their process in the failure matrix, and each restart settled the same id in under a second.
-pub(super) const SETTLE_ASKS: u32 = 2;
-
-/// Settles the transactions written under `id` by `settling`, a producer made under that id:
-/// re-initialising it, which the broker answers only once a commit under way has finished, aborts a
-/// transaction still open and fences the producer that wrote it. An ask that runs out of time is
-/// resumed by the next (librdkafka: "retry call to resume").
-pub(super) fn settle(settling: &FutureProducer, id: &str, timeout: Duration) -> Result<(), BusError> {
-    let mut asked = 1;
-    loop {
-        match settling.init_transactions(timeout) {
-            Err(KafkaError::Transaction(error)) if error.is_retriable() && asked < SETTLE_ASKS => {
-                tracing::warn!(transactional_id = id, %error, "no coordinator settled the transactional id in time: asking again");
-                asked += 1;
-            }
-            outcome => return outcome.map_err(init_failed),
-        }
-    }
-}
-
-/// Why transactions could not be initialised, as [`init_transactions`] says it.
-fn init_failed(error: KafkaError) -> BusError {
-    match error.rdkafka_error_code() {
-        Some(RDKafkaErrorCode::UnsupportedFeature | RDKafkaErrorCode::UnsupportedVersion) => BusError::Config(format!(
-            "exactly-once (bus.delivery = \"exactly_once\") needs Kafka transactions, and this broker cannot do \
-             them: {error}. Run with bus.delivery = \"at_least_once\" (LACUNA__BUS__DELIVERY=at_least_once), or on \
-             a broker with transactions (Apache Kafka 2.5 or later)"
-        )),
-        _ => transport(error),
-    }
 }
 
 /// The stages of a process that keep state in memory ([`crate::topics::Bus::keeps_state`]).
@@ -503,31 +462,6 @@ mod tests {
         let committed = transactions.commit_within(&mut last, &mut alive, nearly_spent);
         assert!(committed.is_err(), "a commit with 4 ms left reported committed");
         assert!(transactions.abort_or_leave(), "the abort was refused: a commit was left under way");
-    }
-
-    /// Issue 74's transaction-coordinator row: a renewal whose settling found no coordinator within
-    /// one `kafka.transaction_timeout_ms` (its node killed, another still loading the transaction
-    /// log) ended its process, and the restart settled the same id in under a second. A coordinator
-    /// back within a second timeout must settle the id in place. On librdkafka's mock cluster, its
-    /// one broker down for 2.5 s and a 2 s timeout.
-    #[test]
-    fn a_settling_that_finds_no_coordinator_within_one_timeout_asks_again() {
-        use std::time::Duration;
-
-        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-        let mut settings = crate::config::Settings::load(None).unwrap();
-        settings.kafka.brokers = cluster.bootstrap_servers();
-        let mut base = crate::topics::kafka::config::client_config(&settings.kafka).unwrap();
-        // Reconnects every 100 ms, so the broker is found as soon as it is back.
-        base.set("reconnect.backoff.max.ms", "100");
-        cluster.broker_down(1).unwrap();
-        let settling = std::thread::spawn(move || {
-            crate::topics::kafka::settle(&base, &settings.kafka, 1 << 20, "settle-again", Duration::from_secs(2))
-        });
-        std::thread::sleep(Duration::from_millis(2500));
-        cluster.broker_up(1).unwrap();
-        let settled = settling.join().unwrap();
-        assert!(settled.is_ok(), "the id was not settled: {settled:?}");
     }
 
     /// A consumer that closes (its stage stopped, or the process shut down) revokes its partitions,
