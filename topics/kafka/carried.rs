@@ -6,15 +6,19 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use rdkafka::consumer::{ConsumerGroupMetadata, StreamConsumer};
+use rdkafka::consumer::StreamConsumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::done_ledger::{DoneBefore, encode_done, listed_done};
 use super::offsets::OffsetTracker;
 use super::rebalance::TrackingContext;
 
-/// What the last commit carried, per group and partition: nothing new, no commit.
-pub(super) type Positions = HashMap<(String, String, i32), (i64, String)>;
+/// A partition of a group's topic.
+type GroupPartition = (String, String, i32);
+
+/// What the last commit carried, per group and partition (position and done offsets' note):
+/// nothing new, no commit.
+pub(super) type Positions = HashMap<GroupPartition, (i64, String)>;
 
 /// A consumer whose positions each commit carries: its offsets, what an earlier owner did beyond
 /// them, and how to wake its poller to seek back after an abort.
@@ -25,31 +29,23 @@ pub(super) struct Tracked {
     pub(super) rewind: Arc<tokio::sync::Notify>,
 }
 
-/// One consumer's share of a commit.
+/// One consumer's share of a commit, sent with its group metadata.
 pub(super) struct Carried {
     pub(super) offsets: TopicPartitionList,
-    pub(super) metadata: ConsumerGroupMetadata,
     /// What `offsets` holds, to remember once the commit lands.
-    pub(super) sent: Vec<((String, String, i32), (i64, String))>,
+    pub(super) sent: Vec<(GroupPartition, (i64, String))>,
 }
 
 impl Tracked {
-    /// What the next commit carries of `consumer`, this entry's: nothing when the last commit
-    /// (`last`) carried it all already.
-    pub(super) fn carried(
-        &self,
-        consumer: &StreamConsumer<TrackingContext>,
-        last: &Positions,
-    ) -> Result<Option<Carried>, String> {
-        use rdkafka::consumer::Consumer;
-        let Some(metadata) = consumer.group_metadata() else { return Ok(None) };
-        let group = consumer.context().group.clone();
+    /// What the next commit carries of this consumer, a member of `group`: nothing when the last
+    /// commit (`last`) carried it all already.
+    pub(super) fn carried(&self, group: &str, last: &Positions) -> Result<Option<Carried>, String> {
         let mut offsets = TopicPartitionList::new();
         let mut sent = Vec::new();
         for (topic, partition, position, done) in self.tracker.lock().unwrap().positions() {
             let inherited = self.done_before.inherited(&topic, partition);
             let note = encode_done(&listed_done(done, &inherited, position));
-            let key = (group.clone(), topic.clone(), partition);
+            let key = (group.to_string(), topic.clone(), partition);
             if last.get(&key) == Some(&(position, note.clone())) {
                 continue;
             }
@@ -59,6 +55,6 @@ impl Tracked {
             }
             sent.push((key, (position, note)));
         }
-        Ok((!sent.is_empty()).then_some(Carried { offsets, metadata, sent }))
+        Ok((!sent.is_empty()).then_some(Carried { offsets, sent }))
     }
 }

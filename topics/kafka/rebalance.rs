@@ -15,8 +15,10 @@ use super::offsets::OffsetTracker;
 /// What a revocation asks of the process's transactions under exactly-once, which carry the
 /// positions (the consumer commits none itself). Implemented by `transactions.rs`, above this file.
 pub(super) trait Transacting: Send + Sync {
-    /// Commits the open transaction, then runs `then` before any publish can join the next one.
-    fn commit_then(&self, then: &dyn Fn());
+    /// Commits the open transaction, with the positions of `revoking`, the consumer whose
+    /// partitions are taken (at its close, no other part of the process can reach it), then runs
+    /// `then` before any publish can join the next one.
+    fn commit_then(&self, revoking: &BaseConsumer<TrackingContext>, then: &dyn Fn());
     /// Aborts the open transaction and rewinds every consumer, then runs `then`.
     fn abort_then(&self, reason: &str, then: &dyn Fn());
 }
@@ -133,7 +135,7 @@ impl ConsumerContext for TrackingContext {
             // Forgotten before the next transaction takes outputs: work that finished after this
             // commit must not publish into it (exactly-once would carry both its outputs and the
             // new owner's).
-            transactions.commit_then(&revoke);
+            transactions.commit_then(consumer, &revoke);
         } else if self.transactions.is_some() {
             revoke();
         } else {

@@ -25,7 +25,7 @@
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use rdkafka::consumer::StreamConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
@@ -38,6 +38,9 @@ use super::wire::{publish_error, transport};
 use crate::topics::bus::{BusError, Transaction, held_since};
 
 type Alive = Arc<StreamConsumer<TrackingContext>>;
+
+/// The consumer a revocation is for, whose close may have begun: reached only from here then.
+type Closing<'a> = Option<&'a BaseConsumer<TrackingContext>>;
 
 /// Makes a transactional producer under a new transactional id, its transactions initialised: what
 /// replaces one that is fenced, hit a fatal error, or could not abort. It first settles the
@@ -129,7 +132,10 @@ impl Transactions {
     }
 
     pub(super) fn track(&self, tracked: Tracked) {
-        self.consumers.lock().unwrap().push(tracked);
+        let mut consumers = self.consumers.lock().unwrap();
+        // Those closed since are gone for good (their revocation committed them): not kept forever.
+        consumers.retain(|tracked| tracked.consumer.strong_count() > 0);
+        consumers.push(tracked);
     }
 
     /// The consumer behind `tracker` was made anew (`fenced.rs`): commits carry the new one's
@@ -192,12 +198,12 @@ impl Transactions {
     /// Commits what was published and consumed since the last commit, then begins the next
     /// transaction. Blocking: called from the commit thread, a revocation, or a shutdown.
     pub(super) fn commit(&self) {
-        self.commit_then(&|| {});
+        self.commit_for(None, &|| {});
     }
 
-    fn commit_closed(&self, last: &mut Positions, alive: &mut Vec<Alive>) -> Result<(), String> {
+    fn commit_closed(&self, last: &mut Positions, alive: &mut Vec<Alive>, closing: Closing) -> Result<(), String> {
         let started = std::time::Instant::now();
-        let outcome = self.commit_within(last, alive, started + hold_budget(self.timeout));
+        let outcome = self.commit_within(last, alive, closing, started + hold_budget(self.timeout));
         held("commit", started.elapsed());
         outcome
     }
@@ -208,6 +214,7 @@ impl Transactions {
         &self,
         last: &mut Positions,
         alive: &mut Vec<Alive>,
+        closing: Closing,
         deadline: std::time::Instant,
     ) -> Result<(), String> {
         let said = |error: KafkaError| error.to_string();
@@ -215,10 +222,22 @@ impl Transactions {
         let producer = self.producer.read().unwrap().clone();
         let mut sent = Vec::new();
         for tracked in self.consumers.lock().unwrap().iter() {
-            let Some(consumer) = tracked.consumer.upgrade() else { continue };
-            alive.push(consumer.clone());
-            if let Some(carried) = tracked.carried(&consumer, last)? {
-                producer.send_offsets_to_transaction(&carried.offsets, &carried.metadata, left()).map_err(said)?;
+            let (group, metadata) = match tracked.consumer.upgrade() {
+                Some(consumer) => {
+                    let member = (consumer.context().group.clone(), consumer.group_metadata());
+                    alive.push(consumer);
+                    member
+                }
+                // A consumer that closes has no `Arc` left by its revocation, which commits here and
+                // hands it over: its positions go with the outputs of the records it finished.
+                None => match closing.filter(|closing| Arc::ptr_eq(&closing.context().tracker, &tracked.tracker)) {
+                    Some(closing) => (closing.context().group.clone(), closing.group_metadata()),
+                    None => continue, // closed before, and committed at its close
+                },
+            };
+            let Some(metadata) = metadata else { continue };
+            if let Some(carried) = tracked.carried(&group, last)? {
+                producer.send_offsets_to_transaction(&carried.offsets, &metadata, left()).map_err(said)?;
                 sent.extend(carried.sent);
             }
         }
@@ -334,30 +353,8 @@ impl Transactions {
 }
 
 impl Transacting for Transactions {
-    /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
-    /// revocation forgets its partitions there). A transaction that cannot commit is aborted and
-    /// every consumer rewound instead.
-    ///
-    /// The consumers the commit read are let go only after the commit lock: where one of them was
-    /// the last reference (its stage stopped meanwhile), dropping it closes the consumer, and its
-    /// close revokes its partitions, which commits (here) again. Dropped under the lock, it waited
-    /// on itself, and every commit of the process with it (tests/prometheus.rs hung on stopping).
-    fn commit_then(&self, then: &dyn Fn()) {
-        let mut alive = Vec::new();
-        let mut last = self.committing.lock().unwrap();
-        self.gate.close();
-        let broken = self.broken.lock().unwrap().clone();
-        let outcome = match broken {
-            Some(reason) => Err(("publish_failed", reason)),
-            None => self.commit_closed(&mut last, &mut alive).map_err(|reason| ("commit_failed", reason)),
-        };
-        if let Err((cause, reason)) = outcome {
-            self.recover(cause, &reason);
-        }
-        then();
-        self.gate.open();
-        drop(last);
-        drop(alive);
+    fn commit_then(&self, revoking: &BaseConsumer<TrackingContext>, then: &dyn Fn()) {
+        self.commit_for(Some(revoking), then);
     }
 
     /// The group gave this consumer's partitions to another member while it was away (a pause past
@@ -369,6 +366,34 @@ impl Transacting for Transactions {
         self.recover("assignment_lost", reason);
         then();
         self.gate.open();
+    }
+}
+
+impl Transactions {
+    /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
+    /// revocation forgets its partitions there). A transaction that cannot commit is aborted and
+    /// every consumer rewound instead. `closing` is the consumer a revocation is for.
+    ///
+    /// The consumers the commit read are let go only after the commit lock: where one of them was
+    /// the last reference (its stage stopped meanwhile), dropping it closes the consumer, and its
+    /// close revokes its partitions, which commits (here) again. Dropped under the lock, it waited
+    /// on itself, and every commit of the process with it (tests/prometheus.rs hung on stopping).
+    fn commit_for(&self, closing: Closing, then: &dyn Fn()) {
+        let mut alive = Vec::new();
+        let mut last = self.committing.lock().unwrap();
+        self.gate.close();
+        let broken = self.broken.lock().unwrap().clone();
+        let outcome = match broken {
+            Some(reason) => Err(("publish_failed", reason)),
+            None => self.commit_closed(&mut last, &mut alive, closing).map_err(|reason| ("commit_failed", reason)),
+        };
+        if let Err((cause, reason)) = outcome {
+            self.recover(cause, &reason);
+        }
+        then();
+        self.gate.open();
+        drop(last);
+        drop(alive);
     }
 }
 
@@ -459,7 +484,7 @@ mod tests {
         cluster.broker_round_trip_time(1, Duration::from_millis(300)).unwrap();
         let (mut last, mut alive) = (Positions::default(), Vec::new());
         let nearly_spent = std::time::Instant::now() + Duration::from_millis(4);
-        let committed = transactions.commit_within(&mut last, &mut alive, nearly_spent);
+        let committed = transactions.commit_within(&mut last, &mut alive, None, nearly_spent);
         assert!(committed.is_err(), "a commit with 4 ms left reported committed");
         assert!(transactions.abort_or_leave(), "the abort was refused: a commit was left under way");
     }
