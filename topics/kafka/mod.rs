@@ -21,6 +21,8 @@
 //! - `grants`: which of the ACLs a process needs the cluster's authorizer does not grant it.
 //! - `catch_up`: how far a follower has read of the end offsets it must reach before it is ready.
 //! - `transactions`: exactly-once: a process's outputs and consumed positions in one transaction.
+//! - `carried`: exactly-once: what each commit carries of a consumer (positions, done offsets, group).
+//! - `settle`: exactly-once: a producer's transactions initialised, and an id left behind settled.
 //! - `done_ledger`: exactly-once: the offsets done beyond a committed position, in its metadata.
 //! - `gate`: what a commit closes: events hold passes, a commit waits for them; every hold timed.
 //! - `lineage`: exactly-once across a replica's restarts: a transactional id per process, the last one kept.
