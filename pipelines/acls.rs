@@ -135,4 +135,39 @@ mod tests {
         assert!(join.contains(&"User:j GROUP LITERAL lacuna.rqrag.table-reader READ".to_string()), "{join:?}");
         assert!(needed(&settings, PipelineKind::Migres, "no-such-stage", "User:x").is_none());
     }
+
+    /// `lacuna serve`, `lacuna ingest` and `lacuna indexer` over Kafka run as principals of their
+    /// own too; a follower of the corpus names the group its reader gives librdkafka, and `lacuna
+    /// topics` creates the corpus's topics where the corpus is followed.
+    #[test]
+    fn serve_ingest_and_the_indexer_have_rules_of_their_own_and_the_corpus_followers_name_their_group() {
+        let mut settings = Settings::defaults();
+        settings.search.follow_documents = true;
+        assert_eq!(
+            lines(&settings, "serve"),
+            [
+                "User:serve TOPIC LITERAL lacuna.questions WRITE",
+                "User:serve TOPIC LITERAL lacuna.answers READ",
+                "User:serve TOPIC LITERAL lacuna.progress READ",
+                "User:serve GROUP PREFIXED lacuna.serve- READ",
+            ]
+        );
+        assert_eq!(lines(&settings, "ingest"), ["User:ingest TOPIC LITERAL lacuna.documents WRITE"]);
+        let follower = |name: &str| {
+            [
+                format!("User:{name} TOPIC LITERAL lacuna.documents READ"),
+                format!("User:{name} TOPIC LITERAL lacuna.documents DESCRIBE_CONFIGS"),
+                format!("User:{name} TOPIC LITERAL lacuna.documents-dead-letters WRITE"),
+                format!("User:{name} GROUP LITERAL lacuna.documents-reader READ"),
+            ]
+        };
+        assert_eq!(lines(&settings, "indexer"), follower("indexer"));
+        let retrieve = lines(&settings, "retrieve");
+        assert!(follower("retrieve").iter().all(|rule| retrieve.contains(rule)), "{retrieve:?}");
+        let topics = lines(&settings, "topics");
+        assert!(topics.contains(&"User:topics TOPIC LITERAL lacuna.documents CREATE".to_string()), "{topics:?}");
+        // With its documents routes on, serve publishes to the corpus.
+        settings.serve.documents_token_env = "LACUNA_DOCUMENTS_TOKEN".into();
+        assert!(lines(&settings, "serve").contains(&"User:serve TOPIC LITERAL lacuna.documents WRITE".to_string()));
+    }
 }
