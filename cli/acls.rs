@@ -12,8 +12,8 @@ use crate::pipelines::acls::{self, CLIENTS};
 pub struct AclsArgs {
     #[arg(long, default_value = "migres")]
     pipeline: PipelineKind,
-    /// The processes to list (stage names, or submit, answers, dlq-replay, topics); every one when
-    /// left out.
+    /// The processes to list (stage names, or submit, answers, dlq-replay, topics, serve, ingest,
+    /// indexer); every one when left out.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Each process's principal, `{name}` standing for the process's name.

@@ -8,8 +8,9 @@ use crate::pipelines::{PipelineKind, graph};
 use crate::topics::Topic;
 pub use crate::topics::kafka::Acl;
 
-/// Who runs what: the processes of a pipeline that need ACLs of their own.
-pub const CLIENTS: [&str; 4] = ["submit", "answers", "dlq-replay", "topics"];
+/// Who runs what: the processes of a pipeline that need ACLs of their own. `serve`, `ingest` and
+/// `indexer` over Kafka (`--transport kafka`; the indexer always).
+pub const CLIENTS: [&str; 7] = ["submit", "answers", "dlq-replay", "topics", "serve", "ingest", "indexer"];
 
 /// The ACLs `principal` needs to run `name` of `kind`'s pipeline: one of its stages, or one of
 /// [`CLIENTS`]. None for a name that is neither.
@@ -26,6 +27,18 @@ pub fn needed(settings: &Settings, kind: PipelineKind, name: &str, principal: &s
     };
     let topic = |topic: Topic, operation| acl("TOPIC", "LITERAL", format!("{prefix}{}", topic.name()), operation);
     let group = |group: &str| acl("GROUP", "LITERAL", format!("{prefix}{group}"), "READ");
+    // The corpus's topics are every pipeline's: they have the plain prefix. Its readers follow it
+    // outside any group, but librdkafka still finds the coordinator of the group they name.
+    let plain = &settings.kafka.topic_prefix;
+    let documents = |operation| acl("TOPIC", "LITERAL", format!("{plain}documents"), operation);
+    let dead_documents = |operation| acl("TOPIC", "LITERAL", format!("{plain}documents-dead-letters"), operation);
+    // A follower of the corpus (a retrieve replica, the Meilisearch indexer) also reads the topic's
+    // `delete.retention.ms`, to know whether it was away long enough to miss a deletion, and
+    // writes what is not a document to the dead letters.
+    let follower = || {
+        let reader = acl("GROUP", "LITERAL", format!("{plain}documents-reader"), "READ");
+        [documents("READ"), documents("DESCRIBE_CONFIGS"), dead_documents("WRITE"), reader]
+    };
     // A consumer's group, and the groups it never joins whose offsets keep its notes,
     // `<group>.claims` (record starts) and, with `kafka.instance_id`, `<group>.<instance>.producer`;
     // under exactly-once, its transactional ids.
@@ -55,7 +68,23 @@ pub fn needed(settings: &Settings, kind: PipelineKind, name: &str, principal: &s
             inputs.dedup();
             acls.extend(inputs.into_iter().map(|t| topic(t, "WRITE")));
         }
-        "topics" => acls.extend(used.iter().map(|t| topic(*t, "CREATE"))),
+        "topics" => {
+            acls.extend(used.iter().map(|t| topic(*t, "CREATE")));
+            if settings.search.follow_documents {
+                acls.extend([documents("CREATE"), dead_documents("CREATE")]);
+            }
+        }
+        "serve" => {
+            // Its replicas follow answers and progress outside any group, under groups named
+            // `serve-<replica>` and `serve-<replica>-progress`.
+            acls.extend([topic(Topic::Questions, "WRITE"), topic(Topic::Answers, "READ")]);
+            acls.extend([topic(Topic::Progress, "READ"), acl("GROUP", "PREFIXED", format!("{prefix}serve-"), "READ")]);
+            if !settings.serve.documents_token_env.is_empty() {
+                acls.push(documents("WRITE"));
+            }
+        }
+        "ingest" => acls.push(documents("WRITE")),
+        "indexer" => acls.extend(follower()),
         stage => {
             let decl = stages.iter().find(|s| s.name == stage)?;
             acls.extend(decl.inputs.iter().map(|t| topic(*t, "READ")));
@@ -77,13 +106,7 @@ pub fn needed(settings: &Settings, kind: PipelineKind, name: &str, principal: &s
             }
             acls.extend(consumer(stage));
             if settings.search.follow_documents && decl.needs(Part::Search) {
-                // The documents topic is every pipeline's: it has the plain prefix.
-                let plain = &settings.kafka.topic_prefix;
-                acls.extend([
-                    acl("TOPIC", "LITERAL", format!("{plain}documents"), "READ"),
-                    acl("TOPIC", "LITERAL", format!("{plain}documents"), "DESCRIBE_CONFIGS"),
-                    acl("TOPIC", "LITERAL", format!("{plain}documents-dead-letters"), "WRITE"),
-                ]);
+                acls.extend(follower());
             }
         }
     }
