@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lacuna::pipelines::PipelineKind;
-use support::cluster::{Cluster, OwnBroker, answer_ids, raw_answer_keys, settings};
+use support::cluster::{Cluster, OwnBroker, answer_ids, get, raw_answer_keys, settings};
 use support::disrupted::{answering_llm, submit, wait_for_answers};
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 
@@ -27,18 +27,30 @@ fn withheld(prefix: &str) -> Vec<(&'static str, &'static str, &'static str, Stri
     ]
 }
 
-/// `lacuna ARGS` on the secure node as `User:admin`, with the test's topic prefix; its stdout.
-fn lacuna_as_admin(broker: &OwnBroker, prefix: &str, args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_lacuna"))
+/// `lacuna ARGS` on the secure node as `User:user` (password `<user>-secret`), with the test's
+/// topic prefix and the settings in `env`, not yet run.
+fn lacuna_as(broker: &OwnBroker, prefix: &str, user: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lacuna"));
+    command
         .args(args)
         .env("LACUNA__KAFKA__BROKERS", broker.address())
         .env("LACUNA__KAFKA__TOPIC_PREFIX", prefix)
         .env("LACUNA__KAFKA__PARTITIONS", "4")
-        .env("LACUNA__KAFKA__PROPERTIES", format!("{};sasl.username=admin", broker.sasl_properties()))
+        .env("LACUNA__KAFKA__PROPERTIES", format!("{};sasl.username={user}", broker.sasl_properties()))
         .env("LACUNA__KAFKA__SECRET_PROPERTIES", "sasl.password=LACUNA_TEST_SASL_PASSWORD")
-        .env("LACUNA_TEST_SASL_PASSWORD", "admin-secret")
-        .output()
-        .unwrap();
+        .env("LACUNA_TEST_SASL_PASSWORD", format!("{user}-secret"))
+        .envs(env.iter().copied());
+    command
+}
+
+/// `lacuna ARGS` on the secure node as `User:admin`, with the test's topic prefix; its stdout.
+fn lacuna_as_admin(broker: &OwnBroker, prefix: &str, args: &[&str]) -> String {
+    admin_with(broker, prefix, args, &[])
+}
+
+/// [`lacuna_as_admin`] with the settings in `env`.
+fn admin_with(broker: &OwnBroker, prefix: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let output = lacuna_as(broker, prefix, "admin", args, env).output().unwrap();
     assert!(output.status.success(), "lacuna {args:?}: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).unwrap()
 }
@@ -174,4 +186,42 @@ fn a_topic_denied_while_a_stage_works_ends_each_question_once_and_loses_none() {
     let rejected = records.lines().filter(|line| line.contains("publish_rejected")).count();
     eprintln!("denied topic: {rejected} of {count} questions ended in publish_rejected");
     assert!(rejected > 0, "the leaf published while it was denied");
+}
+
+/// The corpus's writer and `lacuna serve` over Kafka, each its own principal with exactly the
+/// rules `lacuna acls` lists for it, on the topics `lacuna topics` made (the corpus followed):
+/// `lacuna ingest` publishes its documents, and serve becomes ready. Neither may create topics,
+/// and Kafka refuses CreateTopics to such a principal whether the topic exists or not.
+#[test]
+fn ingest_and_serve_run_with_exactly_their_acls() {
+    let _serial = serial();
+    let broker = OwnBroker::start_secure(&["ingest", "serve"]);
+    let (prefix, follow) = ("corpus-acls.", [("LACUNA__SEARCH__FOLLOW_DOCUMENTS", "true")]);
+    admin_with(&broker, prefix, &["topics"], &follow);
+    broker.acls("add", &admin_with(&broker, prefix, &["acls", "--only", "ingest,serve"], &follow));
+
+    let documents = std::env::temp_dir().join(format!("lacuna-corpus-acls-{}.jsonl", std::process::id()));
+    let lines =
+        ["{\"id\":\"a\",\"title\":\"A\",\"text\":\"One.\"}", "{\"id\":\"b\",\"title\":\"B\",\"text\":\"Two.\"}"];
+    std::fs::write(&documents, lines.join("\n") + "\n").unwrap();
+    let args = ["ingest", "--transport", "kafka", documents.to_str().unwrap()];
+    let output = lacuna_as(&broker, prefix, "ingest", &args, &follow).output().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success() && said.contains("published 2 documents"), "ingest, as User:ingest: {said}");
+
+    let [port] = support::free_ports();
+    let listen = format!("127.0.0.1:{port}");
+    let args = ["serve", "--transport", "kafka", "--listen", &listen];
+    let mut serve = lacuna_as(&broker, prefix, "serve", &args, &follow).spawn().unwrap();
+    let started = Instant::now();
+    while !get(port, "/readyz").is_some_and(|reply| reply.starts_with("HTTP/1.1 200")) {
+        let exited = serve.try_wait().unwrap();
+        if exited.is_some() || started.elapsed() > Duration::from_secs(90) {
+            let _ = serve.kill();
+            panic!("serve, as User:serve, never became ready (exited: {exited:?}); its log is the test's");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    serve.kill().unwrap();
+    serve.wait().unwrap();
 }

@@ -523,7 +523,7 @@ fn scrape(port: u16) -> Option<String> {
 }
 
 /// A plain `GET path` on 127.0.0.1:`port`, the whole reply; None when nothing answers.
-fn get(port: u16, path: &str) -> Option<String> {
+pub fn get(port: u16, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).ok()?;
