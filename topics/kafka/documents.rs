@@ -12,10 +12,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
@@ -75,25 +74,13 @@ impl KafkaBus {
         format!("{}documents-dead-letters", self.settings.topic_prefix)
     }
 
-    /// Creates the documents topic and its dead letters' topic, both compacted, when they do not exist yet.
+    /// Creates the documents topic and its dead letters' topic, both compacted, when they do not
+    /// exist yet. A process that may write or read them need not be allowed to create them
+    /// ([`KafkaBus::create_unseen`]): `lacuna ingest`, serve and the corpus's followers only ask
+    /// for the ones they cannot see.
     pub async fn ensure_documents_topic(&self) -> Result<(), BusError> {
-        let admin: AdminClient<DefaultClientContext> = self.base.create().map_err(transport)?;
-        let names = [self.documents_topic(), self.documents_dead_letters_topic()];
-        let (partitions, replicas) = (self.settings.partitions, self.settings.replication_factor);
-        let topics: Vec<NewTopic> = names
-            .iter()
-            .map(|name| {
-                NewTopic::new(name, partitions, TopicReplication::Fixed(replicas)).set("cleanup.policy", "compact")
-            })
-            .collect();
-        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        for result in admin.create_topics(&topics, &options).await.map_err(transport)? {
-            match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((name, code)) => return Err(BusError::Transport(format!("cannot create topic {name}: {code}"))),
-            }
-        }
-        Ok(())
+        let names = vec![self.documents_topic(), self.documents_dead_letters_topic()];
+        self.create_unseen(names, |_| true).await
     }
 
     /// How long compaction keeps the documents topic's tombstones: its `delete.retention.ms`, or

@@ -307,12 +307,24 @@ impl KafkaBus {
         Topic::ALL.into_iter().find(|t| self.topic_name(*t) == name)
     }
 
-    /// Creates those of `topics` that do not exist yet, with the configured partitions. Only those
-    /// this client does not see are asked for: under an authorizer a stage may describe its own
-    /// topics but not create them, and Kafka refuses to create one it may not, existing or not.
-    /// A topic it may not create either is left to the ACL check ([`Self::missing_acls`]) or to
-    /// the stage that reads it.
+    /// Creates those of `topics` that do not exist yet, with the configured partitions (see
+    /// [`Self::create_unseen`]).
     pub async fn ensure_topics(&self, topics: &[Topic]) -> Result<(), BusError> {
+        let names = topics.iter().map(|t| self.topic_name(*t)).collect();
+        // A table keeps the latest record per key, whatever its age.
+        self.create_unseen(names, |name| self.topic_of(name).is_some_and(Topic::is_table)).await
+    }
+
+    /// Creates those of `names` that this client does not see, with the configured partitions,
+    /// compacted where `compacted` says. Only those are asked for: under an authorizer a process
+    /// may describe the topics it uses but not create them, and Kafka refuses to create one it may
+    /// not, existing or not. A topic it may not create either is left to the ACL check
+    /// ([`Self::missing_acls`]) or to the process that reads it.
+    pub(super) async fn create_unseen(
+        &self,
+        names: Vec<String>,
+        compacted: impl Fn(&str) -> bool,
+    ) -> Result<(), BusError> {
         let admin: AdminClient<DefaultClientContext> = self.base.create().map_err(transport)?;
         let lister: rdkafka::consumer::BaseConsumer = self.base.create().map_err(transport)?;
         let seen = tokio::task::spawn_blocking(move || {
@@ -322,8 +334,7 @@ impl KafkaBus {
             )
         });
         let seen = seen.await.map_err(transport)?.map_err(transport)?;
-        let names: Vec<String> =
-            topics.iter().map(|t| self.topic_name(*t)).filter(|name| !seen.contains(name)).collect();
+        let names: Vec<String> = names.into_iter().filter(|name| !seen.contains(name)).collect();
         if names.is_empty() {
             return Ok(());
         }
@@ -335,12 +346,7 @@ impl KafkaBus {
                     self.settings.partitions,
                     TopicReplication::Fixed(self.settings.replication_factor),
                 );
-                // A table keeps the latest record per key, whatever its age.
-                if self.topic_of(name).is_some_and(Topic::is_table) {
-                    topic.set("cleanup.policy", "compact")
-                } else {
-                    topic
-                }
+                if compacted(name) { topic.set("cleanup.policy", "compact") } else { topic }
             })
             .collect();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
