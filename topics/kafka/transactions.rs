@@ -201,6 +201,32 @@ impl Transactions {
         self.commit_for(None, &|| {});
     }
 
+    /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
+    /// revocation forgets its partitions there). A transaction that cannot commit is aborted and
+    /// every consumer rewound instead. `closing` is the consumer a revocation is for.
+    ///
+    /// The consumers the commit read are let go only after the commit lock: where one of them was
+    /// the last reference (its stage stopped meanwhile), dropping it closes the consumer, and its
+    /// close revokes its partitions, which commits (here) again. Dropped under the lock, it waited
+    /// on itself, and every commit of the process with it (tests/prometheus.rs hung on stopping).
+    fn commit_for(&self, closing: Closing, then: &dyn Fn()) {
+        let mut alive = Vec::new();
+        let mut last = self.committing.lock().unwrap();
+        self.gate.close();
+        let broken = self.broken.lock().unwrap().clone();
+        let outcome = match broken {
+            Some(reason) => Err(("publish_failed", reason)),
+            None => self.commit_closed(&mut last, &mut alive, closing).map_err(|reason| ("commit_failed", reason)),
+        };
+        if let Err((cause, reason)) = outcome {
+            self.recover(cause, &reason);
+        }
+        then();
+        self.gate.open();
+        drop(last);
+        drop(alive);
+    }
+
     fn commit_closed(&self, last: &mut Positions, alive: &mut Vec<Alive>, closing: Closing) -> Result<(), String> {
         let started = std::time::Instant::now();
         let outcome = self.commit_within(last, alive, closing, started + hold_budget(self.timeout));
@@ -366,34 +392,6 @@ impl Transacting for Transactions {
         self.recover("assignment_lost", reason);
         then();
         self.gate.open();
-    }
-}
-
-impl Transactions {
-    /// [`Transactions::commit`], then `then` before any publish can join the next transaction (a
-    /// revocation forgets its partitions there). A transaction that cannot commit is aborted and
-    /// every consumer rewound instead. `closing` is the consumer a revocation is for.
-    ///
-    /// The consumers the commit read are let go only after the commit lock: where one of them was
-    /// the last reference (its stage stopped meanwhile), dropping it closes the consumer, and its
-    /// close revokes its partitions, which commits (here) again. Dropped under the lock, it waited
-    /// on itself, and every commit of the process with it (tests/prometheus.rs hung on stopping).
-    fn commit_for(&self, closing: Closing, then: &dyn Fn()) {
-        let mut alive = Vec::new();
-        let mut last = self.committing.lock().unwrap();
-        self.gate.close();
-        let broken = self.broken.lock().unwrap().clone();
-        let outcome = match broken {
-            Some(reason) => Err(("publish_failed", reason)),
-            None => self.commit_closed(&mut last, &mut alive, closing).map_err(|reason| ("commit_failed", reason)),
-        };
-        if let Err((cause, reason)) = outcome {
-            self.recover(cause, &reason);
-        }
-        then();
-        self.gate.open();
-        drop(last);
-        drop(alive);
     }
 }
 
