@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lacuna::pipelines::PipelineKind;
-use support::cluster::{Cluster, OwnBroker, answer_ids, get, raw_answer_keys, settings};
+use support::cluster::{Cluster, OwnBroker, answer_ids, as_principal, get, raw_answer_keys, settings};
 use support::disrupted::{answering_llm, submit, wait_for_answers};
 use support::fake_llm::{FakeLlm, Prompt, Reply, prompt_kind};
 
@@ -36,10 +36,8 @@ fn lacuna_as(broker: &OwnBroker, prefix: &str, user: &str, args: &[&str], env: &
         .env("LACUNA__KAFKA__BROKERS", broker.address())
         .env("LACUNA__KAFKA__TOPIC_PREFIX", prefix)
         .env("LACUNA__KAFKA__PARTITIONS", "4")
-        .env("LACUNA__KAFKA__PROPERTIES", format!("{};sasl.username={user}", broker.sasl_properties()))
-        .env("LACUNA__KAFKA__SECRET_PROPERTIES", "sasl.password=LACUNA_TEST_SASL_PASSWORD")
-        .env("LACUNA_TEST_SASL_PASSWORD", format!("{user}-secret"))
         .envs(env.iter().copied());
+    as_principal(&mut command, &broker.sasl_properties(), user);
     command
 }
 

@@ -282,10 +282,7 @@ impl Cluster {
                 ["answers", ..] => "answers",
                 _ => "admin",
             };
-            command
-                .env("LACUNA__KAFKA__PROPERTIES", format!("{sasl};sasl.username={principal}"))
-                .env("LACUNA__KAFKA__SECRET_PROPERTIES", "sasl.password=LACUNA_TEST_SASL_PASSWORD")
-                .env("LACUNA_TEST_SASL_PASSWORD", format!("{principal}-secret"));
+            as_principal(&mut command, sasl, principal);
         }
         command
     }
@@ -520,6 +517,15 @@ fn free_port() -> u16 {
 fn scrape(port: u16) -> Option<String> {
     let reply = get(port, "/metrics")?;
     Some(reply.split_once("\r\n\r\n")?.1.to_string())
+}
+
+/// Has `command` connect to a `--secure` node (its client properties `sasl`, from
+/// [`OwnBroker::sasl_properties`]) as `User:principal`, whose password is `<principal>-secret`.
+pub fn as_principal<'a>(command: &'a mut Command, sasl: &str, principal: &str) -> &'a mut Command {
+    command
+        .env("LACUNA__KAFKA__PROPERTIES", format!("{sasl};sasl.username={principal}"))
+        .env("LACUNA__KAFKA__SECRET_PROPERTIES", "sasl.password=LACUNA_TEST_SASL_PASSWORD")
+        .env("LACUNA_TEST_SASL_PASSWORD", format!("{principal}-secret"))
 }
 
 /// A plain `GET path` on 127.0.0.1:`port`, the whole reply; None when nothing answers.
